@@ -1,0 +1,1 @@
+"""Persist-then-push realtime dispatch: outbox, worker and hub for a Django messenger."""

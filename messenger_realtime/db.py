@@ -1,0 +1,37 @@
+"""Dedicated psycopg connections for the worker, built from Django's DATABASES entry.
+
+The worker does not use Django's connection for its hot path: it needs an autocommit
+session of its own for the advisory lock and LISTEN (which is also why it must reach
+PostgreSQL directly or through a *session*-pooling PgBouncer, never transaction pooling).
+"""
+
+from typing import Any
+
+import psycopg
+from django.db import connections
+from psycopg.conninfo import make_conninfo
+
+# libpq parameters that may sit in DATABASES[...]["OPTIONS"] and mean the same to psycopg.
+_LIBPQ_OPTIONS = {"sslmode", "sslrootcert", "sslcert", "sslkey", "options", "connect_timeout"}
+
+
+def conninfo(alias: str = "default", **extra: Any) -> str:
+    """A libpq connection string for a Django database alias (its test name under tests)."""
+    settings_dict = connections[alias].settings_dict
+    params = {
+        "dbname": settings_dict["NAME"],
+        "user": settings_dict.get("USER"),
+        "password": settings_dict.get("PASSWORD"),
+        "host": settings_dict.get("HOST"),
+        "port": settings_dict.get("PORT"),
+        "application_name": "messenger-realtime-dispatch",
+    }
+    options = settings_dict.get("OPTIONS", {})
+    params.update({k: v for k, v in options.items() if k in _LIBPQ_OPTIONS})
+    params.update(extra)
+    return make_conninfo(**{k: v for k, v in params.items() if v not in (None, "")})
+
+
+async def connect(alias: str = "default", **extra: Any) -> psycopg.AsyncConnection[Any]:
+    """A new autocommit async connection; transactions are opened explicitly."""
+    return await psycopg.AsyncConnection.connect(conninfo(alias, **extra), autocommit=True)

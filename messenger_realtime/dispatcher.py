@@ -1,0 +1,255 @@
+"""The dispatch loop: lock -> claim (SKIP LOCKED) -> build -> push -> outcome.
+
+Entry points (the management command, tests, benchmarks) build a Dispatcher and call
+run() or run_pass(); nothing here knows about argv or signals.
+"""
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from . import db, store
+from .backoff import delay_table
+from .conf import RealtimeDispatchOptions
+from .enums import RealtimeOutboxStatus
+from .leader import Leader, LeadershipLost
+from .payloads import InvalidRow, build_event
+from .publisher import Publisher, describe_error
+from .signals import RealtimeDispatchQuarantinedEvent, realtime_dispatch_quarantined
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PassResult:
+    dispatched: int = 0
+    retried: int = 0
+    quarantined: int = 0
+    released: int = 0
+    stale: int = 0
+    batches: int = 0
+    duration_ms: float = 0.0
+
+
+class Dispatcher:
+    """One worker's dispatcher; `stop` ends it gracefully between rows."""
+
+    def __init__(
+        self,
+        options: RealtimeDispatchOptions,
+        publisher: Publisher,
+        *,
+        alias: str = "default",
+        use_lock: bool = True,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.options = options
+        self.publisher = publisher
+        self.alias = alias
+        self.use_lock = use_lock
+        self.rand = rand
+        self.stop = asyncio.Event()
+        self.leader = Leader(options.lock_key, options.lock_ttl, alias)
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self.waiting = asyncio.Event()  # set while idle between passes (for observers)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def run(self, *, once: bool = False) -> None:
+        """Lead and dispatch until stopped (or one pass with once=True).
+
+        Losing the database connection means losing leadership: reconnect, re-lock,
+        re-LISTEN, then a catch-up pass. A busy lock means another runner leads: skip
+        (once) or stand by and retry every POLLING_INTERVAL.
+        """
+        try:
+            while not self.stop.is_set():
+                try:
+                    await self._connect()
+                    if self.use_lock and not await self.leader.try_acquire():
+                        logger.info("dispatch lock busy; skipping run", extra={"action": "skip"})
+                        if once:
+                            return
+                        await self._sleep(self.options.polling_interval)
+                        continue
+                    logger.info("dispatching", extra={"action": "lead", "lock": self.use_lock})
+                    await self._lead(once)
+                    return
+                except (psycopg.OperationalError, LeadershipLost) as exc:
+                    logger.warning(
+                        "dispatcher lost its database session; reconnecting",
+                        extra={"action": "reconnect", "error": describe_error(exc)},
+                    )
+                    await self._disconnect()
+                    if once:
+                        raise
+                    await self._sleep(self.options.polling_interval)
+        finally:
+            await self._disconnect()
+
+    async def _lead(self, once: bool) -> None:
+        last_retention = float("-inf")
+        while not self.stop.is_set():
+            await self.run_pass()  # after (re)connecting this is the catch-up pass
+            if once or time.monotonic() - last_retention >= self.options.retention_interval:
+                await self.run_retention()
+                last_retention = time.monotonic()
+            if once:
+                return
+            self.waiting.set()
+            try:
+                await self.leader.wait_for_wake(self.options.polling_interval, self.stop)
+            finally:
+                self.waiting.clear()
+
+    # -- one pass ------------------------------------------------------------------
+
+    async def run_pass(self) -> PassResult:
+        """Claim and dispatch batches while they come back full, up to MAX_RUN_DURATION."""
+        conn = await self._work_connection()
+        result = PassResult()
+        started = time.monotonic()
+        opts = self.options
+        while not self.stop.is_set():
+            if self.use_lock:
+                await self.leader.ensure_held()
+            delays = delay_table(opts, self.rand)
+            rows = await store.claim(conn, opts.batch_size, delays, opts.max_attempts)
+            if not rows:
+                break
+            result.batches += 1
+            logger.info("batch claimed", extra={"action": "claim", "rows": len(rows)})
+            await self._dispatch_batch(conn, rows, result)
+            if len(rows) < opts.batch_size or time.monotonic() - started >= opts.max_run_duration:
+                break
+        result.duration_ms = round((time.monotonic() - started) * 1000, 1)
+        level = logging.INFO if result.batches else logging.DEBUG
+        logger.log(
+            level,
+            "job completed",
+            extra={
+                "action": "pass",
+                "dispatched": result.dispatched,
+                "retried": result.retried,
+                "quarantined": result.quarantined,
+                "DurationMs": result.duration_ms,
+            },
+        )
+        return result
+
+    async def _dispatch_batch(
+        self, conn: psycopg.AsyncConnection[Any], rows: list[store.ClaimedRow], result: PassResult
+    ) -> None:
+        done: list[store.ClaimedRow] = []
+        failed: list[store.Failure] = []
+        released: list[store.ClaimedRow] = []
+        exhausted = [r for r in rows if r.status == RealtimeOutboxStatus.QUARANTINED]
+        for row in rows:
+            if row.status == RealtimeOutboxStatus.QUARANTINED:
+                continue
+            if self.stop.is_set():  # graceful stop: between rows, never mid-push
+                released.append(row)
+                continue
+            try:
+                event = build_event(row)
+                await asyncio.wait_for(self.publisher.publish(event), self.options.publish_timeout)
+            except InvalidRow as exc:
+                failed.append(store.Failure(row, str(exc)[:512], permanent=True))
+            except Exception as exc:  # any push failure is transient: retry after backoff
+                error = describe_error(exc)
+                failed.append(store.Failure(row, error))
+                logger.warning(
+                    "dispatch retry",
+                    extra={
+                        "action": "retry",
+                        "EntryId": row.id,
+                        "Attempts": row.attempts,
+                        "errorCode": error,
+                    },
+                )
+            else:
+                done.append(row)
+                logger.debug(
+                    "dispatched",
+                    extra={
+                        "action": "dispatched",
+                        "Kind": row.kind,
+                        "ChatId": row.chat_id,
+                        "TargetUserId": row.target_user_id,
+                        "Seq": row.seq,
+                        "Attempts": row.attempts,
+                    },
+                )
+        outcomes = await store.record_outcomes(
+            conn, done, failed, released, self.options.max_attempts
+        )
+        result.dispatched += len(outcomes.done_lags)
+        result.retried += len(outcomes.retried)
+        result.released += len(released)
+        result.stale += outcomes.stale
+        if outcomes.stale:
+            logger.warning(
+                "outcomes skipped: rows changed after their claim",
+                extra={"action": "stale", "rows": outcomes.stale},
+            )
+        quarantined = [(r.id, r.kind, r.chat_id, r.attempts) for r in exhausted]
+        quarantined += outcomes.quarantined
+        result.quarantined += len(quarantined)
+        # Alerts go out only now, after the quarantine has committed.
+        for entry_id, kind, chat_id, attempts in quarantined:
+            event = RealtimeDispatchQuarantinedEvent(entry_id, kind, chat_id, attempts)
+            logger.error(
+                "quarantined",
+                extra={
+                    "action": "quarantined",
+                    "EntryId": entry_id,
+                    "Kind": kind,
+                    "Attempts": attempts,
+                },
+            )
+            await realtime_dispatch_quarantined.asend(sender=Dispatcher, event=event)
+
+    async def run_retention(self) -> int:
+        """Delete Done rows older than RETENTION_DONE in bounded batches."""
+        conn = await self._work_connection()
+        deleted = 0
+        while not self.stop.is_set():
+            count = await store.delete_done(
+                conn, self.options.retention_done, self.options.retention_batch
+            )
+            deleted += count
+            if count < self.options.retention_batch:
+                break
+        if deleted:
+            logger.info("retention", extra={"action": "retention", "deleted": deleted})
+        return deleted
+
+    # -- connections ---------------------------------------------------------------
+
+    async def _connect(self) -> None:
+        if self.leader.conn is None:
+            await self.leader.connect()  # LISTEN always; the lock only when use_lock
+        await self._work_connection()
+
+    async def _work_connection(self) -> psycopg.AsyncConnection[Any]:
+        if self.conn is None or self.conn.closed:
+            self.conn = await db.connect(self.alias)
+        return self.conn
+
+    async def _disconnect(self) -> None:
+        await self.leader.close()
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.closed:
+            await conn.close()
+
+    async def _sleep(self, seconds: float) -> None:
+        """Wait for `seconds` or until stopped, whichever comes first."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), timeout=seconds)

@@ -1,0 +1,58 @@
+"""The spec's enums; stored values are the spec's PascalCase names."""
+
+import re
+
+from django.db import models
+
+
+class RealtimeOutboxStatus(models.TextChoices):
+    PENDING = "Pending"
+    DONE = "Done"
+    QUARANTINED = "Quarantined"
+
+
+class RealtimeTargetKind(models.TextChoices):
+    CHAT_GROUP = "ChatGroup"  # hub group chat:{ChatId}
+    USER = "User"  # hub group user:{UserId}
+
+
+class SessionKind(models.TextChoices):
+    DIRECT = "Direct"  # 1:1 call
+    CONFERENCE = "Conference"
+
+
+class RealtimeDispatchKind(models.TextChoices):
+    MESSAGE_RECEIVED = "MessageReceived"
+    MESSAGE_EDITED = "MessageEdited"
+    MESSAGE_DELETED = "MessageDeleted"
+    READ_RECEIPT_UPDATED = "ReadReceiptUpdated"
+    CHAT_UPDATED = "ChatUpdated"
+    CONTACT_REQUEST_RECEIVED = "ContactRequestReceived"
+    CONTACT_REQUEST_ACCEPTED = "ContactRequestAccepted"
+    CONTACT_REMOVED = "ContactRemoved"
+    CALL_INVITED = "CallInvited"
+    CALL_ANSWERED = "CallAnswered"
+    CALL_DECLINED = "CallDeclined"
+    CALL_MISSED = "CallMissed"
+    CALL_CANCELLED = "CallCancelled"
+    CALL_ENDED = "CallEnded"
+    CONFERENCE_INVITED = "ConferenceInvited"
+    CONFERENCE_STARTED = "ConferenceStarted"
+    CONFERENCE_ENDED = "ConferenceEnded"
+    CONFERENCE_PARTICIPANT_JOINED = "ConferenceParticipantJoined"
+    CONFERENCE_PARTICIPANT_LEFT = "ConferenceParticipantLeft"
+    RECORDING_STARTED = "RecordingStarted"
+    RECORDING_STOPPED = "RecordingStopped"
+    RECORDING_AVAILABLE = "RecordingAvailable"
+    RECORDING_FAILED = "RecordingFailed"
+    SCREEN_SHARE_STARTED = "ScreenShareStarted"
+    SCREEN_SHARE_STOPPED = "ScreenShareStopped"
+    BLACKLIST_CHANGED = "BlacklistChanged"
+
+
+_WORD_BOUNDARY = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def event_name(kind: str) -> str:
+    """Hub event name of a kind: the spec's snake_case (MessageReceived -> message_received)."""
+    return _WORD_BOUNDARY.sub("_", kind).lower()

@@ -1,0 +1,42 @@
+"""`python manage.py dispatch_realtime`: run the realtime outbox dispatcher."""
+
+import asyncio
+import signal
+from typing import Any
+
+from channels.layers import get_channel_layer
+from django.core.management.base import BaseCommand, CommandParser
+
+from messenger_realtime.conf import load_options
+from messenger_realtime.dispatcher import Dispatcher
+from messenger_realtime.publisher import ChannelLayerPublisher
+
+
+class Command(BaseCommand):
+    help = "Dispatch messenger.realtime_outbox rows to the hub (persist-then-push worker)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--once", action="store_true", help="Run one pass (plus retention) and exit."
+        )
+        parser.add_argument(
+            "--no-lock",
+            action="store_true",
+            help="Skip the single-runner advisory lock (benchmarks and failover drills; "
+            "FOR UPDATE SKIP LOCKED still keeps runners on disjoint rows).",
+        )
+
+    def handle(self, *args: Any, once: bool = False, no_lock: bool = False, **kw: Any) -> None:
+        # System checks already ran (requires_system_checks); this re-validates and
+        # refuses to start on any invalid MESSENGER_REALTIME value.
+        options = load_options()
+        asyncio.run(self._run(options, once=once, use_lock=not no_lock))
+
+    async def _run(self, options: Any, *, once: bool, use_lock: bool) -> None:
+        publisher = ChannelLayerPublisher(get_channel_layer())
+        dispatcher = Dispatcher(options, publisher, use_lock=use_lock)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            # Stop between rows: finish the row in hand, record outcomes, release the lock.
+            loop.add_signal_handler(sig, dispatcher.stop.set)
+        await dispatcher.run(once=once)

@@ -1,0 +1,24 @@
+"""Create the database named in DATABASE_URL if it does not exist yet."""
+
+import os
+import sys
+
+import environ
+import psycopg
+from psycopg import sql
+
+url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/messenger")
+config = environ.Env.db_url_config(url)
+params = {
+    "dbname": "postgres",
+    "user": config.get("USER") or None,
+    "password": config.get("PASSWORD") or None,
+    "host": config.get("HOST") or None,
+    "port": config.get("PORT") or None,
+}
+name = config["NAME"]
+with psycopg.connect(autocommit=True, **{k: v for k, v in params.items() if v}) as conn:
+    exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+    if not exists:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        print(f"created database {name}", file=sys.stderr)

@@ -1,0 +1,92 @@
+# Shared set-up for scripts/serve and scripts/test (sourced, not run).
+# - a virtualenv with the pinned requirements (reinstalled when they change);
+# - PostgreSQL and Redis: DATABASE_URL / REDIS_URL when set; else the local default ports
+#   when something answers there; else private servers started here and stopped on exit.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+LOCAL=${MESSENGER_LOCAL_DIR:-$ROOT/.local}
+mkdir -p "$LOCAL"
+STOP_HOOKS=()
+
+log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }
+
+stop_services() {
+  local hook
+  for hook in "${STOP_HOOKS[@]+"${STOP_HOOKS[@]}"}"; do eval "$hook" || true; done
+  STOP_HOOKS=()
+}
+
+ensure_venv() {
+  local py want stamp=.venv/.requirements.sha256
+  py=$(command -v python3.11 || command -v python3)
+  [ -x .venv/bin/python ] || "$py" -m venv .venv
+  want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "installing pinned requirements into .venv"
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -r requirements-dev.txt
+    echo "$want" >"$stamp"
+  fi
+}
+
+port_open() {  # host port
+  python3 -c 'import socket,sys; s=socket.socket(); s.settimeout(0.5); sys.exit(s.connect_ex((sys.argv[1], int(sys.argv[2]))))' "$1" "$2"
+}
+
+as_postgres() {  # initdb/pg_ctl refuse to run as root
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+apt_install() {
+  [ "$(id -u)" = 0 ] || { log "missing $*; install it (needs root)"; return 1; }
+  log "installing $* from Debian's packages"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+ensure_postgres() {
+  if [ -n "${DATABASE_URL:-}" ]; then return; fi
+  if port_open 127.0.0.1 5432; then
+    export DATABASE_URL=postgres://postgres@127.0.0.1:5432/messenger
+    return
+  fi
+  local bindir port=${PRIVATE_PG_PORT:-54329} dir="$LOCAL/postgres"
+  bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1 || true)
+  if [ -z "$bindir" ]; then apt_install postgresql; bindir=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1); fi
+  if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$LOCAL"; then
+    dir=/tmp/messenger-realtime-postgres  # the postgres user cannot reach $LOCAL
+  fi
+  mkdir -p "$dir"
+  [ "$(id -u)" = 0 ] && chown -R postgres "$dir"
+  if [ ! -f "$dir/data/PG_VERSION" ]; then
+    log "initdb for a private PostgreSQL in $dir"
+    as_postgres "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust >/dev/null
+  fi
+  log "starting a private PostgreSQL on 127.0.0.1:$port"
+  as_postgres "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1" start >/dev/null
+  STOP_HOOKS+=("as_postgres '$bindir/pg_ctl' -D '$dir/data' -m fast -w stop >/dev/null")
+  export DATABASE_URL=postgres://postgres@127.0.0.1:$port/messenger
+}
+
+ensure_redis() {
+  if [ -n "${REDIS_URL:-}" ]; then return; fi
+  if port_open 127.0.0.1 6379; then
+    export REDIS_URL=redis://127.0.0.1:6379/0
+    return
+  fi
+  local port=${PRIVATE_REDIS_PORT:-63799}
+  command -v redis-server >/dev/null || apt_install redis-server
+  log "starting a private redis-server on 127.0.0.1:$port"
+  redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --daemonize yes \
+    --pidfile "$LOCAL/redis.pid" --logfile "$LOCAL/redis.log" --dir "$LOCAL"
+  STOP_HOOKS+=("redis-cli -p $port shutdown nosave >/dev/null 2>&1")
+  export REDIS_URL=redis://127.0.0.1:$port/0
+}
+
+ensure_services() {
+  trap stop_services EXIT
+  ensure_postgres
+  ensure_redis
+}
