@@ -1,0 +1,78 @@
+"""Test helpers that talk to the real database and the real channel layer."""
+
+import asyncio
+from typing import Any
+from uuid import UUID, uuid4
+
+from channels_redis.core import RedisChannelLayer
+from django.db import connection, transaction
+
+from messenger_realtime import outbox
+from messenger_realtime.conf import RealtimeDispatchOptions, load_options
+from messenger_realtime.enums import RealtimeDispatchKind, RealtimeTargetKind
+from messenger_realtime.groups import chat_group, layer_group
+from messenger_realtime.models import RealtimeOutboxEntry
+from messenger_realtime.payloads import OutgoingEvent
+
+
+def options(**overrides: Any) -> RealtimeDispatchOptions:
+    return load_options(**overrides)
+
+
+def enqueue_message(chat_id: UUID | None = None, seq: int = 1) -> RealtimeOutboxEntry:
+    """Commit one MessageReceived intent, as an owner would."""
+    with transaction.atomic():
+        return outbox.enqueue(
+            RealtimeDispatchKind.MESSAGE_RECEIVED,
+            target_kind=RealtimeTargetKind.CHAT_GROUP,
+            chat_id=chat_id or uuid4(),
+            message_id=uuid4(),
+            seq=seq,
+        )
+
+
+def db_now_offset(entry_id: UUID) -> float:
+    """Seconds from the database's now() to the row's next_attempt_at."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT extract(epoch FROM next_attempt_at - now())::float8"
+            " FROM messenger.realtime_outbox WHERE id = %s",
+            [entry_id],
+        )
+        return float(cur.fetchone()[0])
+
+
+def make_due(*entry_ids: UUID) -> None:
+    """Bring rows' next attempt to the database's now (skip the backoff wait)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE messenger.realtime_outbox SET next_attempt_at = now() WHERE id = ANY(%s)",
+            [list(entry_ids)],
+        )
+
+
+def layer(url: str) -> RedisChannelLayer:
+    return RedisChannelLayer(hosts=[url])
+
+
+async def subscribe(channel_layer: RedisChannelLayer, chat_id: UUID) -> str:
+    channel = await channel_layer.new_channel()
+    await channel_layer.group_add(layer_group(chat_group(chat_id)), channel)
+    return str(channel)
+
+
+async def receive(channel_layer: RedisChannelLayer, channel: str, timeout: float = 10) -> Any:
+    return await asyncio.wait_for(channel_layer.receive(channel), timeout)
+
+
+class RecordingPublisher:
+    """A publisher that records what it was asked to push (for call-count assertions)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.events: list[OutgoingEvent] = []
+        self.fail = fail
+
+    async def publish(self, event: OutgoingEvent) -> None:
+        self.events.append(event)
+        if self.fail:
+            raise ConnectionError(111, "refused")
