@@ -243,6 +243,10 @@ class Dispatcher:
             self.conn = await db.connect(self.alias)
         return self.conn
 
+    async def close(self) -> None:
+        """Release the lock and close both connections (run() does this on exit)."""
+        await self._disconnect()
+
     async def _disconnect(self) -> None:
         await self.leader.close()
         conn, self.conn = self.conn, None
