@@ -26,6 +26,8 @@ from .signals import RealtimeDispatchQuarantinedEvent, realtime_dispatch_quarant
 
 logger = logging.getLogger(__name__)
 
+RECONNECT_DELAY = 1.0  # seconds between attempts to get a lost database session back
+
 
 @dataclass
 class PassResult:
@@ -58,7 +60,6 @@ class Dispatcher:
         self.stop = asyncio.Event()
         self.leader = Leader(options.lock_key, options.lock_ttl, alias)
         self.conn: psycopg.AsyncConnection[Any] | None = None
-        self.waiting = asyncio.Event()  # set while idle between passes (for observers)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -90,7 +91,7 @@ class Dispatcher:
                     await self._disconnect()
                     if once:
                         raise
-                    await self._sleep(self.options.polling_interval)
+                    await self._sleep(RECONNECT_DELAY)
         finally:
             await self._disconnect()
 
@@ -103,11 +104,11 @@ class Dispatcher:
                 last_retention = time.monotonic()
             if once:
                 return
-            self.waiting.set()
-            try:
-                await self.leader.wait_for_wake(self.options.polling_interval, self.stop)
-            finally:
-                self.waiting.clear()
+            logger.debug("idle; waiting for NOTIFY or the next poll", extra={"action": "idle"})
+            notified = await self.leader.wait_for_wake(self.options.polling_interval, self.stop)
+            logger.debug(
+                "woke", extra={"action": "wake", "reason": "notify" if notified else "poll"}
+            )
 
     # -- one pass ------------------------------------------------------------------
 
@@ -204,7 +205,7 @@ class Dispatcher:
         result.quarantined += len(quarantined)
         # Alerts go out only now, after the quarantine has committed.
         for entry_id, kind, chat_id, attempts in quarantined:
-            event = RealtimeDispatchQuarantinedEvent(entry_id, kind, chat_id, attempts)
+            alert = RealtimeDispatchQuarantinedEvent(entry_id, kind, chat_id, attempts)
             logger.error(
                 "quarantined",
                 extra={
@@ -214,7 +215,7 @@ class Dispatcher:
                     "Attempts": attempts,
                 },
             )
-            await realtime_dispatch_quarantined.asend(sender=Dispatcher, event=event)
+            await realtime_dispatch_quarantined.asend(sender=Dispatcher, event=alert)
 
     async def run_retention(self) -> int:
         """Delete Done rows older than RETENTION_DONE in bounded batches."""

@@ -40,7 +40,8 @@ class ChannelLayerPublisher:
 def describe_error(exc: BaseException) -> str:
     """`last_error` text: exception class and code only, never a message that may hold PII."""
     name = f"{type(exc).__module__}.{type(exc).__qualname__}"
-    code, cause = None, exc
+    code: object = None
+    cause: BaseException | None = exc
     while code is None and cause is not None:  # e.g. redis wraps the socket's errno
         code = getattr(cause, "errno", None) or getattr(cause, "code", None)
         cause = cause.__cause__ or cause.__context__

@@ -3,6 +3,7 @@
 import asyncio
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -52,11 +53,12 @@ class PrivateRedis:
     def client(self) -> "redis.Redis[bytes]":
         return redis.Redis(host="127.0.0.1", port=self.port)
 
-    def pause(self, millis: int = 60_000) -> None:
-        self.client().execute_command("CLIENT", "PAUSE", millis, "ALL")
+    def freeze(self) -> None:
+        """Stop the server process: connections stay open, every command hangs."""
+        self.process.send_signal(signal.SIGSTOP)
 
-    def unpause(self) -> None:
-        self.client().execute_command("CLIENT", "UNPAUSE")
+    def thaw(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
 
 
 @pytest.fixture

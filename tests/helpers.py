@@ -56,9 +56,18 @@ def layer(url: str) -> RedisChannelLayer:
 
 
 async def subscribe(channel_layer: RedisChannelLayer, chat_id: UUID) -> str:
-    channel = await channel_layer.new_channel()
+    """Join the chat's layer group with a plain channel (any layer instance can read it)."""
+    channel = f"test.{uuid4().hex}"
     await channel_layer.group_add(layer_group(chat_group(chat_id)), channel)
-    return str(channel)
+    return channel
+
+
+def subscribe_sync(url: str, chat_id: UUID) -> str:
+    return asyncio.run(subscribe(layer(url), chat_id))
+
+
+def receive_sync(url: str, channel: str, timeout: float = 10) -> Any:
+    return asyncio.run(receive(layer(url), channel, timeout))
 
 
 async def receive(channel_layer: RedisChannelLayer, channel: str, timeout: float = 10) -> Any:
