@@ -47,8 +47,9 @@ apt_install() {
 
 ensure_postgres() {
   if [ -n "${DATABASE_URL:-}" ]; then return; fi
-  if port_open 127.0.0.1 5432; then
-    export DATABASE_URL=postgres://postgres@127.0.0.1:5432/messenger
+  local default_port=${LOCAL_PG_PORT:-5432}
+  if port_open 127.0.0.1 "$default_port"; then
+    export DATABASE_URL=postgres://postgres@127.0.0.1:$default_port/messenger
     return
   fi
   local bindir port=${PRIVATE_PG_PORT:-54329} dir="$LOCAL/postgres"
@@ -72,8 +73,9 @@ ensure_postgres() {
 
 ensure_redis() {
   if [ -n "${REDIS_URL:-}" ]; then return; fi
-  if port_open 127.0.0.1 6379; then
-    export REDIS_URL=redis://127.0.0.1:6379/0
+  local default_port=${LOCAL_REDIS_PORT:-6379}
+  if port_open 127.0.0.1 "$default_port"; then
+    export REDIS_URL=redis://127.0.0.1:$default_port/0
     return
   fi
   local port=${PRIVATE_REDIS_PORT:-63799}
