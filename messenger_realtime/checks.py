@@ -2,7 +2,9 @@
 
 from typing import Any
 
+from django.conf import settings
 from django.core.checks import Error, register
+from django.utils.module_loading import import_string
 
 from .conf import collect, env_name
 
@@ -13,7 +15,13 @@ _POSITIVE_DURATIONS = (
     "RETENTION_INTERVAL",
     "LOCK_TTL",
     "PUBLISH_TIMEOUT",
+    "JWT_LIFETIME",
+    "CONNECTION_TOKEN_TTL",
+    "KEEPALIVE_INTERVAL",
+    "CLIENT_TIMEOUT",
+    "HANDSHAKE_TIMEOUT",
 )
+MIN_JWT_KEY_BYTES = 32  # RFC 7518: an HS256 key at least as long as the hash
 
 
 def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -37,7 +45,37 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
     rule("E008", "BACKOFF_JITTER", 0 <= jitter < 1, "must be in [0, 1)")
     rule("E009", "LOCK_KEY", bool(str(values.get("LOCK_KEY", "x")).strip()), "must not be empty")
     rule("E010", "RETENTION_BATCH", values.get("RETENTION_BATCH", 1) > 0, "must be > 0")
+    rule("E010", "MAX_MESSAGE_SIZE", values.get("MAX_MESSAGE_SIZE", 1) > 0, "must be > 0")
+    rule(
+        "E011",
+        "DOMAIN_PORT",
+        _port_problem(values.get("DOMAIN_PORT", "x")) is None,
+        str(_port_problem(values.get("DOMAIN_PORT", "x"))),
+    )
+    key = str(values.get("JWT_SIGNING_KEY", "x" * MIN_JWT_KEY_BYTES))
+    rule(
+        "E012",
+        "JWT_SIGNING_KEY",
+        len(key.encode()) >= MIN_JWT_KEY_BYTES,
+        f"must be set, at least {MIN_JWT_KEY_BYTES} bytes",
+    )
     return found
+
+
+def _port_problem(path: str) -> str | None:
+    """Why DOMAIN_PORT is unusable, or None."""
+    if not path:
+        return "must name the host's DomainPort class (dotted path)"
+    try:
+        port_class = import_string(path)
+    except ImportError as exc:
+        return f"cannot import {path!r}: {exc}"
+    from .port import DomainPort
+
+    missing = [
+        m for m in DomainPort.__abstractmethods__ if not callable(getattr(port_class, m, None))
+    ]
+    return f"{path} lacks {', '.join(sorted(missing))}" if missing else None
 
 
 @register()
@@ -59,4 +97,14 @@ def check_realtime_settings(app_configs: Any = None, **kwargs: Any) -> list[Erro
         )
         for check_id, key, problem in validate(values)
     ]
+    layer = getattr(settings, "CHANNEL_LAYERS", {}).get("default", {}).get("BACKEND", "")
+    if values.get("REALTIME_BACKPLANE_ENABLED") and layer.endswith("InMemoryChannelLayer"):
+        errors.append(
+            Error(
+                "REALTIME_BACKPLANE_ENABLED is true but CHANNEL_LAYERS['default'] is in-memory: "
+                "the worker process could not reach the hub.",
+                hint="Use channels_redis.core.RedisChannelLayer, or disable the backplane.",
+                id="messenger_realtime.E013",
+            )
+        )
     return errors

@@ -32,6 +32,18 @@ DEFAULTS: dict[str, Any] = {
     "LOCK_TTL": 30.0,
     "LOCK_KEY": "job:scheduled:messenger-realtime-dispatch",
     "REALTIME_BACKPLANE_ENABLED": True,
+    # The hub (/hubs/messenger) and the host's domain port.
+    "DOMAIN_PORT": "",  # dotted path of the host's DomainPort implementation
+    "JWT_SIGNING_KEY": "",  # HS256 key; a secret: never logged
+    "JWT_ISSUER": "messenger",
+    "JWT_AUDIENCE": "messenger-realtime",
+    "JWT_LIFETIME": 3600.0,  # tokens minted by `manage.py realtime_token`
+    "CORS_ALLOWED_ORIGINS": [],
+    "CONNECTION_TOKEN_TTL": 300.0,  # negotiate -> WebSocket connect
+    "KEEPALIVE_INTERVAL": 15.0,  # ping after this long without sending
+    "CLIENT_TIMEOUT": 30.0,  # close after this long without hearing from the client
+    "HANDSHAKE_TIMEOUT": 15.0,
+    "MAX_MESSAGE_SIZE": 32 * 1024,  # bytes per client message, as ASP.NET's default
 }
 _KINDS: dict[str, type] = {
     "BATCH_SIZE": int,
@@ -39,6 +51,12 @@ _KINDS: dict[str, type] = {
     "RETENTION_BATCH": int,
     "LOCK_KEY": str,
     "REALTIME_BACKPLANE_ENABLED": bool,
+    "DOMAIN_PORT": str,
+    "JWT_SIGNING_KEY": str,
+    "JWT_ISSUER": str,
+    "JWT_AUDIENCE": str,
+    "CORS_ALLOWED_ORIGINS": list,
+    "MAX_MESSAGE_SIZE": int,
 }  # every other key is a float (a duration in seconds, a factor or a fraction)
 ENV_PREFIX = "MESSENGER_REALTIME_"
 _BOOL_WORDS = {"true", "false", "1", "0", "yes", "no", "on", "off"}
@@ -66,6 +84,21 @@ class RealtimeDispatchOptions:
         return dataclasses.replace(self, **changes)
 
 
+@dataclass(frozen=True)
+class HubOptions:
+    domain_port: str
+    jwt_signing_key: str = dataclasses.field(repr=False)
+    jwt_issuer: str
+    jwt_audience: str
+    jwt_lifetime: float
+    cors_allowed_origins: list[str]
+    connection_token_ttl: float
+    keepalive_interval: float
+    client_timeout: float
+    handshake_timeout: float
+    max_message_size: int
+
+
 def env_name(key: str) -> str:
     """The environment variable that overrides a key."""
     return key if key == "REALTIME_BACKPLANE_ENABLED" else ENV_PREFIX + key
@@ -78,7 +111,13 @@ def _coerce(key: str, value: Any) -> Any:
         if value.strip().lower() not in _BOOL_WORDS:
             raise ValueError(f"not a boolean (use one of {sorted(_BOOL_WORDS)})")
         return value.strip().lower() in environ.Env.BOOLEAN_TRUE_STRINGS
-    if isinstance(value, str):
+    if kind is list:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise TypeError("expected a list of strings")
+        return list(value)
+    if isinstance(value, str) and kind is not str:
         value = environ.Env.parse_value(value.strip(), kind)
     if kind is float and isinstance(value, timedelta):
         return value.total_seconds()
@@ -103,8 +142,7 @@ def collect() -> tuple[dict[str, Any], list[tuple[str, str]]]:
     return values, problems
 
 
-def load_options(**overrides: Any) -> RealtimeDispatchOptions:
-    """Validated options; raises ImproperlyConfigured naming the first bad key."""
+def _validated(overrides: dict[str, Any]) -> dict[str, Any]:
     from .checks import validate
 
     values, problems = collect()
@@ -113,4 +151,21 @@ def load_options(**overrides: Any) -> RealtimeDispatchOptions:
     errors += [f"{key}: {problem}" for _id, key, problem in validate(values)]
     if errors:
         raise ImproperlyConfigured("MESSENGER_REALTIME " + "; ".join(errors))
-    return RealtimeDispatchOptions(**{k.lower(): v for k, v in values.items()})
+    return {k.lower(): v for k, v in values.items()}
+
+
+def _build(cls: type[Any], values: dict[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def load_options(**overrides: Any) -> RealtimeDispatchOptions:
+    """Validated dispatcher options; raises ImproperlyConfigured naming the bad key."""
+    options: RealtimeDispatchOptions = _build(RealtimeDispatchOptions, _validated(overrides))
+    return options
+
+
+def load_hub_options(**overrides: Any) -> HubOptions:
+    """Validated hub options; raises ImproperlyConfigured naming the bad key."""
+    options: HubOptions = _build(HubOptions, _validated(overrides))
+    return options

@@ -1,6 +1,7 @@
-"""ASGI entry point served by Daphne."""
+"""ASGI entry point served by Daphne: Django for HTTP, the hub for WebSockets."""
 
 import os
+import sys
 
 from django.core.asgi import get_asgi_application
 
@@ -8,6 +9,21 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 django_asgi_app = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402  (needs Django set up first)
+# Imports that need Django set up first.
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_asgi_app})
+from messenger_realtime.hub.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        # Session auth for the project's own pages; bearer tokens are checked by the hub.
+        "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
+    }
+)
+
+if "twisted.internet.reactor" in sys.modules:  # served by Daphne
+    from messenger_realtime.hub.daphne import install_daphne_integration
+
+    install_daphne_integration()

@@ -8,13 +8,17 @@ from pathlib import Path
 
 import environ
 
+from project.devkeys import dev_keys
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
-# The fallback key is only good for local runs; production sets DJANGO_SECRET_KEY.
-SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="dev-only-insecure-key-change-me")
+_dev_keys: dict[str, str] = {}
+if not (env.str("DJANGO_SECRET_KEY", default="") and env.str("JWT_SIGNING_KEY", default="")):
+    _dev_keys = dev_keys(BASE_DIR / ".local")  # random per checkout; see project/devkeys.py
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="") or _dev_keys["secret_key"]
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 
 INSTALLED_APPS = [
@@ -27,7 +31,10 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "messenger_realtime",
+    "project.messenger",
 ]
+
+AUTH_USER_MODEL = "messenger.User"
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -66,7 +73,10 @@ REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 
 # The realtime dispatcher (messenger_realtime.conf reads this and the
 # MESSENGER_REALTIME_<KEY> / REALTIME_BACKPLANE_ENABLED environment overrides).
-MESSENGER_REALTIME: dict[str, object] = {}
+MESSENGER_REALTIME: dict[str, object] = {
+    "DOMAIN_PORT": "project.messenger.realtime_port.HostDomainPort",
+    "JWT_SIGNING_KEY": env.str("JWT_SIGNING_KEY", default="") or _dev_keys["jwt_signing_key"],
+}
 
 # channels-redis is the backplane between the worker and every Daphne process.
 # Without it (REALTIME_BACKPLANE_ENABLED=false) only one process can deliver.

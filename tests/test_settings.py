@@ -4,6 +4,7 @@ import os
 import subprocess
 
 import pytest
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
@@ -11,6 +12,11 @@ from messenger_realtime.checks import check_realtime_settings
 from messenger_realtime.conf import load_options
 
 from .conftest import manage
+
+
+def realtime(configured: dict[str, object]) -> override_settings:
+    """The project's MESSENGER_REALTIME with some keys changed."""
+    return override_settings(MESSENGER_REALTIME={**settings.MESSENGER_REALTIME, **configured})
 
 
 def check_ids() -> list[str]:
@@ -30,7 +36,7 @@ def test_defaults_are_the_specs() -> None:
 def test_environment_overrides_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MESSENGER_REALTIME_BATCH_SIZE", "50")
     monkeypatch.setenv("REALTIME_BACKPLANE_ENABLED", "false")
-    with override_settings(MESSENGER_REALTIME={"BATCH_SIZE": 10, "POLLING_INTERVAL": 0.25}):
+    with realtime({"BATCH_SIZE": 10, "POLLING_INTERVAL": 0.25}):
         o = load_options()
     assert (o.batch_size, o.polling_interval, o.realtime_backplane_enabled) == (50, 0.25, False)
 
@@ -61,7 +67,7 @@ def test_invalid_setting_is_an_error_naming_the_key(
     configured: dict[str, object], check_id: str
 ) -> None:
     key = next(iter(configured)) if check_id != "messenger_realtime.E006" else "BACKOFF_CAP"
-    with override_settings(MESSENGER_REALTIME=configured):
+    with realtime(configured):
         errors = check_realtime_settings()
         assert [e.id for e in errors] == [check_id]
         assert key in errors[0].msg

@@ -1,0 +1,1 @@
+"""The /hubs/messenger SignalR-compatible hub: negotiate, WebSocket consumer, protocol."""

@@ -1,0 +1,264 @@
+"""The /hubs/messenger WebSocket consumer: SignalR JSON hub protocol over Channels.
+
+Thin by design: framing and messages live in protocol.py, credentials in tokens.py, group
+names in groups.py. The consumer authenticates, speaks the handshake, joins the groups
+the user may receive (decided here, from the domain port, never by the client), forwards
+dispatcher events and keeps the connection alive.
+"""
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from typing import Any
+from urllib.parse import parse_qs
+from uuid import UUID
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from ..conf import load_hub_options
+from ..groups import chat_group, layer_group, user_group
+from ..port import get_domain_port
+from ..uuid7 import uuid7
+from . import protocol
+from .protocol import HandshakeError, MessageType, ProtocolError
+from .tokens import InvalidToken, bearer_token, check_connection_token, verify_access_token
+
+logger = logging.getLogger(__name__)
+
+# Open connections of this process, for the shutdown Close (see hub/shutdown.py).
+LIVE_CONNECTIONS: "weakref.WeakSet[HubConsumer]" = weakref.WeakSet()
+
+
+class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
+    user_id: UUID
+    connection_id: str
+
+    async def connect(self) -> None:
+        self.options = load_hub_options()
+        self.handshaken = False
+        self.chats: set[UUID] = set()
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        try:
+            self.user_id = await self._authenticate(query)
+            ids = query.get("id")
+            self.connection_id = (
+                check_connection_token(ids[0], self.user_id, self.options.connection_token_ttl)
+                if ids
+                else uuid7().hex  # skipNegotiation: WebSockets straight away
+            )
+        except InvalidToken as exc:
+            logger.info("hub connection refused", extra={"action": "refused", "reason": str(exc)})
+            await self.close()  # before accept: the WebSocket upgrade is refused
+            return
+        await self.accept()
+        self.records = protocol.RecordBuffer(self.options.max_message_size)
+        loop = asyncio.get_running_loop()
+        self.opened_at = self.last_received = self.last_sent = loop.time()
+        self.watchdog = asyncio.create_task(self._watch())
+        LIVE_CONNECTIONS.add(self)
+
+    async def _authenticate(self, query: dict[str, list[str]]) -> UUID:
+        headers = dict(self.scope.get("headers", []))
+        token = bearer_token(headers, query)
+        if token is not None:
+            user_id = verify_access_token(token, self.options)
+        else:
+            user = self.scope.get("user")  # the Django session (the project's own pages)
+            if user is None or not user.is_authenticated:
+                raise InvalidToken("no credentials")
+            user_id = UUID(str(user.pk))
+        if not await database_sync_to_async(get_domain_port().user_exists)(user_id):
+            raise InvalidToken("unknown user")
+        return user_id
+
+    async def disconnect(self, code: int) -> None:
+        LIVE_CONNECTIONS.discard(self)
+        watchdog = getattr(self, "watchdog", None)
+        if watchdog is not None:
+            watchdog.cancel()
+        if self.handshaken:
+            for group in self._layer_groups(self.chats):
+                await self.channel_layer.group_discard(group, self.channel_name)
+
+    # -- client -> server -------------------------------------------------------
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        self.last_received = asyncio.get_running_loop().time()
+        try:
+            data = text_data if text_data is not None else (bytes_data or b"").decode("utf-8")
+            records = self.records.feed(data)
+        except (UnicodeDecodeError, ProtocolError) as exc:
+            await self._close_with_error(_reason(exc))
+            return
+        for record in records:
+            if not self.handshaken:
+                if not await self._handshake(record):
+                    return
+                continue
+            try:
+                message = protocol.parse_message(record)
+            except ProtocolError as exc:
+                await self._close_with_error(_reason(exc))
+                return
+            if not await self._handle(message):
+                return
+
+    async def _handshake(self, record: str) -> bool:
+        try:
+            protocol.parse_handshake(record)
+        except HandshakeError as exc:
+            await self.send(protocol.handshake_error(str(exc)))
+            await self.close()
+            return False
+        # Join before answering: events queue behind this handler, so the client never
+        # sees one before its handshake response.
+        await self._sync_groups()
+        self.handshaken = True
+        await self._send(protocol.HANDSHAKE_OK)
+        logger.info(
+            "hub connected",
+            extra={"action": "connected", "UserId": self.user_id, "chats": len(self.chats)},
+        )
+        return True
+
+    async def _handle(self, message: dict[str, Any]) -> bool:
+        """Act on one message; False when the connection was closed."""
+        kind = message["type"]
+        if kind == MessageType.CLOSE:
+            await self.close()
+            return False
+        if kind == MessageType.INVOCATION:
+            await self._invoke(message)
+        elif kind == MessageType.STREAM_INVOCATION:
+            await self._reply(
+                message,
+                error=f"The client attempted to invoke the non-streaming '{message['target']}' "
+                "method with a streaming invocation.",
+            )
+        # Ping, CancelInvocation, Ack, Sequence, and Completions for invocations this hub
+        # never makes, need no answer.
+        return True
+
+    async def _invoke(self, message: dict[str, Any]) -> None:
+        target, arguments = message["target"], message.get("arguments", [])
+        method = self.hub_methods.get(target)
+        if method is None:
+            await self._reply(message, error=f"Unknown hub method '{target}'")
+            return
+        if arguments:
+            await self._reply(
+                message,
+                error=f"Failed to invoke '{target}' due to an error on the server. "
+                f"InvalidDataException: Invocation provides {len(arguments)} argument(s) "
+                "but target expects 0.",
+            )
+            return
+        try:
+            result = await method(self)
+        except Exception:
+            logger.exception("hub method failed", extra={"action": "invoke", "target": target})
+            await self._reply(
+                message, error=f"An unexpected error occurred invoking '{target}' on the server."
+            )
+            return
+        await self._reply(message, result=result)
+
+    async def _reply(
+        self, message: dict[str, Any], *, result: Any = None, error: str | None = None
+    ) -> None:
+        """Exactly one Completion for an invocation with an id; none without one."""
+        invocation_id = message.get("invocationId")
+        if invocation_id is not None:
+            await self._send(protocol.completion(invocation_id, result=result, error=error))
+
+    # -- hub methods clients may call -----------------------------------------------
+
+    async def get_groups(self) -> list[str]:
+        """The hub groups this connection is in (decided by the server)."""
+        return [user_group(self.user_id), *sorted(chat_group(c) for c in self.chats)]
+
+    hub_methods = {"GetGroups": get_groups}
+
+    # -- server -> client (channel layer handlers) ----------------------------------
+
+    async def realtime_event(self, message: dict[str, Any]) -> None:
+        """A dispatcher event for one of this connection's groups."""
+        group = message["group"]
+        if group.startswith("chat:") and UUID(group[5:]) not in self.chats:
+            # Defence in depth: a stale layer membership never leaks another chat's events.
+            return
+        await self._send(protocol.invocation(message["event"], [message["payload"]]))
+        if group == user_group(self.user_id) and message["event"] == "chat_updated":
+            await self._sync_groups()  # membership of this user may have changed
+
+    async def realtime_membership(self, message: dict[str, Any]) -> None:
+        """The user's chat memberships changed: rebuild the chat groups from the domain."""
+        await self._sync_groups()
+
+    # -- helpers ----------------------------------------------------------------
+
+    async def _sync_groups(self) -> None:
+        if not self.handshaken:
+            await self.channel_layer.group_add(
+                layer_group(user_group(self.user_id)), self.channel_name
+            )
+        current = set(await database_sync_to_async(get_domain_port().active_chat_ids)(self.user_id))
+        left, joined = self.chats - current, current - self.chats
+        self.chats = current  # stop forwarding a left chat before anything else
+        for chat_id in left:
+            await self.channel_layer.group_discard(
+                layer_group(chat_group(chat_id)), self.channel_name
+            )
+        for chat_id in joined:
+            await self.channel_layer.group_add(layer_group(chat_group(chat_id)), self.channel_name)
+
+    def _layer_groups(self, chats: set[UUID]) -> list[str]:
+        groups = [user_group(self.user_id), *(chat_group(c) for c in chats)]
+        return [layer_group(g) for g in groups]
+
+    async def _send(self, text: str) -> None:
+        self.last_sent = asyncio.get_running_loop().time()
+        await self.send(text_data=text)
+
+    async def _close_with_error(self, reason: str, *, allow_reconnect: bool = False) -> None:
+        logger.info("hub connection closed", extra={"action": "close", "reason": reason})
+        with contextlib.suppress(Exception):
+            await self._send(protocol.close(reason, allow_reconnect=allow_reconnect))
+        await self.close()
+
+    async def shutdown(self) -> None:
+        """Server shutdown: tell the client it may reconnect (to another process)."""
+        with contextlib.suppress(Exception):
+            await self._send(protocol.close(allow_reconnect=True))
+            await self.close(code=1001)
+
+    async def _watch(self) -> None:
+        """Handshake timeout, keep-alive pings, and the client timeout."""
+        o = self.options
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            if not self.handshaken and now - self.opened_at >= o.handshake_timeout:
+                await self._close_with_error("Handshake was canceled.")
+                return
+            if now - self.last_received >= o.client_timeout:
+                await self._close_with_error(
+                    "Server timeout elapsed without receiving a message from the client."
+                )
+                return
+            if self.handshaken and now - self.last_sent >= o.keepalive_interval:
+                await self._send(protocol.PING)
+            deadlines = [
+                self.last_received + o.client_timeout,
+                self.last_sent + o.keepalive_interval,
+            ]
+            if not self.handshaken:
+                deadlines.append(self.opened_at + o.handshake_timeout)
+            await asyncio.sleep(max(0.0, min(deadlines) - loop.time()) + 0.01)
+
+
+def _reason(exc: Exception) -> str:
+    detail = str(exc) if isinstance(exc, ProtocolError) else "Invalid UTF-8 in a text message."
+    return f"Connection closed with an error. InvalidDataException: {detail}"

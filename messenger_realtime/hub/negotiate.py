@@ -1,0 +1,83 @@
+"""POST /hubs/messenger/negotiate: who may connect, and how (WebSockets only)."""
+
+import logging
+from typing import Any
+from urllib.parse import parse_qs
+from uuid import UUID
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from ..conf import load_hub_options
+from ..port import get_domain_port
+from .tokens import InvalidToken, bearer_token, new_connection_token, verify_access_token
+
+logger = logging.getLogger(__name__)
+
+# JSON over text frames only (MessagePack is not offered); no stateful reconnect.
+TRANSPORTS = [{"transport": "WebSockets", "transferFormats": ["Text"]}]
+MAX_NEGOTIATE_VERSION = 1
+
+
+def _cors(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    origin = request.headers.get("Origin")
+    if origin and origin in load_hub_options().cors_allowed_origins:
+        response["Access-Control-Allow-Origin"] = origin
+        response["Access-Control-Allow-Credentials"] = "true"
+        response["Access-Control-Allow-Methods"] = "POST, OPTIONS"
+        response["Access-Control-Allow-Headers"] = (
+            "authorization, content-type, x-requested-with, x-signalr-user-agent"
+        )
+        response["Access-Control-Max-Age"] = "600"
+        response["Vary"] = "Origin"
+    return response
+
+
+def _authenticate(request: HttpRequest) -> UUID:
+    headers = {b"authorization": request.headers.get("Authorization", "").encode("latin-1")}
+    token = bearer_token(headers, parse_qs(request.META.get("QUERY_STRING", "")))
+    if token is not None:
+        user_id = verify_access_token(token, load_hub_options())
+    elif request.user.is_authenticated:
+        user_id = UUID(str(request.user.pk))
+    else:
+        raise InvalidToken("no credentials")
+    if not get_domain_port().user_exists(user_id):
+        raise InvalidToken("unknown user")
+    return user_id
+
+
+@csrf_exempt
+def negotiate(request: HttpRequest) -> HttpResponse:
+    if request.method == "OPTIONS":
+        return _cors(request, HttpResponse(status=204))
+    if request.method != "POST":
+        response = JsonResponse({"error": "negotiate takes POST"}, status=405)
+        response["Allow"] = "POST, OPTIONS"
+        return _cors(request, response)
+    raw_version = request.GET.get("negotiateVersion", "0")
+    try:
+        requested = int(raw_version)
+        if requested < 0:
+            raise ValueError
+    except ValueError:
+        return _cors(
+            request, JsonResponse({"error": "negotiateVersion must be an integer >= 0"}, status=400)
+        )
+    try:
+        user_id = _authenticate(request)
+    except InvalidToken as exc:
+        logger.info("negotiate refused", extra={"action": "refused", "reason": str(exc)})
+        response = JsonResponse({"error": f"Unauthorized: {exc}"}, status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="messenger"'
+        return _cors(request, response)
+    connection_id, connection_token = new_connection_token(user_id)
+    version = min(requested, MAX_NEGOTIATE_VERSION)
+    body: dict[str, Any] = {"negotiateVersion": version, "availableTransports": TRANSPORTS}
+    if version >= 1:
+        body.update(connectionId=connection_id, connectionToken=connection_token)
+    else:
+        # Version 0 has no token: the client sends the connectionId as `id`, so the
+        # signed token itself serves as the id.
+        body.update(connectionId=connection_token)
+    return _cors(request, JsonResponse(body))

@@ -1,0 +1,134 @@
+"""The SignalR JSON hub protocol as pure functions (no I/O).
+
+Spec: dotnet/aspnetcore src/SignalR/docs/specs/HubProtocol.md. Every JSON message ends
+with the record separator 0x1E; one WebSocket frame may carry several records, and a
+record may span frames. Error texts follow ASP.NET Core's wording so that clients and
+people see the same messages as from the .NET hub.
+"""
+
+import json
+from enum import IntEnum
+from typing import Any
+
+RS = "\x1e"
+SUPPORTED_PROTOCOL = "json"
+MAX_JSON_VERSION = 2  # newer JS clients ask for 2; the messages are the same
+
+
+class MessageType(IntEnum):
+    INVOCATION = 1
+    STREAM_ITEM = 2
+    COMPLETION = 3
+    STREAM_INVOCATION = 4
+    CANCEL_INVOCATION = 5
+    PING = 6
+    CLOSE = 7
+    ACK = 8
+    SEQUENCE = 9
+
+
+class HandshakeError(Exception):
+    """A handshake the hub refuses; str() is sent to the client as {"error": ...}."""
+
+
+class ProtocolError(Exception):
+    """A message that breaks the protocol; the connection is closed with this reason."""
+
+
+class RecordBuffer:
+    """Reassembles records from frames; refuses a record larger than max_size bytes."""
+
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+        self._pending = ""
+
+    def feed(self, data: str) -> list[str]:
+        """Complete records in `data` (plus what came before), without separators."""
+        *records, self._pending = (self._pending + data).split(RS)
+        too_big = [r for r in records if len(r.encode()) > self.max_size]
+        if too_big or len(self._pending.encode()) > self.max_size:
+            raise ProtocolError(
+                f"The maximum message size of {self.max_size}B was exceeded. The message size "
+                "can be configured in AddHubOptions."
+            )
+        return records
+
+
+def parse_handshake(record: str) -> int:
+    """The protocol version of a valid JSON handshake request."""
+    try:
+        request = json.loads(record)
+    except ValueError as exc:
+        raise HandshakeError("Error reading JSON.") from exc
+    if not isinstance(request, dict):
+        raise HandshakeError("Unexpected JSON Token Type 'Array'. Expected a JSON Object.")
+    protocol, version = request.get("protocol"), request.get("version")
+    if not isinstance(protocol, str):
+        raise HandshakeError("Missing required property 'protocol'. Message content: " + record)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise HandshakeError("Missing required property 'version'. Message content: " + record)
+    if protocol != SUPPORTED_PROTOCOL:
+        raise HandshakeError(f"The protocol '{protocol}' is not supported.")
+    if not 1 <= version <= MAX_JSON_VERSION:
+        raise HandshakeError(
+            f"The server does not support version {version} of the '{protocol}' protocol."
+        )
+    return version
+
+
+def parse_message(record: str) -> dict[str, Any]:
+    """One hub message as a dict with a known integer `type`."""
+    try:
+        message = json.loads(record)
+    except ValueError as exc:
+        raise ProtocolError("Error reading JSON.") from exc
+    if not isinstance(message, dict):
+        raise ProtocolError("Unexpected JSON Token Type. Expected a JSON Object.")
+    kind = message.get("type")
+    if not isinstance(kind, int) or isinstance(kind, bool):
+        raise ProtocolError("Missing required property 'type'.")
+    if kind not in MessageType.__members__.values():
+        raise ProtocolError(f"Unknown message type '{kind}'.")
+    if kind in (MessageType.INVOCATION, MessageType.STREAM_INVOCATION):
+        if not isinstance(message.get("target"), str):
+            raise ProtocolError("Missing required property 'target'.")
+        if not isinstance(message.get("arguments", []), list):
+            raise ProtocolError("Expected 'arguments' to be of type Array.")
+        invocation_id = message.get("invocationId")
+        if invocation_id is not None and not isinstance(invocation_id, str):
+            raise ProtocolError("Expected 'invocationId' to be of type String.")
+    return message
+
+
+def encode(message: dict[str, Any]) -> str:
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False) + RS
+
+
+HANDSHAKE_OK = encode({})
+PING = encode({"type": MessageType.PING})
+
+
+def handshake_error(reason: str) -> str:
+    return encode({"error": reason})
+
+
+def invocation(target: str, arguments: list[Any]) -> str:
+    """A server-to-client event: an invocation without invocationId (no reply expected)."""
+    return encode({"type": MessageType.INVOCATION, "target": target, "arguments": arguments})
+
+
+def completion(invocation_id: str, *, result: Any = None, error: str | None = None) -> str:
+    if error is not None:
+        return encode(
+            {"type": MessageType.COMPLETION, "invocationId": invocation_id, "error": error}
+        )
+    return encode({"type": MessageType.COMPLETION, "invocationId": invocation_id, "result": result})
+
+
+def close(error: str | None = None, *, allow_reconnect: bool = False) -> str:
+    message: dict[str, Any] = {"type": MessageType.CLOSE}
+    if error is not None:
+        message["error"] = error
+    if allow_reconnect:
+        message["allowReconnect"] = True
+    return encode(message)

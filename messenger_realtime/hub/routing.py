@@ -1,0 +1,14 @@
+"""URL routes of the hub: include these in the host's URLconf and ASGI router."""
+
+from django.urls import path, re_path
+
+from .consumer import HubConsumer
+from .negotiate import negotiate
+
+HUB_PATH = "hubs/messenger"
+
+# HTTP: negotiate, with and without a trailing slash.
+urlpatterns = [re_path(rf"^{HUB_PATH}/negotiate/?$", negotiate, name="hub-negotiate")]
+
+# WebSocket: the hub itself.
+websocket_urlpatterns = [path(HUB_PATH, HubConsumer.as_asgi())]

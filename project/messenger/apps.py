@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class MessengerConfig(AppConfig):
+    name = "project.messenger"
+    label = "messenger"
+    verbose_name = "Messenger (host domain)"
+    default_auto_field = "django.db.models.BigAutoField"
