@@ -60,4 +60,4 @@ def install_daphne_integration() -> None:
             ) -> None:
                 super().write_entry(host, date, scrub_query_secrets(request), *args, **kw)
 
-        cli.AccessLogGenerator = ScrubbingAccessLogGenerator
+        cli.AccessLogGenerator = ScrubbingAccessLogGenerator  # type: ignore[attr-defined]
