@@ -84,7 +84,14 @@ if env.bool("REALTIME_BACKPLANE_ENABLED", default=True):
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            "CONFIG": {
+                # No read timeout: an idle consumer blocks in BZPOPMIN by design (the
+                # worker bounds each push with PUBLISH_TIMEOUT instead); connecting to a
+                # dead Redis still fails fast.
+                "hosts": [
+                    {"address": REDIS_URL, "socket_timeout": None, "socket_connect_timeout": 5}
+                ],
+            },
         }
     }
 else:

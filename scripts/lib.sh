@@ -31,6 +31,17 @@ ensure_venv() {
   fi
 }
 
+ensure_node_modules() {  # the official @microsoft/signalr client (tests, web client)
+  local want stamp=node_modules/.package-lock.sha256
+  command -v npm >/dev/null || apt_install nodejs npm
+  want=$(sha256sum package-lock.json | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "installing npm packages from package-lock.json"
+    npm ci --no-audit --no-fund --loglevel=error >/dev/null
+    echo "$want" >"$stamp"
+  fi
+}
+
 port_open() {  # host port
   python3 -c 'import socket,sys; s=socket.socket(); s.settimeout(0.5); sys.exit(s.connect_ex((sys.argv[1], int(sys.argv[2]))))' "$1" "$2"
 }

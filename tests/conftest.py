@@ -90,21 +90,25 @@ def redis_url() -> str:
     return str(settings.REDIS_URL)
 
 
-@pytest.fixture
-def worker_env(transactional_db: None, redis_url: str) -> dict[str, str]:
-    """Environment for a subprocess that must use this test's database and Redis."""
+@pytest.fixture(scope="session")
+def live_env(django_db_setup: None) -> dict[str, str]:
+    """Environment for subprocesses (workers, Daphne) on the test database and Redis."""
     db = connection.settings_dict
-    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    if db.get("PASSWORD"):
-        url = f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
     env = dict(os.environ)
     env.update(
-        DATABASE_URL=url,
-        REDIS_URL=redis_url,
+        DATABASE_URL=f"postgres://{auth}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        REDIS_URL=str(settings.REDIS_URL),
         DJANGO_SETTINGS_MODULE="project.settings",
         PYTHONUNBUFFERED="1",
     )
     return env
+
+
+@pytest.fixture
+def worker_env(transactional_db: None, live_env: dict[str, str]) -> dict[str, str]:
+    """live_env for a test whose subprocesses must see the rows it commits."""
+    return dict(live_env)
 
 
 def manage(*args: str) -> list[str]:

@@ -3,11 +3,14 @@
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from .conftest import manage
+from .conftest import free_port, manage
 
 
 class LoggedProcess:
@@ -15,7 +18,13 @@ class LoggedProcess:
 
     def __init__(self, argv: list[str], env: dict[str, str], **popen: Any) -> None:
         self.proc = subprocess.Popen(
-            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen
+            argv,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            **popen,
         )
         self.lines: list[str] = []
         self._eof = False
@@ -36,18 +45,27 @@ class LoggedProcess:
 
     def wait_for(self, pattern: str, timeout: float = 20.0) -> str:
         """Block until a log line after the previous match matches `pattern` (a regex)."""
+        return self.wait_line(lambda line: re.search(pattern, line) is not None, pattern, timeout)
+
+    def wait_line(self, accept: Callable[[str], bool], what: str, timeout: float = 20.0) -> str:
+        """Block until a line after the previous match is accepted; return it."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
                 for index in range(self._cursor, len(self.lines)):
-                    if re.search(pattern, self.lines[index]):
+                    if accept(self.lines[index]):
                         self._cursor = index + 1
                         return self.lines[index]
                 remaining = deadline - time.monotonic()
                 if self._eof or remaining <= 0:
                     why = "process exited" if self._eof else f"timed out after {timeout}s"
-                    raise AssertionError(f"{why} before a line matching {pattern!r}:\n{self.log()}")
+                    raise AssertionError(f"{why} before a line matching {what!r}:\n{self.log()}")
                 self._cond.wait(remaining)
+
+    def send_line(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
 
     def log(self) -> str:
         return "\n".join(self.lines[-80:])
@@ -64,8 +82,9 @@ class LoggedProcess:
             self.proc.kill()
         self.proc.wait()
         self._reader.join(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 class WorkerProcess(LoggedProcess):
@@ -75,3 +94,24 @@ class WorkerProcess(LoggedProcess):
         env = dict(env, LOG_LEVEL="DEBUG")
         env.update({f"MESSENGER_REALTIME_{k.upper()}": str(v) for k, v in settings.items()})
         super().__init__(manage("dispatch_realtime", *args), env)
+
+
+class DaphneProcess(LoggedProcess):
+    """Daphne serving project.asgi on a free loopback port (the real server)."""
+
+    def __init__(self, env: dict[str, str], port: int | None = None, **settings: object) -> None:
+        env = dict(env)
+        env.update({f"MESSENGER_REALTIME_{k.upper()}": str(v) for k, v in settings.items()})
+        self.port = port or free_port()
+        daphne = str(Path(sys.executable).with_name("daphne"))
+        argv = [daphne, "-b", "127.0.0.1", "-p", str(self.port), "project.asgi:application"]
+        super().__init__(argv, env)
+        self.wait_for("Listening on TCP address", timeout=30)
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"

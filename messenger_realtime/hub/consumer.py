@@ -11,7 +11,7 @@ import contextlib
 import logging
 import weakref
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 from uuid import UUID
 
 from channels.db import database_sync_to_async
@@ -68,10 +68,21 @@ class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             user = self.scope.get("user")  # the Django session (the project's own pages)
             if user is None or not user.is_authenticated:
                 raise InvalidToken("no credentials")
+            if not self._same_site(headers):
+                # A cookie rides along with any page's WebSocket: only our own pages (or
+                # configured origins) may use the session (cross-site WebSocket hijacking).
+                raise InvalidToken("origin not allowed for session authentication")
             user_id = UUID(str(user.pk))
         if not await database_sync_to_async(get_domain_port().user_exists)(user_id):
             raise InvalidToken("unknown user")
         return user_id
+
+    def _same_site(self, headers: dict[bytes, bytes]) -> bool:
+        origin = headers.get(b"origin", b"").decode("latin-1")
+        if not origin:
+            return True  # not a browser: no ambient cookie to abuse
+        host = headers.get(b"host", b"").decode("latin-1")
+        return urlsplit(origin).netloc == host or origin in self.options.cors_allowed_origins
 
     async def disconnect(self, code: int) -> None:
         LIVE_CONNECTIONS.discard(self)
@@ -137,22 +148,23 @@ class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
                 error=f"The client attempted to invoke the non-streaming '{message['target']}' "
                 "method with a streaming invocation.",
             )
-        # Ping, CancelInvocation, Ack, Sequence, and Completions for invocations this hub
-        # never makes, need no answer.
+        # Ping, CancelInvocation, Ack, Sequence, Completions for invocations this hub never
+        # makes, and unknown types (as ASP.NET) need no answer.
         return True
 
     async def _invoke(self, message: dict[str, Any]) -> None:
         target, arguments = message["target"], message.get("arguments", [])
         method = self.hub_methods.get(target)
         if method is None:
-            await self._reply(message, error=f"Unknown hub method '{target}'")
+            await self._reply(
+                message, error=f"{_failed(target)} HubException: Method does not exist."
+            )
             return
         if arguments:
             await self._reply(
                 message,
-                error=f"Failed to invoke '{target}' due to an error on the server. "
-                f"InvalidDataException: Invocation provides {len(arguments)} argument(s) "
-                "but target expects 0.",
+                error=f"{_failed(target)} InvalidDataException: Invocation provides "
+                f"{len(arguments)} argument(s) but target expects 0.",
             )
             return
         try:
@@ -197,6 +209,10 @@ class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         """The user's chat memberships changed: rebuild the chat groups from the domain."""
         await self._sync_groups()
 
+    async def realtime_disconnect(self, message: dict[str, Any]) -> None:
+        """Ops asked this user's connections to reconnect (see control.disconnect_user)."""
+        await self.shutdown()
+
     # -- helpers ----------------------------------------------------------------
 
     async def _sync_groups(self) -> None:
@@ -229,10 +245,12 @@ class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         await self.close()
 
     async def shutdown(self) -> None:
-        """Server shutdown: tell the client it may reconnect (to another process)."""
-        with contextlib.suppress(Exception):
+        """Close, telling the client to reconnect (server shutdown, or ops' request)."""
+        with contextlib.suppress(Exception):  # the socket may be gone already
             await self._send(protocol.close(allow_reconnect=True))
-            await self.close(code=1001)
+            # 1000: Autobahn refuses 1001 from the application; the Close message above
+            # already says "reconnect".
+            await self.close()
 
     async def _watch(self) -> None:
         """Handshake timeout, keep-alive pings, and the client timeout."""
@@ -241,11 +259,14 @@ class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         while True:
             now = loop.time()
             if not self.handshaken and now - self.opened_at >= o.handshake_timeout:
-                await self._close_with_error("Handshake was canceled.")
+                await self.send(protocol.handshake_error("Handshake was canceled."))
+                await self.close()
                 return
-            if now - self.last_received >= o.client_timeout:
+            if self.handshaken and now - self.last_received >= o.client_timeout:
                 await self._close_with_error(
-                    "Server timeout elapsed without receiving a message from the client."
+                    "Connection closed with an error. OperationCanceledException: Client hasn't "
+                    "sent a message/ping within the configured ClientTimeoutInterval.",
+                    allow_reconnect=True,
                 )
                 return
             if self.handshaken and now - self.last_sent >= o.keepalive_interval:
@@ -257,6 +278,10 @@ class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             if not self.handshaken:
                 deadlines.append(self.opened_at + o.handshake_timeout)
             await asyncio.sleep(max(0.0, min(deadlines) - loop.time()) + 0.01)
+
+
+def _failed(target: str) -> str:
+    return f"Failed to invoke '{target}' due to an error on the server."
 
 
 def _reason(exc: Exception) -> str:

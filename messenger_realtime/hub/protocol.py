@@ -12,7 +12,9 @@ from typing import Any
 
 RS = "\x1e"
 SUPPORTED_PROTOCOL = "json"
-MAX_JSON_VERSION = 2  # newer JS clients ask for 2; the messages are the same
+# ASP.NET's JSON protocol accepts versions up to 2: signalrcore sends 0 (its negotiate
+# version), @microsoft/signalr 1 (2 with stateful reconnect, which is not offered here).
+MAX_JSON_VERSION = 2
 
 
 class MessageType(IntEnum):
@@ -54,22 +56,29 @@ class RecordBuffer:
         return records
 
 
+_BAD_HANDSHAKE = "An unexpected error occurred during connection handshake."
+
+
 def parse_handshake(record: str) -> int:
     """The protocol version of a valid JSON handshake request."""
     try:
         request = json.loads(record)
     except ValueError as exc:
-        raise HandshakeError("Error reading JSON.") from exc
+        raise HandshakeError(f"{_BAD_HANDSHAKE} InvalidDataException: Error reading JSON.") from exc
     if not isinstance(request, dict):
-        raise HandshakeError("Unexpected JSON Token Type 'Array'. Expected a JSON Object.")
+        raise HandshakeError(f"{_BAD_HANDSHAKE} InvalidDataException: Expected a JSON object.")
     protocol, version = request.get("protocol"), request.get("version")
     if not isinstance(protocol, str):
-        raise HandshakeError("Missing required property 'protocol'. Message content: " + record)
+        raise HandshakeError(
+            f"{_BAD_HANDSHAKE} InvalidDataException: Missing required property 'protocol'."
+        )
     if not isinstance(version, int) or isinstance(version, bool):
-        raise HandshakeError("Missing required property 'version'. Message content: " + record)
+        raise HandshakeError(
+            f"{_BAD_HANDSHAKE} InvalidDataException: Missing required property 'version'."
+        )
     if protocol != SUPPORTED_PROTOCOL:
         raise HandshakeError(f"The protocol '{protocol}' is not supported.")
-    if not 1 <= version <= MAX_JSON_VERSION:
+    if not 0 <= version <= MAX_JSON_VERSION:
         raise HandshakeError(
             f"The server does not support version {version} of the '{protocol}' protocol."
         )
@@ -77,7 +86,8 @@ def parse_handshake(record: str) -> int:
 
 
 def parse_message(record: str) -> dict[str, Any]:
-    """One hub message as a dict with a known integer `type`."""
+    """One hub message as a dict with an integer `type` (unknown types are for the caller
+    to ignore, as ASP.NET does; unknown properties such as `headers` are ignored too)."""
     try:
         message = json.loads(record)
     except ValueError as exc:
@@ -85,15 +95,17 @@ def parse_message(record: str) -> dict[str, Any]:
     if not isinstance(message, dict):
         raise ProtocolError("Unexpected JSON Token Type. Expected a JSON Object.")
     kind = message.get("type")
-    if not isinstance(kind, int) or isinstance(kind, bool):
+    if kind is None:
         raise ProtocolError("Missing required property 'type'.")
-    if kind not in MessageType.__members__.values():
-        raise ProtocolError(f"Unknown message type '{kind}'.")
+    if not isinstance(kind, int) or isinstance(kind, bool):
+        raise ProtocolError("Expected 'type' to be of type Number.")
     if kind in (MessageType.INVOCATION, MessageType.STREAM_INVOCATION):
-        if not isinstance(message.get("target"), str):
+        if "target" not in message:
             raise ProtocolError("Missing required property 'target'.")
+        if not isinstance(message["target"], str):
+            raise ProtocolError("Expected 'target' to be of type String.")
         if not isinstance(message.get("arguments", []), list):
-            raise ProtocolError("Expected 'arguments' to be of type Array.")
+            raise ProtocolError("Expected 'arguments' to be of type array.")
         invocation_id = message.get("invocationId")
         if invocation_id is not None and not isinstance(invocation_id, str):
             raise ProtocolError("Expected 'invocationId' to be of type String.")

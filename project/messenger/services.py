@@ -6,9 +6,9 @@ from uuid import UUID
 from django.db import transaction
 
 from messenger_realtime import outbox
+from messenger_realtime.control import membership_changed
 from messenger_realtime.enums import RealtimeDispatchKind as Kind
 from messenger_realtime.enums import RealtimeTargetKind as Target
-from messenger_realtime.membership import membership_changed
 from messenger_realtime.outbox import OutboxIntent
 
 from .models import Chat, Message, Participant

@@ -1,6 +1,6 @@
-"""Live membership: tell a user's open hub connections to rebuild their chat groups.
+"""Control messages to a user's open hub connections (in any Daphne process).
 
-Owners call membership_changed() inside the transaction that adds or removes a
+Live membership: owners call membership_changed() inside the transaction that adds or removes a
 participant. After commit, each affected user's connections re-read their memberships
 through the domain port. This is the fast path; the durable one is the ChatUpdated row the
 owner also writes for that user, which the consumer treats the same way. Either alone
@@ -18,6 +18,7 @@ from .groups import layer_group, user_group
 
 logger = logging.getLogger(__name__)
 MEMBERSHIP_EVENT = "realtime.membership"
+DISCONNECT_EVENT = "realtime.disconnect"
 
 
 def membership_changed(*user_ids: UUID, using: str = "default") -> None:
@@ -38,3 +39,10 @@ def membership_changed(*user_ids: UUID, using: str = "default") -> None:
                 )
 
     transaction.on_commit(send, using=using)
+
+
+def disconnect_user(user_id: UUID) -> None:
+    """Close the user's connections now with allowReconnect: clients reconnect, which
+    re-authenticates them (a revoked user is refused) and rebuilds their groups."""
+    layer = get_channel_layer()
+    async_to_sync(layer.group_send)(layer_group(user_group(user_id)), {"type": DISCONNECT_EVENT})
