@@ -91,6 +91,9 @@ if env.bool("REALTIME_BACKPLANE_ENABLED", default=True):
                 "hosts": [
                     {"address": REDIS_URL, "socket_timeout": None, "socket_connect_timeout": 5}
                 ],
+                # Per-connection queue. channels-redis drops (never raises) beyond it, so
+                # leave room for bursts: a burst is queued rather than silently lost.
+                "capacity": env.int("CHANNEL_CAPACITY", default=1000),
             },
         }
     }

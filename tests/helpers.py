@@ -5,6 +5,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from channels_redis.core import RedisChannelLayer
+from django.conf import settings
 from django.db import connection, transaction
 
 from messenger_realtime import outbox
@@ -52,7 +53,10 @@ def make_due(*entry_ids: UUID) -> None:
 
 
 def layer(url: str) -> RedisChannelLayer:
-    return RedisChannelLayer(hosts=[url])
+    """A fresh channel layer configured as the project's, on the Redis at `url`."""
+    config = dict(settings.CHANNEL_LAYERS["default"]["CONFIG"])
+    config["hosts"] = [{**config["hosts"][0], "address": url}]
+    return RedisChannelLayer(**config)
 
 
 async def subscribe(channel_layer: RedisChannelLayer, chat_id: UUID) -> str:

@@ -55,15 +55,20 @@ def negotiate(request: HttpRequest) -> HttpResponse:
         response = JsonResponse({"error": "negotiate takes POST"}, status=405)
         response["Allow"] = "POST, OPTIONS"
         return _cors(request, response)
-    raw_version = request.GET.get("negotiateVersion", "0")
+    # ASP.NET reads the key case-insensitively. Version errors use the protocol's own
+    # {"error": ...} body (status 200), which every SignalR client shows its caller.
+    raw = next((v for k, v in request.GET.items() if k.lower() == "negotiateversion"), "0")
     try:
-        requested = int(raw_version)
-        if requested < 0:
-            raise ValueError
+        requested = int(raw)
     except ValueError:
-        return _cors(
-            request, JsonResponse({"error": "negotiateVersion must be an integer >= 0"}, status=400)
+        error = "The client requested a non-integer protocol version."
+        return _cors(request, JsonResponse({"error": error}))
+    if requested < 0:
+        error = (
+            f"The client requested version '{requested}', "
+            "but the server does not support this version."
         )
+        return _cors(request, JsonResponse({"error": error}))
     try:
         user_id = _authenticate(request)
     except InvalidToken as exc:
