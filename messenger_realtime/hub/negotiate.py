@@ -57,7 +57,7 @@ def negotiate(request: HttpRequest) -> HttpResponse:
         return _cors(request, response)
     # ASP.NET reads the key case-insensitively. Version errors use the protocol's own
     # {"error": ...} body (status 200), which every SignalR client shows its caller.
-    raw = next((v for k, v in request.GET.items() if k.lower() == "negotiateversion"), "0")
+    raw = next((str(v) for k, v in request.GET.items() if k.lower() == "negotiateversion"), "0")
     try:
         requested = int(raw)
     except ValueError:
