@@ -178,3 +178,27 @@ def test_an_added_participant_starts_receiving_without_reconnecting(clients: Any
     services.add_participant(alice.id, group.id, carol.id)
     client.next("event", "chat_updated")
     assert_receives(client, alice, group, "welcome carol")
+
+
+def test_single_process_mode_runs_the_dispatcher_inside_daphne(worker_env: dict[str, str]) -> None:
+    env = dict(worker_env, REALTIME_BACKPLANE_ENABLED="false", PYTHONFAULTHANDLER="1")
+    refused = WorkerProcess(env, "--once")
+    assert refused.wait() != 0
+    assert "the dispatcher runs inside Daphne" in refused.log()
+    refused.kill()
+
+    daphne = DaphneProcess(env)  # in-memory channel layer, no worker process
+    alice, bob, chat = conversation()
+    client = HubClient(
+        "@microsoft/signalr", f"{daphne.http}/hubs/messenger", token_for(bob.id), env
+    )
+    try:
+        daphne.wait_for("dispatcher running inside Daphne")
+        client.next("state", "connected")
+        assert_receives(client, alice, chat, "one process")
+        daphne.signal(signal.SIGTERM)
+        code = daphne.wait()
+        assert code == 0, daphne.log()
+    finally:
+        client.kill()
+        daphne.kill()

@@ -34,8 +34,12 @@ LIVE_CONNECTIONS: "weakref.WeakSet[HubConsumer]" = weakref.WeakSet()
 class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     user_id: UUID
     connection_id: str
+    accepting = True  # False once this process shuts down
 
     async def connect(self) -> None:
+        if not HubConsumer.accepting:
+            await self.close()  # shutting down: the client retries elsewhere
+            return
         self.options = load_hub_options()
         self.handshaken = False
         self.chats: set[UUID] = set()

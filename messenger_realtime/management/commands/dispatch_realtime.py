@@ -5,7 +5,7 @@ import signal
 from typing import Any
 
 from channels.layers import get_channel_layer
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from messenger_realtime.conf import load_options
 from messenger_realtime.dispatcher import Dispatcher
@@ -30,6 +30,12 @@ class Command(BaseCommand):
         # System checks already ran (requires_system_checks); this re-validates and
         # refuses to start on any invalid MESSENGER_REALTIME value.
         options = load_options()
+        if not options.realtime_backplane_enabled:
+            raise CommandError(
+                "REALTIME_BACKPLANE_ENABLED is false: the in-memory channel layer cannot "
+                "reach Daphne from another process, so the dispatcher runs inside Daphne "
+                "(single-process mode). Enable the backplane to run this worker."
+            )
         asyncio.run(self._run(options, once=once, use_lock=not no_lock))
 
     async def _run(self, options: Any, *, once: bool, use_lock: bool) -> None:
