@@ -131,11 +131,13 @@ def test_client_receives_messages_and_reconnects_with_groups_rebuilt_when_droppe
     assert_receives(client, alice, chat, "again")
 
 
-@pytest.mark.parametrize("library", ["@microsoft/signalr", "pysignalr"])
-def test_client_reconnects_after_a_server_restart(hub: Hub, clients: Any, library: str) -> None:
-    # signalrcore 1.0.2 gives up after one refused reconnect, so it is left out here.
+def test_official_client_reconnects_across_a_server_restart(hub: Hub, clients: Any) -> None:
+    # Only @microsoft/signalr retries through a window with no server at all: pysignalr
+    # 1.3.3 and signalrcore 1.0.2 give up when a reconnect's negotiate is refused, so
+    # they need another Daphne process behind the balancer (their drop-and-reconnect
+    # is covered above, with the server up).
     alice, bob, chat = conversation()
-    client = clients(bob, library)
+    client = clients(bob)
     hub.restart_daphne()
     client.next("state", "reconnected", timeout=30)
     assert client.groups() == [f"user:{bob.id}", f"chat:{chat.id}"]
