@@ -9,7 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from messenger_realtime.checks import check_realtime_settings
-from messenger_realtime.conf import load_options
+from messenger_realtime.conf import load_hub_options, load_options
 
 from .conftest import manage
 
@@ -61,12 +61,25 @@ def test_environment_overrides_settings(monkeypatch: pytest.MonkeyPatch) -> None
         ({"BATCH_SIZE": "many"}, "messenger_realtime.E002"),
         ({"BATCH_SIZE": True}, "messenger_realtime.E002"),
         ({"REALTIME_BACKPLANE_ENABLED": "ture"}, "messenger_realtime.E002"),
+        ({"CORS_ALLOWED_ORIGINS": "http://a.example"}, None),  # a string is a 1-item list
+        ({"CORS_ALLOWED_ORIGINS": [1]}, "messenger_realtime.E002"),
+        ({"KEEPALIVE_INTERVAL": 0}, "messenger_realtime.E007"),
+        ({"CLIENT_TIMEOUT": -1}, "messenger_realtime.E007"),
+        ({"MAX_MESSAGE_SIZE": 0}, "messenger_realtime.E010"),
+        ({"DOMAIN_PORT": ""}, "messenger_realtime.E011"),
+        ({"DOMAIN_PORT": "project.nowhere.Port"}, "messenger_realtime.E011"),
+        ({"DOMAIN_PORT": "builtins.object"}, "messenger_realtime.E011"),
+        ({"JWT_SIGNING_KEY": "short"}, "messenger_realtime.E012"),
     ],
 )
 def test_invalid_setting_is_an_error_naming_the_key(
-    configured: dict[str, object], check_id: str
+    configured: dict[str, object], check_id: str | None
 ) -> None:
     key = next(iter(configured)) if check_id != "messenger_realtime.E006" else "BACKOFF_CAP"
+    if check_id is None:
+        with realtime(configured):
+            assert check_ids() == []
+        return
     with realtime(configured):
         errors = check_realtime_settings()
         assert [e.id for e in errors] == [check_id]
@@ -89,3 +102,20 @@ def test_worker_refuses_to_start_on_invalid_settings() -> None:
     )
     assert proc.returncode != 0
     assert "messenger_realtime.E003" in proc.stderr and "BATCH_SIZE" in proc.stderr
+
+
+def test_backplane_flag_must_match_the_channel_layer() -> None:
+    in_memory = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    with override_settings(CHANNEL_LAYERS=in_memory):
+        assert check_ids() == ["messenger_realtime.E013"]
+    with (
+        override_settings(CHANNEL_LAYERS=in_memory),
+        realtime({"REALTIME_BACKPLANE_ENABLED": False}),
+    ):
+        assert check_ids() == []
+
+
+def test_hub_options_carry_the_key_but_never_show_it() -> None:
+    options = load_hub_options()
+    assert len(options.jwt_signing_key) >= 32
+    assert options.jwt_signing_key not in repr(options)
