@@ -20,6 +20,8 @@ _POSITIVE_DURATIONS = (
     "KEEPALIVE_INTERVAL",
     "CLIENT_TIMEOUT",
     "HANDSHAKE_TIMEOUT",
+    "MEDIA_TOKEN_TTL",
+    "TURN_TTL",
 )
 MIN_JWT_KEY_BYTES = 32  # RFC 7518: an HS256 key at least as long as the hash
 
@@ -52,13 +54,13 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
         _port_problem(values.get("DOMAIN_PORT", "x")) is None,
         str(_port_problem(values.get("DOMAIN_PORT", "x"))),
     )
-    key = str(values.get("JWT_SIGNING_KEY", "x" * MIN_JWT_KEY_BYTES))
-    rule(
-        "E012",
-        "JWT_SIGNING_KEY",
-        len(key.encode()) >= MIN_JWT_KEY_BYTES,
-        f"must be set, at least {MIN_JWT_KEY_BYTES} bytes",
-    )
+    for secret in ("JWT_SIGNING_KEY", "MEDIA_JWT_SIGNING_KEY", "TURN_SHARED_SECRET"):
+        key = str(values.get(secret, "x" * MIN_JWT_KEY_BYTES))
+        ok = len(key.encode()) >= MIN_JWT_KEY_BYTES
+        rule("E012", secret, ok, f"must be set, at least {MIN_JWT_KEY_BYTES} bytes")
+    urls = [str(u) for u in values.get("ICE_SERVERS", [])]
+    ok = all(u.startswith(("stun:", "turn:", "turns:")) for u in urls)
+    rule("E014", "ICE_SERVERS", ok, "every entry must be a stun:, turn: or turns: URL")
     return found
 
 

@@ -44,6 +44,14 @@ DEFAULTS: dict[str, Any] = {
     "CLIENT_TIMEOUT": 30.0,  # close after this long without hearing from the client
     "HANDSHAKE_TIMEOUT": 15.0,
     "MAX_MESSAGE_SIZE": 32 * 1024,  # bytes per client message, as ASP.NET's default
+    # Media credentials minted at delivery (messenger_realtime/media.py); secrets.
+    "MEDIA_JWT_SIGNING_KEY": "",
+    "MEDIA_JWT_ISSUER": "messenger",
+    "MEDIA_JWT_AUDIENCE": "media",
+    "MEDIA_TOKEN_TTL": 300.0,
+    "TURN_SHARED_SECRET": "",
+    "TURN_TTL": 600.0,
+    "ICE_SERVERS": ["stun:127.0.0.1:3478", "turn:127.0.0.1:3478?transport=udp"],
 }
 _KINDS: dict[str, type] = {
     "BATCH_SIZE": int,
@@ -57,6 +65,11 @@ _KINDS: dict[str, type] = {
     "JWT_AUDIENCE": str,
     "CORS_ALLOWED_ORIGINS": list,
     "MAX_MESSAGE_SIZE": int,
+    "MEDIA_JWT_SIGNING_KEY": str,
+    "MEDIA_JWT_ISSUER": str,
+    "MEDIA_JWT_AUDIENCE": str,
+    "TURN_SHARED_SECRET": str,
+    "ICE_SERVERS": list,
 }  # every other key is a float (a duration in seconds, a factor or a fraction)
 ENV_PREFIX = "MESSENGER_REALTIME_"
 _BOOL_WORDS = {"true", "false", "1", "0", "yes", "no", "on", "off"}
@@ -97,6 +110,13 @@ class HubOptions:
     client_timeout: float
     handshake_timeout: float
     max_message_size: int
+    media_jwt_signing_key: str = dataclasses.field(repr=False)
+    media_jwt_issuer: str
+    media_jwt_audience: str
+    media_token_ttl: float
+    turn_shared_secret: str = dataclasses.field(repr=False)
+    turn_ttl: float
+    ice_servers: list[str]
 
 
 def env_name(key: str) -> str:

@@ -14,13 +14,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
 
 from . import db, store
 from .backoff import delay_table
 from .conf import RealtimeDispatchOptions
+from .contracts import build_events
 from .enums import RealtimeOutboxStatus
 from .leader import Leader, LeadershipLost
-from .payloads import InvalidRow, build_event
+from .payloads import InvalidRow, OutgoingEvent
+from .port import DomainPort, get_domain_port
 from .publisher import Publisher, describe_error
 from .signals import RealtimeDispatchQuarantinedEvent, realtime_dispatch_quarantined
 
@@ -51,6 +55,7 @@ class Dispatcher:
         alias: str = "default",
         use_lock: bool = True,
         rand: Callable[[], float] = random.random,
+        port: DomainPort | None = None,
     ) -> None:
         self.options = options
         self.publisher = publisher
@@ -59,6 +64,7 @@ class Dispatcher:
         self.rand = rand
         self.stop = asyncio.Event()
         self.leader = Leader(options.lock_key, options.lock_ttl, alias)
+        self.port = port or get_domain_port()
         self.conn: psycopg.AsyncConnection[Any] | None = None
 
     # -- lifecycle -----------------------------------------------------------------
@@ -152,17 +158,20 @@ class Dispatcher:
         failed: list[store.Failure] = []
         released: list[store.ClaimedRow] = []
         exhausted = [r for r in rows if r.status == RealtimeOutboxStatus.QUARANTINED]
-        for row in rows:
-            if row.status == RealtimeOutboxStatus.QUARANTINED:
-                continue
+        pending = [r for r in rows if r.status != RealtimeOutboxStatus.QUARANTINED]
+        built = await self._build(pending)
+        for row, event in zip(pending, built, strict=True):
             if self.stop.is_set():  # graceful stop: between rows, never mid-push
                 released.append(row)
                 continue
+            if isinstance(event, InvalidRow):
+                failed.append(store.Failure(row, str(event)[:512], permanent=True))
+                continue
+            if isinstance(event, BaseException):
+                failed.append(store.Failure(row, describe_error(event)))
+                continue
             try:
-                event = build_event(row)
                 await asyncio.wait_for(self.publisher.publish(event), self.options.publish_timeout)
-            except InvalidRow as exc:
-                failed.append(store.Failure(row, str(exc)[:512], permanent=True))
             except Exception as exc:  # any push failure is transient: retry after backoff
                 error = describe_error(exc)
                 failed.append(store.Failure(row, error))
@@ -217,6 +226,27 @@ class Dispatcher:
             )
             await realtime_dispatch_quarantined.asend(sender=Dispatcher, event=alert)
 
+    async def _build(
+        self, rows: list[store.ClaimedRow]
+    ) -> list[OutgoingEvent | InvalidRow | BaseException]:
+        """Typed events for a batch: one domain read per entity type, off the loop.
+
+        If reading the domain fails (database trouble), every row gets that transient
+        error and is retried after its backoff; the pass goes on.
+        """
+        if not rows:
+            return []
+        try:
+            built: list[OutgoingEvent | InvalidRow | BaseException] = await sync_to_async(
+                _build_with_fresh_connection
+            )(rows, self.port)
+        except Exception as exc:
+            logger.warning(
+                "payload build failed", extra={"action": "build", "error": describe_error(exc)}
+            )
+            return [exc] * len(rows)
+        return built
+
     async def run_retention(self) -> int:
         """Delete Done rows older than RETENTION_DONE in bounded batches."""
         conn = await self._work_connection()
@@ -258,3 +288,10 @@ class Dispatcher:
         """Wait for `seconds` or until stopped, whichever comes first."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stop.wait(), timeout=seconds)
+
+
+def _build_with_fresh_connection(
+    rows: list[store.ClaimedRow], port: DomainPort
+) -> list[OutgoingEvent | InvalidRow | BaseException]:
+    close_old_connections()  # a long-lived worker must not reuse a broken connection
+    return list(build_events(rows, port))

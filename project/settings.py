@@ -16,7 +16,8 @@ env = environ.Env()
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 _dev_keys: dict[str, str] = {}
-if not (env.str("DJANGO_SECRET_KEY", default="") and env.str("JWT_SIGNING_KEY", default="")):
+_SECRETS = ("DJANGO_SECRET_KEY", "JWT_SIGNING_KEY", "MEDIA_JWT_SIGNING_KEY", "TURN_SHARED_SECRET")
+if not all(env.str(name, default="") for name in _SECRETS):
     _dev_keys = dev_keys(BASE_DIR / ".local")  # random per checkout; see project/devkeys.py
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="") or _dev_keys["secret_key"]
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
@@ -65,7 +66,12 @@ TEMPLATES = [
 ]
 
 DATABASES = {
-    "default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/messenger"),
+    "default": {
+        **env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/messenger"),
+        # Long-lived processes (the worker, Daphne) keep connections, checked before reuse.
+        "CONN_MAX_AGE": env.int("DATABASE_CONN_MAX_AGE", default=60),
+        "CONN_HEALTH_CHECKS": True,
+    },
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -76,6 +82,10 @@ REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 MESSENGER_REALTIME: dict[str, object] = {
     "DOMAIN_PORT": "project.messenger.realtime_port.HostDomainPort",
     "JWT_SIGNING_KEY": env.str("JWT_SIGNING_KEY", default="") or _dev_keys["jwt_signing_key"],
+    "MEDIA_JWT_SIGNING_KEY": env.str("MEDIA_JWT_SIGNING_KEY", default="")
+    or _dev_keys["media_jwt_signing_key"],
+    "TURN_SHARED_SECRET": env.str("TURN_SHARED_SECRET", default="")
+    or _dev_keys["turn_shared_secret"],
 }
 
 # channels-redis is the backplane between the worker and every Daphne process.

@@ -18,7 +18,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from ..conf import load_hub_options
+from ..contracts.media import MEDIA_INVITES
+from ..enums import event_name
 from ..groups import chat_group, layer_group, user_group
+from ..media import media_join
 from ..port import get_domain_port
 from ..uuid7 import uuid7
 from . import protocol
@@ -26,6 +29,8 @@ from .protocol import HandshakeError, MessageType, ProtocolError
 from .tokens import InvalidToken, bearer_token, check_connection_token, verify_access_token
 
 logger = logging.getLogger(__name__)
+
+MEDIA_INVITE_EVENTS = {event_name(kind) for kind in MEDIA_INVITES}
 
 # Open connections of this process, for the shutdown Close (see hub/shutdown.py).
 LIVE_CONNECTIONS: "weakref.WeakSet[HubConsumer]" = weakref.WeakSet()
@@ -205,7 +210,12 @@ class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         if group.startswith("chat:") and UUID(group[5:]) not in self.chats:
             # Defence in depth: a stale layer membership never leaks another chat's events.
             return
-        await self._send(protocol.invocation(message["event"], [message["payload"]]))
+        payload = message["payload"]
+        if message["event"] in MEDIA_INVITE_EVENTS and "media" in payload:
+            # Minted here, per recipient, at delivery: never stored, queued or logged.
+            room = payload["media"]["roomName"]
+            payload = {**payload, "media": media_join(room, self.user_id, self.options)}
+        await self._send(protocol.invocation(message["event"], [payload]))
         if group == user_group(self.user_id) and message["event"] == "chat_updated":
             await self._sync_groups()  # membership of this user may have changed
 

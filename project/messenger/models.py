@@ -39,6 +39,7 @@ class Chat(models.Model):
 
 
 class Participant(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="participants")
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="participations")
     is_active = models.BooleanField(default=True)
@@ -78,3 +79,124 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"message {self.seq} of {self.chat_id}"
+
+
+class ChatEvent(models.Model):
+    """The chat's system feed (membership and settings changes); ChatUpdated refers here."""
+
+    class Kind(models.TextChoices):
+        CREATED = "ChatCreated"
+        PARTICIPANT_ADDED = "ParticipantAdded"
+        PARTICIPANT_REMOVED = "ParticipantRemoved"
+        TITLE_CHANGED = "TitleChanged"
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    actor = models.ForeignKey(User, null=True, on_delete=models.SET_NULL, related_name="+")
+    subject_user = models.ForeignKey(User, null=True, on_delete=models.SET_NULL, related_name="+")
+    title = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return f"{self.kind} in {self.chat_id}"
+
+
+class Contact(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "Pending"
+        ACCEPTED = "Accepted"
+        REMOVED = "Removed"
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    requester = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    addressee = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    removed_by = models.ForeignKey(User, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return f"{self.requester_id} -> {self.addressee_id} ({self.status})"
+
+
+class BlacklistEntry(models.Model):
+    """owner blocks blocked_user; kept (inactive) after an unblock, for the event."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    owner = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    blocked_user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    is_active = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "blocked_user"], name="uq_blacklist_pair")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner_id} blocks {self.blocked_user_id} ({self.is_active})"
+
+
+class CallSession(models.Model):
+    """A media session: a 1:1 call (Direct) or a chat's conference (Conference)."""
+
+    class Kind(models.TextChoices):
+        DIRECT = "Direct"
+        CONFERENCE = "Conference"
+
+    class Status(models.TextChoices):
+        RINGING = "Ringing"
+        ACTIVE = "Active"
+        DECLINED = "Declined"
+        MISSED = "Missed"
+        CANCELLED = "Cancelled"
+        ENDED = "Ended"
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    session_kind = models.CharField(max_length=12, choices=Kind.choices)
+    chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="calls")
+    room_name = models.CharField(max_length=100, unique=True)
+    status = models.CharField(max_length=12, choices=Status.choices)
+    initiator = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    callee = models.ForeignKey(User, null=True, on_delete=models.CASCADE, related_name="+")
+    invited_user = models.ForeignKey(User, null=True, on_delete=models.SET_NULL, related_name="+")
+    ended_by = models.ForeignKey(User, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(db_default=Now())
+    answered_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.session_kind} {self.room_name} ({self.status})"
+
+
+class CallParticipant(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    call = models.ForeignKey(CallSession, on_delete=models.CASCADE, related_name="participants")
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    joined_at = models.DateTimeField(db_default=Now())
+    left_at = models.DateTimeField(null=True, blank=True)
+    screen_sharing = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"{self.user_id} in {self.call_id}"
+
+
+class Recording(models.Model):
+    class Status(models.TextChoices):
+        RECORDING = "Recording"
+        STOPPED = "Stopped"
+        AVAILABLE = "Available"
+        FAILED = "Failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    call = models.ForeignKey(CallSession, on_delete=models.CASCADE, related_name="recordings")
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.RECORDING)
+    started_by = models.ForeignKey(User, on_delete=models.CASCADE, related_name="+")
+    file_url = models.URLField(blank=True)
+    failure_code = models.CharField(max_length=64, blank=True)
+    started_at = models.DateTimeField(db_default=Now())
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"recording {self.id} of {self.call_id} ({self.status})"

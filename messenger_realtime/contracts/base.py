@@ -1,0 +1,61 @@
+"""Shared pieces of the typed contracts: the registry entry and the validation helpers."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from ..enums import RealtimeTargetKind
+from ..payloads import InvalidRow
+from ..store import ClaimedRow
+
+Payload = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Contract:
+    """How one Kind becomes a payload.
+
+    entity: the DomainPort batch method that loads the referenced entity;
+    reference: which row field holds its id; build: (row, entity view) -> payload, after
+    validating the row against the view (raising InvalidRow).
+    """
+
+    entity: str
+    reference: str  # "message_id" or "ref_id"
+    build: Callable[[ClaimedRow, Any], Payload]
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def ids(**values: UUID | None) -> dict[str, str]:
+    """camelCase id fields as strings, dropping the absent ones."""
+    return {k: str(v) for k, v in values.items() if v is not None}
+
+
+def compact(payload: Payload) -> Payload:
+    """Drop optional fields that are absent (None), as the .NET hub's serializer did."""
+    return {k: v for k, v in payload.items() if v is not None}
+
+
+def require_chat_group(row: ClaimedRow, chat_id: UUID) -> None:
+    if row.target_kind != RealtimeTargetKind.CHAT_GROUP:
+        raise InvalidRow(f"InvalidTarget: {row.kind} goes to its chat group, not a user")
+    if row.chat_id != chat_id:
+        raise InvalidRow(f"ReferenceMismatch: {row.kind} refers to another chat")
+
+
+def require_user(row: ClaimedRow, *allowed: UUID | None) -> UUID:
+    if row.target_kind != RealtimeTargetKind.USER or row.target_user_id is None:
+        raise InvalidRow(f"InvalidTarget: {row.kind} goes to a user group")
+    if row.target_user_id not in allowed:
+        raise InvalidRow(f"InvalidTarget: {row.kind} target is not a party to the entity")
+    return row.target_user_id
+
+
+def no_session_kind(row: ClaimedRow) -> None:
+    if row.session_kind is not None:
+        raise InvalidRow(f"InvalidSessionKind: {row.kind} is not a media event")

@@ -1,0 +1,81 @@
+"""Chat contracts: messages (bodies only ever to chat:{ChatId}), read receipts, updates."""
+
+from ..enums import RealtimeDispatchKind as K
+from ..enums import RealtimeTargetKind
+from ..payloads import InvalidRow
+from ..port import ChatEventView, MessageView, ParticipantView
+from ..store import ClaimedRow
+from .base import Contract, Payload, compact, ids, iso, no_session_kind, require_chat_group
+
+
+def _message_base(row: ClaimedRow, m: MessageView) -> Payload:
+    no_session_kind(row)
+    require_chat_group(row, m.chat_id)  # the PII rule: content only to the chat's members
+    if row.seq is not None and row.seq != m.seq:
+        raise InvalidRow("ReferenceMismatch: Seq differs from the message's")
+    return {**ids(chatId=m.chat_id, messageId=m.id), "seq": m.seq}
+
+
+def message_received(row: ClaimedRow, m: MessageView) -> Payload:
+    payload = _message_base(row, m)
+    payload.update(ids(senderUserId=m.sender_user_id))
+    payload.update(kind=m.kind, sentAt=iso(m.sent_at))
+    if m.deleted_at is not None:  # deleted before its push: the event, not the content
+        return compact({**payload, "deletedAt": iso(m.deleted_at)})
+    content = {
+        "Text": ("body", m.body),
+        "File": ("fileMeta", m.file_meta),
+        "Card": ("cardText", m.card_text),
+    }
+    field, value = content.get(m.kind, ("body", m.body))
+    return compact({**payload, field: value})
+
+
+def message_edited(row: ClaimedRow, m: MessageView) -> Payload:
+    payload = _message_base(row, m)
+    if m.deleted_at is not None:
+        return compact({**payload, "deletedAt": iso(m.deleted_at)})
+    return compact({**payload, "body": m.body, "editedAt": iso(m.edited_at)})
+
+
+def message_deleted(row: ClaimedRow, m: MessageView) -> Payload:
+    payload = _message_base(row, m)
+    if m.deleted_at is None:
+        raise InvalidRow("StateMismatch: MessageDeleted for a message that is not deleted")
+    return {**payload, "deletedAt": iso(m.deleted_at)}
+
+
+def read_receipt_updated(row: ClaimedRow, p: ParticipantView) -> Payload:
+    no_session_kind(row)
+    require_chat_group(row, p.chat_id)
+    return {**ids(chatId=p.chat_id, userId=p.user_id), "lastReadSeq": p.last_read_seq}
+
+
+def chat_updated(row: ClaimedRow, e: ChatEventView) -> Payload:
+    no_session_kind(row)
+    if row.target_kind == RealtimeTargetKind.CHAT_GROUP:
+        require_chat_group(row, e.chat_id)
+    elif row.chat_id not in (None, e.chat_id):
+        raise InvalidRow("ReferenceMismatch: ChatUpdated refers to another chat")
+    payload: Payload = {
+        **ids(
+            chatId=e.chat_id,
+            chatEventId=e.id,
+            actorUserId=e.actor_user_id,
+            userId=e.subject_user_id,
+        ),
+        "change": e.kind,
+        "at": iso(e.created_at),
+    }
+    if e.kind == "TitleChanged":
+        payload["title"] = e.title
+    return payload
+
+
+CONTRACTS: dict[str, Contract] = {
+    K.MESSAGE_RECEIVED: Contract("messages", "message_id", message_received),
+    K.MESSAGE_EDITED: Contract("messages", "message_id", message_edited),
+    K.MESSAGE_DELETED: Contract("messages", "message_id", message_deleted),
+    K.READ_RECEIPT_UPDATED: Contract("participants", "ref_id", read_receipt_updated),
+    K.CHAT_UPDATED: Contract("chat_events", "ref_id", chat_updated),
+}

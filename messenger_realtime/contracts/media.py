@@ -1,0 +1,118 @@
+"""Media contracts: SessionKind picks the shape and the group.
+
+Direct     -> the 1:1-call contract to user:{TargetUserId} (caller or callee);
+Conference -> the conference contract to chat:{ChatId}.
+Invitations (CallInvited, ConferenceInvited, ConferenceStarted) carry `media.roomName`;
+the hub completes it per recipient with a MediaJoinModel (room token, TURN credentials)
+at delivery, so no secret is ever stored, queued or logged (messenger_realtime/media.py).
+"""
+
+from ..enums import RealtimeDispatchKind as K
+from ..enums import SessionKind
+from ..payloads import InvalidRow
+from ..port import CallParticipantView, CallView, RecordingView
+from ..store import ClaimedRow
+from .base import Contract, Payload, compact, ids, iso, require_chat_group, require_user
+
+MEDIA_INVITES = {K.CALL_INVITED, K.CONFERENCE_INVITED, K.CONFERENCE_STARTED}
+
+
+def session_payload(row: ClaimedRow, call: CallView) -> Payload:
+    """Validate the row's SessionKind and target against the call; the base contract."""
+    if row.session_kind is None:
+        raise InvalidRow(f"MissingSessionKind: {row.kind} needs Direct or Conference")
+    if row.session_kind != call.session_kind:
+        raise InvalidRow(
+            f"SessionKindMismatch: row says {row.session_kind}, the session is {call.session_kind}"
+        )
+    if call.session_kind == SessionKind.DIRECT:
+        require_user(row, call.initiator_user_id, call.callee_user_id)
+        payload: Payload = {
+            "sessionKind": SessionKind.DIRECT,
+            **ids(
+                callId=call.id,
+                chatId=call.chat_id,
+                callerUserId=call.initiator_user_id,
+                calleeUserId=call.callee_user_id,
+                endedByUserId=call.ended_by_user_id,
+            ),
+        }
+    else:
+        require_chat_group(row, call.chat_id)
+        payload = {
+            "sessionKind": SessionKind.CONFERENCE,
+            **ids(
+                conferenceId=call.id,
+                chatId=call.chat_id,
+                startedByUserId=call.initiator_user_id,
+                invitedUserId=call.invited_user_id,
+                endedByUserId=call.ended_by_user_id,
+            ),
+        }
+    payload.update(
+        status=call.status,
+        createdAt=iso(call.created_at),
+        answeredAt=iso(call.answered_at),
+        endedAt=iso(call.ended_at),
+    )
+    if row.kind in MEDIA_INVITES:
+        payload["media"] = {"roomName": call.room_name}
+    return compact(payload)
+
+
+def call_event(row: ClaimedRow, call: CallView) -> Payload:
+    return session_payload(row, call)
+
+
+def participant_event(row: ClaimedRow, p: CallParticipantView) -> Payload:
+    payload = session_payload(row, p.call)
+    payload["participant"] = compact(
+        {
+            **ids(participantId=p.id, userId=p.user_id),
+            "joinedAt": iso(p.joined_at),
+            "leftAt": iso(p.left_at),
+            "screenSharing": p.screen_sharing,
+        }
+    )
+    return payload
+
+
+def recording_event(row: ClaimedRow, r: RecordingView) -> Payload:
+    payload = session_payload(row, r.call)
+    payload["recording"] = compact(
+        {
+            **ids(recordingId=r.id, startedByUserId=r.started_by_user_id),
+            "status": r.status,
+            "startedAt": iso(r.started_at),
+            "stoppedAt": iso(r.stopped_at),
+            "fileUrl": r.file_url or None,
+            "failureCode": r.failure_code or None,
+        }
+    )
+    return payload
+
+
+_CALLS = (
+    K.CALL_INVITED,
+    K.CALL_ANSWERED,
+    K.CALL_DECLINED,
+    K.CALL_MISSED,
+    K.CALL_CANCELLED,
+    K.CALL_ENDED,
+    K.CONFERENCE_INVITED,
+    K.CONFERENCE_STARTED,
+    K.CONFERENCE_ENDED,
+)
+_PARTICIPANTS = (
+    K.CONFERENCE_PARTICIPANT_JOINED,
+    K.CONFERENCE_PARTICIPANT_LEFT,
+    K.SCREEN_SHARE_STARTED,
+    K.SCREEN_SHARE_STOPPED,
+)
+_RECORDINGS = (K.RECORDING_STARTED, K.RECORDING_STOPPED, K.RECORDING_AVAILABLE, K.RECORDING_FAILED)
+
+CONTRACTS: dict[str, Contract] = {
+    **{kind: Contract("calls", "ref_id", call_event) for kind in _CALLS},
+    **{kind: Contract("call_participants", "ref_id", participant_event) for kind in _PARTICIPANTS},
+    **{kind: Contract("recordings", "ref_id", recording_event) for kind in _RECORDINGS},
+}

@@ -1,0 +1,141 @@
+"""Chats and membership. Each use case: domain change + outbox rows, one transaction."""
+
+from collections.abc import Iterable
+from uuid import UUID
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from messenger_realtime import outbox
+from messenger_realtime.control import membership_changed
+from messenger_realtime.enums import RealtimeDispatchKind as Kind
+from messenger_realtime.enums import RealtimeTargetKind as Target
+from messenger_realtime.outbox import OutboxIntent
+
+from ..models import Chat, ChatEvent, Participant, User
+from .errors import DomainError, NotFound
+
+MAX_TITLE = 200
+
+
+def active_participant(chat_id: UUID, user_id: UUID) -> Participant:
+    """The caller's active participation; a non-participant learns nothing (404)."""
+    try:
+        return Participant.objects.get(chat_id=chat_id, user_id=user_id, is_active=True)
+    except Participant.DoesNotExist as exc:
+        raise NotFound("chat not found") from exc
+
+
+def _chat_updated(
+    chat_id: UUID,
+    kind: str,
+    actor_id: UUID | None,
+    *,
+    subject_id: UUID | None = None,
+    title: str = "",
+    notify: Iterable[UUID] = (),
+) -> ChatEvent:
+    """A feed entry, ChatUpdated for the chat's group and for each user in `notify`."""
+    event = ChatEvent.objects.create(
+        chat_id=chat_id, kind=kind, actor_id=actor_id, subject_user_id=subject_id, title=title
+    )
+    intents = [OutboxIntent(Kind.CHAT_UPDATED, Target.CHAT_GROUP, chat_id=chat_id, ref_id=event.id)]
+    intents += [
+        OutboxIntent(
+            Kind.CHAT_UPDATED, Target.USER, chat_id=chat_id, target_user_id=uid, ref_id=event.id
+        )
+        for uid in notify
+    ]
+    outbox.enqueue_many(intents)
+    return event
+
+
+def _existing_users(user_ids: Iterable[UUID]) -> list[UUID]:
+    wanted = list(dict.fromkeys(user_ids))
+    found = set(User.objects.filter(id__in=wanted, is_active=True).values_list("id", flat=True))
+    missing = [str(u) for u in wanted if u not in found]
+    if missing:
+        raise DomainError(f"unknown users: {', '.join(missing)}")
+    return wanted
+
+
+def create_chat(creator_id: UUID, member_ids: Iterable[UUID], title: str = "") -> Chat:
+    if len(title) > MAX_TITLE:
+        raise DomainError(f"title is longer than {MAX_TITLE} characters")
+    members = _existing_users([creator_id, *member_ids])
+    if len(members) < 2:
+        raise DomainError("a chat needs at least one other member")
+    kind = Chat.Kind.DIRECT if len(members) == 2 and not title else Chat.Kind.GROUP
+    with transaction.atomic():
+        chat = Chat.objects.create(title=title, kind=kind)
+        Participant.objects.bulk_create([Participant(chat=chat, user_id=uid) for uid in members])
+        _chat_updated(chat.id, ChatEvent.Kind.CREATED, creator_id, title=title, notify=members)
+        membership_changed(*members)
+    return chat
+
+
+def rename_chat(actor_id: UUID, chat_id: UUID, title: str) -> Chat:
+    if not title.strip() or len(title) > MAX_TITLE:
+        raise DomainError(f"title must be 1-{MAX_TITLE} characters")
+    with transaction.atomic():
+        active_participant(chat_id, actor_id)
+        chat = Chat.objects.select_for_update().get(id=chat_id)
+        chat.title, chat.kind = title, Chat.Kind.GROUP
+        chat.save(update_fields=["title", "kind"])
+        Chat.objects.filter(id=chat_id).update(updated_at=Now())
+        _chat_updated(chat_id, ChatEvent.Kind.TITLE_CHANGED, actor_id, title=title)
+    return chat
+
+
+def add_participant(actor_id: UUID, chat_id: UUID, user_id: UUID) -> Participant:
+    _existing_users([user_id])
+    with transaction.atomic():
+        active_participant(chat_id, actor_id)
+        participant, _ = Participant.objects.update_or_create(
+            chat_id=chat_id, user_id=user_id, defaults={"is_active": True}
+        )
+        _chat_updated(
+            chat_id,
+            ChatEvent.Kind.PARTICIPANT_ADDED,
+            actor_id,
+            subject_id=user_id,
+            notify=[user_id],
+        )
+        membership_changed(user_id)
+    return participant
+
+
+def remove_participant(actor_id: UUID, chat_id: UUID, user_id: UUID) -> None:
+    with transaction.atomic():
+        active_participant(chat_id, actor_id)
+        removed = Participant.objects.filter(
+            chat_id=chat_id, user_id=user_id, is_active=True
+        ).update(is_active=False)
+        if not removed:
+            raise NotFound("participant not found")
+        _chat_updated(
+            chat_id,
+            ChatEvent.Kind.PARTICIPANT_REMOVED,
+            actor_id,
+            subject_id=user_id,
+            notify=[user_id],
+        )
+        membership_changed(user_id)
+
+
+def mark_read(user_id: UUID, chat_id: UUID, seq: int) -> Participant:
+    """Move the read marker forward (never back); ReadReceiptUpdated when it moves."""
+    with transaction.atomic():
+        participant = active_participant(chat_id, user_id)
+        last_seq = Chat.objects.values_list("last_seq", flat=True).get(id=chat_id)
+        if not 0 <= seq <= last_seq:
+            raise DomainError(f"seq must be between 0 and {last_seq}")
+        moved = Participant.objects.filter(id=participant.id, last_read_seq__lt=seq).update(
+            last_read_seq=seq
+        )
+        if moved:
+            participant.last_read_seq = seq
+            outbox.enqueue(
+                Kind.READ_RECEIPT_UPDATED, chat_id=chat_id, ref_id=participant.id, seq=None
+            )
+    return participant

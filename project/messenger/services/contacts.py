@@ -1,0 +1,121 @@
+"""Contacts (request, accept, remove) and the blacklist."""
+
+from uuid import UUID
+
+from django.db import transaction
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from messenger_realtime import outbox
+from messenger_realtime.enums import RealtimeDispatchKind as Kind
+from messenger_realtime.enums import RealtimeTargetKind as Target
+
+from ..models import BlacklistEntry, Contact, User
+from .errors import Conflict, DomainError, Forbidden, NotFound
+
+
+def _user(user_id: UUID) -> User:
+    try:
+        return User.objects.get(id=user_id, is_active=True)
+    except User.DoesNotExist as exc:
+        raise NotFound("user not found") from exc
+
+
+def _blocked(owner_id: UUID, other_id: UUID) -> bool:
+    return BlacklistEntry.objects.filter(
+        owner_id=owner_id, blocked_user_id=other_id, is_active=True
+    ).exists()
+
+
+def request_contact(requester_id: UUID, addressee_id: UUID) -> Contact:
+    if requester_id == addressee_id:
+        raise DomainError("you cannot add yourself")
+    _user(addressee_id)
+    with transaction.atomic():
+        live = Contact.objects.filter(
+            Q(requester_id=requester_id, addressee_id=addressee_id)
+            | Q(requester_id=addressee_id, addressee_id=requester_id),
+            status__in=[Contact.Status.PENDING, Contact.Status.ACCEPTED],
+        )
+        if live.exists():
+            raise Conflict("a contact or request already exists")
+        contact = Contact.objects.create(requester_id=requester_id, addressee_id=addressee_id)
+        if not _blocked(addressee_id, requester_id):  # a blocked requester stays unheard
+            outbox.enqueue(
+                Kind.CONTACT_REQUEST_RECEIVED,
+                target_kind=Target.USER,
+                target_user_id=addressee_id,
+                ref_id=contact.id,
+            )
+    return contact
+
+
+def _contact_of(user_id: UUID, contact_id: UUID) -> Contact:
+    try:
+        contact = Contact.objects.select_for_update().get(id=contact_id)
+    except Contact.DoesNotExist as exc:
+        raise NotFound("contact not found") from exc
+    if user_id not in (contact.requester_id, contact.addressee_id):
+        raise NotFound("contact not found")
+    return contact
+
+
+def accept_contact(addressee_id: UUID, contact_id: UUID) -> Contact:
+    with transaction.atomic():
+        contact = _contact_of(addressee_id, contact_id)
+        if contact.addressee_id != addressee_id:
+            raise Forbidden("only the addressee accepts a request")
+        if contact.status != Contact.Status.PENDING:
+            raise Conflict(f"the request is {contact.status}")
+        Contact.objects.filter(id=contact.id).update(
+            status=Contact.Status.ACCEPTED, updated_at=Now()
+        )
+        outbox.enqueue(
+            Kind.CONTACT_REQUEST_ACCEPTED,
+            target_kind=Target.USER,
+            target_user_id=contact.requester_id,
+            ref_id=contact.id,
+        )
+    contact.refresh_from_db()
+    return contact
+
+
+def remove_contact(user_id: UUID, contact_id: UUID) -> Contact:
+    with transaction.atomic():
+        contact = _contact_of(user_id, contact_id)
+        if contact.status == Contact.Status.REMOVED:
+            raise Conflict("the contact is already removed")
+        Contact.objects.filter(id=contact.id).update(
+            status=Contact.Status.REMOVED, removed_by_id=user_id, updated_at=Now()
+        )
+        other = contact.addressee_id if user_id == contact.requester_id else contact.requester_id
+        outbox.enqueue(
+            Kind.CONTACT_REMOVED, target_kind=Target.USER, target_user_id=other, ref_id=contact.id
+        )
+    contact.refresh_from_db()
+    return contact
+
+
+def set_blocked(owner_id: UUID, user_id: UUID, blocked: bool) -> BlacklistEntry:
+    """Block or unblock; BlacklistChanged goes to the owner's own devices only."""
+    if owner_id == user_id:
+        raise DomainError("you cannot block yourself")
+    _user(user_id)
+    with transaction.atomic():
+        entry, created = BlacklistEntry.objects.select_for_update().get_or_create(
+            owner_id=owner_id, blocked_user_id=user_id, defaults={"is_active": blocked}
+        )
+        if not created and entry.is_active == blocked:
+            return entry  # nothing changed: no event
+        if not created:
+            BlacklistEntry.objects.filter(id=entry.id).update(is_active=blocked, updated_at=Now())
+        if created and not blocked:
+            return entry
+        outbox.enqueue(
+            Kind.BLACKLIST_CHANGED,
+            target_kind=Target.USER,
+            target_user_id=owner_id,
+            ref_id=entry.id,
+        )
+    entry.refresh_from_db()
+    return entry

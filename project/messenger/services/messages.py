@@ -1,0 +1,103 @@
+"""Messages: post (gapless per-chat Seq), edit within 60 s, delete."""
+
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from messenger_realtime import outbox
+from messenger_realtime.enums import RealtimeDispatchKind as Kind
+
+from ..models import Chat, Message
+from .chats import active_participant
+from .errors import DomainError, Forbidden, NotFound
+
+EDIT_WINDOW = timedelta(seconds=60)
+MAX_BODY = 10_000
+
+
+def _content(kind: str, body: str, file_meta: Any, card_text: str) -> dict[str, Any]:
+    if kind == Message.Kind.TEXT:
+        if not body.strip() or len(body) > MAX_BODY:
+            raise DomainError(f"body must be 1-{MAX_BODY} characters")
+        return {"body": body}
+    if kind == Message.Kind.FILE:
+        if not isinstance(file_meta, dict) or not file_meta.get("name"):
+            raise DomainError("fileMeta must be an object with at least a name")
+        return {"file_meta": file_meta}
+    if kind == Message.Kind.CARD:
+        if not card_text.strip() or len(card_text) > MAX_BODY:
+            raise DomainError(f"cardText must be 1-{MAX_BODY} characters")
+        return {"card_text": card_text}
+    raise DomainError(f"kind must be one of {', '.join(Message.Kind.values)}")
+
+
+def post_message(
+    sender_id: UUID,
+    chat_id: UUID,
+    body: str = "",
+    *,
+    kind: str = "Text",
+    file_meta: Any = None,
+    card_text: str = "",
+) -> Message:
+    content = _content(kind, body, file_meta, card_text)
+    with transaction.atomic():
+        active_participant(chat_id, sender_id)
+        # The chat row lock serialises senders of one chat: Seq is gapless and ordered.
+        chat = Chat.objects.select_for_update().get(id=chat_id)
+        chat.last_seq += 1
+        chat.save(update_fields=["last_seq"])
+        message = Message.objects.create(
+            chat=chat, seq=chat.last_seq, sender_id=sender_id, kind=kind, **content
+        )
+        outbox.enqueue(
+            Kind.MESSAGE_RECEIVED, chat_id=chat_id, message_id=message.id, seq=message.seq
+        )
+    return message
+
+
+def _own_message(sender_id: UUID, chat_id: UUID, message_id: UUID) -> Message:
+    active_participant(chat_id, sender_id)
+    try:
+        message = Message.objects.select_for_update().get(id=message_id, chat_id=chat_id)
+    except Message.DoesNotExist as exc:
+        raise NotFound("message not found") from exc
+    if message.sender_id != sender_id:
+        raise Forbidden("only the sender may change a message")
+    if message.deleted_at is not None:
+        raise NotFound("message not found")
+    return message
+
+
+def edit_message(sender_id: UUID, chat_id: UUID, message_id: UUID, body: str) -> Message:
+    content = _content(Message.Kind.TEXT, body, None, "")
+    with transaction.atomic():
+        message = _own_message(sender_id, chat_id, message_id)
+        if message.kind != Message.Kind.TEXT:
+            raise DomainError("only text messages can be edited")
+        # The window is measured on the database clock, like sent_at itself.
+        edited = Message.objects.filter(id=message.id, sent_at__gte=Now() - EDIT_WINDOW).update(
+            body=content["body"], edited_at=Now()
+        )
+        if not edited:
+            raise Forbidden("messages can be edited within 60 seconds of sending")
+        message.refresh_from_db()
+        outbox.enqueue(Kind.MESSAGE_EDITED, chat_id=chat_id, message_id=message.id, seq=message.seq)
+    return message
+
+
+def delete_message(sender_id: UUID, chat_id: UUID, message_id: UUID) -> Message:
+    with transaction.atomic():
+        message = _own_message(sender_id, chat_id, message_id)
+        # The content is gone with the message; the row stays so Seq has no gap.
+        Message.objects.filter(id=message.id).update(
+            deleted_at=Now(), body="", card_text="", file_meta=None
+        )
+        message.refresh_from_db()
+        outbox.enqueue(
+            Kind.MESSAGE_DELETED, chat_id=chat_id, message_id=message.id, seq=message.seq
+        )
+    return message
