@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from . import db, store
 from .backoff import delay_table
@@ -160,6 +160,10 @@ class Dispatcher:
         exhausted = [r for r in rows if r.status == RealtimeOutboxStatus.QUARANTINED]
         pending = [r for r in rows if r.status != RealtimeOutboxStatus.QUARANTINED]
         built = await self._build(pending)
+        invalid = sum(isinstance(event, InvalidRow) for event in built)
+        logger.debug(
+            "batch built", extra={"action": "build", "rows": len(built), "invalid": invalid}
+        )
         for row, event in zip(pending, built, strict=True):
             if self.stop.is_set():  # graceful stop: between rows, never mid-push
                 released.append(row)
@@ -279,6 +283,9 @@ class Dispatcher:
         await self._disconnect()
 
     async def _disconnect(self) -> None:
+        # The domain reads' Django connection lives in sync_to_async's thread: close it
+        # there too, so no session outlives the dispatcher.
+        await sync_to_async(connections.close_all)()
         await self.leader.close()
         conn, self.conn = self.conn, None
         if conn is not None and not conn.closed:

@@ -6,4 +6,5 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("messenger_realtime.hub.routing")),
+    path("", include("project.messenger.api.urls")),
 ]

@@ -42,6 +42,10 @@ ensure_node_modules() {  # the official @microsoft/signalr client (tests, web cl
   fi
 }
 
+ensure_promtool() {  # tests/test_alert_rules.py checks ops/prometheus/*.yml with it
+  command -v promtool >/dev/null || apt_install --no-install-recommends prometheus
+}
+
 port_open() {  # host port
   python3 -c 'import socket,sys; s=socket.socket(); s.settimeout(0.5); sys.exit(s.connect_ex((sys.argv[1], int(sys.argv[2]))))' "$1" "$2"
 }

@@ -14,6 +14,8 @@ from messenger_realtime.enums import RealtimeDispatchKind, RealtimeTargetKind
 from messenger_realtime.groups import chat_group, layer_group
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.payloads import OutgoingEvent
+from messenger_realtime.uuid7 import uuid7
+from project.messenger.models import Chat, Message, User
 
 
 def options(**overrides: Any) -> RealtimeDispatchOptions:
@@ -21,13 +23,16 @@ def options(**overrides: Any) -> RealtimeDispatchOptions:
 
 
 def enqueue_message(chat_id: UUID | None = None, seq: int = 1) -> RealtimeOutboxEntry:
-    """Commit one MessageReceived intent, as an owner would."""
+    """Commit a message (in chat `chat_id`, made if new) and its MessageReceived intent."""
     with transaction.atomic():
+        chat, _ = Chat.objects.get_or_create(id=chat_id or uuid7(), defaults={"last_seq": seq})
+        sender = User.objects.create(username=f"sender-{uuid4().hex}")
+        message = Message.objects.create(chat=chat, seq=seq, sender=sender, body=f"body {seq}")
         return outbox.enqueue(
             RealtimeDispatchKind.MESSAGE_RECEIVED,
             target_kind=RealtimeTargetKind.CHAT_GROUP,
-            chat_id=chat_id or uuid4(),
-            message_id=uuid4(),
+            chat_id=chat.id,
+            message_id=message.id,
             seq=seq,
         )
 

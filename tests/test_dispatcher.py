@@ -72,12 +72,13 @@ def test_pending_message_is_pushed_to_its_chat_group_and_marked_done(redis_url: 
     assert message["type"] == "realtime.event"
     assert message["event"] == "message_received"
     assert message["group"] == f"chat:{chat}"
-    assert message["payload"] == {
-        "kind": "MessageReceived",
-        "chatId": str(chat),
-        "messageId": str(entry.message_id),
-        "seq": 42,
-    }
+    payload = message["payload"]
+    assert (payload["chatId"], payload["messageId"], payload["seq"]) == (
+        str(chat),
+        str(entry.message_id),
+        42,
+    )
+    assert payload["body"] == "body 42"  # the typed contract, built from the domain
     assert (result.dispatched, result.retried, result.quarantined) == (1, 0, 0)
     stored = RealtimeOutboxEntry.objects.get(id=entry.id)
     assert (stored.status, stored.attempts, stored.last_error) == ("Done", 1, None)

@@ -329,15 +329,19 @@ def test_server_events_are_invocations_without_an_id_carrying_one_payload(
         while not any(e.get("target") == "message_received" for e in events):
             events += records(ws)
     (event,) = [e for e in events if e.get("target") == "message_received"]
+    message.refresh_from_db()
     assert event == {
         "type": 1,
         "target": "message_received",
         "arguments": [
             {
-                "kind": "MessageReceived",
                 "chatId": str(chat.id),
                 "messageId": str(message.id),
                 "seq": 1,
+                "senderUserId": str(alice.id),
+                "kind": "Text",
+                "sentAt": message.sent_at.isoformat(),
+                "body": "hello",
             }
         ],
     }

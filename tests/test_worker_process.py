@@ -169,12 +169,8 @@ def test_sigterm_stops_between_rows_keeps_progress_and_releases_the_lock(
     entries = [enqueue_message(seq=seq) for seq in range(5)]
     private_redis.freeze()  # the first push hangs: the worker is mid-row
     worker = start_worker(env=dict(worker_env, REDIS_URL=private_redis.url), publish_timeout=60)
-    ids = [e.id for e in entries]
-    wait_until(
-        lambda: RealtimeOutboxEntry.objects.filter(id__in=ids, attempts=1).count() == 5,
-        what="the batch claim to commit",
-    )
-    worker.signal(signal.SIGTERM)
+    worker.wait_for("batch built")  # claimed and built; the first push now hangs
+    worker.signal(signal.SIGTERM)  # handled at the push's first await: mid-row
     private_redis.thaw()  # the row in hand completes; the rest are not started
     assert worker.wait() == 0
     states = list(RealtimeOutboxEntry.objects.order_by("id").values_list("status", "attempts"))

@@ -1,0 +1,113 @@
+"""A small JSON layer for the REST API: auth, body parsing, errors as 4xx with a reason."""
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from messenger_realtime.conf import load_hub_options
+from messenger_realtime.hub.tokens import InvalidToken, bearer_token, verify_access_token
+
+from ..models import User
+from ..services.errors import DomainError
+
+MAX_BODY_BYTES = 64 * 1024
+
+
+class BadRequest(DomainError):
+    status = 400
+
+
+def caller(request: HttpRequest) -> UUID:
+    """The user behind a request: the same JWT as the hub, or the Django session."""
+    headers = {b"authorization": request.headers.get("Authorization", "").encode("latin-1")}
+    token = bearer_token(headers, {})
+    if token is not None:
+        user_id = verify_access_token(token, load_hub_options())
+    elif request.user.is_authenticated:
+        return UUID(str(request.user.pk))
+    else:
+        raise InvalidToken("no credentials")
+    if not User.objects.filter(id=user_id, is_active=True).exists():
+        raise InvalidToken("unknown user")
+    return user_id
+
+
+def body(request: HttpRequest) -> dict[str, Any]:
+    if len(request.body) > MAX_BODY_BYTES:
+        raise BadRequest(f"request body over {MAX_BODY_BYTES} bytes")
+    if not request.body:
+        return {}
+    try:
+        data = json.loads(request.body)
+    except ValueError as exc:
+        raise BadRequest("the body is not valid JSON") from exc
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    return data
+
+
+def uuid_of(data: dict[str, Any], key: str) -> UUID:
+    try:
+        return UUID(str(data[key]))
+    except KeyError as exc:
+        raise BadRequest(f"{key} is required") from exc
+    except ValueError as exc:
+        raise BadRequest(f"{key} must be a UUID") from exc
+
+
+def text_of(data: dict[str, Any], key: str, default: str | None = None) -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str):
+        raise BadRequest(f"{key} must be a string")
+    return value
+
+
+def int_of(data: dict[str, Any], key: str, default: int | None = None) -> int:
+    value = data.get(key, default)
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BadRequest(f"{key} must be an integer")
+    return value
+
+
+Handler = Callable[..., Any]
+
+
+def endpoint(**methods: Handler) -> Callable[..., HttpResponse]:
+    """A view dispatching by HTTP method to handlers(user_id, request, **url_kwargs).
+
+    A handler returns (status, payload) or a payload (200). Refusals become JSON
+    {"error": reason} with the status of the DomainError; nothing is written then,
+    since every use case runs in one transaction.
+    """
+
+    @csrf_exempt
+    def view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        handler = methods.get(request.method.lower() if request.method else "")
+        if handler is None:
+            allowed = ", ".join(m.upper() for m in methods)
+            response = JsonResponse({"error": f"method not allowed; use {allowed}"}, status=405)
+            response["Allow"] = allowed
+            return response
+        try:
+            user_id = caller(request)
+        except InvalidToken as exc:
+            response = JsonResponse({"error": f"Unauthorized: {exc}"}, status=401)
+            response["WWW-Authenticate"] = 'Bearer realm="messenger"'
+            return response
+        try:
+            result = handler(user_id, request, **kwargs)
+        except DomainError as exc:
+            return JsonResponse({"error": str(exc)}, status=exc.status)
+        status, payload = result if isinstance(result, tuple) else (200, result)
+        if payload is None:
+            return HttpResponse(status=204)
+        return JsonResponse(payload, status=status, safe=False)
+
+    return functools.update_wrapper(view, next(iter(methods.values())))
