@@ -166,7 +166,8 @@ def test_sigterm_stops_between_rows_keeps_progress_and_releases_the_lock(
     worker_env: dict[str, str],
     private_redis: PrivateRedis,
 ) -> None:
-    entries = [enqueue_message(seq=seq) for seq in range(5)]
+    for seq in range(5):
+        enqueue_message(seq=seq)
     private_redis.freeze()  # the first push hangs: the worker is mid-row
     worker = start_worker(env=dict(worker_env, REDIS_URL=private_redis.url), publish_timeout=60)
     worker.wait_for("batch built")  # claimed and built; the first push now hangs
