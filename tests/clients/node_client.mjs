@@ -14,7 +14,17 @@ const connection = new signalR.HubConnectionBuilder()
   .configureLogging(signalR.LogLevel.Warning)
   .build();
 
-for (const name of ["message_received", "chat_updated"]) {
+// Every event of the hub (docs/contracts.md).
+const EVENTS = [
+  "message_received", "message_edited", "message_deleted", "read_receipt_updated",
+  "chat_updated", "contact_request_received", "contact_request_accepted", "contact_removed",
+  "call_invited", "call_answered", "call_declined", "call_missed", "call_cancelled",
+  "call_ended", "conference_invited", "conference_started", "conference_ended",
+  "conference_participant_joined", "conference_participant_left", "recording_started",
+  "recording_stopped", "recording_available", "recording_failed", "screen_share_started",
+  "screen_share_stopped", "blacklist_changed",
+];
+for (const name of EVENTS) {
   connection.on(name, (payload) => print({ event: name, payload }));
 }
 connection.onreconnecting((error) => print({ state: "reconnecting", error: String(error) }));

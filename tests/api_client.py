@@ -1,0 +1,35 @@
+"""A tiny JSON client for the REST API over real HTTP (urllib)."""
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+
+class Api:
+    def __init__(self, base: str, token: str | None) -> None:
+        self.base = base
+        self.token = token
+
+    def call(
+        self, method: str, path: str, data: Any = None, raw: bytes | None = None
+    ) -> tuple[int, Any]:
+        payload = (
+            raw if raw is not None else (json.dumps(data).encode() if data is not None else None)
+        )
+        request = urllib.request.Request(self.base + path, data=payload, method=method)
+        request.add_header("Content-Type", "application/json")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=15) as response:
+                text = response.read()
+                return response.status, json.loads(text) if text else None
+        except urllib.error.HTTPError as error:
+            text = error.read()
+            return error.code, json.loads(text) if text else None
+
+    def ok(self, method: str, path: str, data: Any = None) -> Any:
+        status, body = self.call(method, path, data)
+        assert 200 <= status < 300, (method, path, status, body)
+        return body
