@@ -1,19 +1,35 @@
-"""A log formatter that appends structured `extra` fields as key=value pairs."""
+"""A log formatter: a readable line plus the record's structured `extra` as key=value.
+
+Only plain values are rendered (objects such as Django's `request` are skipped: their
+repr carries the full URL), and access or connection tokens in a URL are redacted in the
+whole line, whoever logged it.
+"""
 
 import logging
+import re
+from uuid import UUID
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+_PLAIN = (str, int, float, bool, UUID, type(None))
+_SECRET_QUERY = re.compile(r"((?:access_token|id)=)[^&\s\"']*")
+
+
+def scrub_query_secrets(text: str) -> str:
+    """Hide access tokens and connection tokens in a logged URL."""
+    return _SECRET_QUERY.sub(r"\1[redacted]", text)
 
 
 class KeyValueFormatter(logging.Formatter):
-    """`time level logger message key=value ...` with the record's extra fields."""
+    """`time level logger message key=value ...` with the record's plain extra fields."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        extras = {k: v for k, v in vars(record).items() if k not in _STANDARD}
+        extras = {
+            k: v for k, v in vars(record).items() if k not in _STANDARD and isinstance(v, _PLAIN)
+        }
         if extras:
             line += " " + " ".join(f"{k}={v}" for k, v in sorted(extras.items()))
-        return line
+        return scrub_query_secrets(line)

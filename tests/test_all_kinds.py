@@ -3,9 +3,9 @@ recording commands) through the real worker and Daphne to connected official cli
 with the contracts' shapes pinned and the media secrets checked."""
 
 import base64
-import json
 import hashlib
 import hmac
+import json
 from collections.abc import Iterator
 from typing import Any
 

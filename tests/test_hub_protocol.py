@@ -9,7 +9,6 @@ from django.core import signing
 
 from messenger_realtime.conf import load_hub_options
 from messenger_realtime.hub import protocol
-from messenger_realtime.hub.daphne_integration import scrub_query_secrets
 from messenger_realtime.hub.protocol import HandshakeError, ProtocolError, RecordBuffer
 from messenger_realtime.hub.tokens import (
     InvalidToken,
@@ -19,6 +18,7 @@ from messenger_realtime.hub.tokens import (
     new_connection_token,
     verify_access_token,
 )
+from messenger_realtime.logformat import scrub_query_secrets
 
 
 def test_record_buffer_splits_several_records_per_frame_and_joins_split_records() -> None:

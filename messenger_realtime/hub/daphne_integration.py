@@ -11,7 +11,6 @@ replaces such values with [redacted].
 
 import asyncio
 import logging
-import re
 import sys
 from typing import Any
 
@@ -19,17 +18,11 @@ from channels.layers import get_channel_layer
 
 from ..conf import load_options
 from ..dispatcher import Dispatcher
+from ..logformat import scrub_query_secrets
 from ..publisher import ChannelLayerPublisher
 from .consumer import LIVE_CONNECTIONS, HubConsumer
 
 logger = logging.getLogger(__name__)
-
-_SECRET_QUERY = re.compile(r"((?:access_token|id)=)[^&\s\"]*")
-
-
-def scrub_query_secrets(text: str) -> str:
-    """Hide access tokens and connection tokens in a logged URL."""
-    return _SECRET_QUERY.sub(r"\1[redacted]", text)
 
 
 class _InProcessDispatcher:

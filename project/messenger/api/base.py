@@ -38,8 +38,6 @@ def caller(request: HttpRequest) -> UUID:
 
 
 def body(request: HttpRequest) -> dict[str, Any]:
-    if len(request.body) > MAX_BODY_BYTES:
-        raise BadRequest(f"request body over {MAX_BODY_BYTES} bytes")
     if not request.body:
         return {}
     try:
@@ -102,6 +100,8 @@ def endpoint(**methods: Handler) -> Callable[..., HttpResponse]:
             response["WWW-Authenticate"] = 'Bearer realm="messenger"'
             return response
         try:
+            if len(request.body) > MAX_BODY_BYTES:  # whether or not the handler reads it
+                raise BadRequest(f"request body over {MAX_BODY_BYTES} bytes")
             result = handler(user_id, request, **kwargs)
         except DomainError as exc:
             return JsonResponse({"error": str(exc)}, status=exc.status)
