@@ -48,6 +48,8 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
     rule("E009", "LOCK_KEY", bool(str(values.get("LOCK_KEY", "x")).strip()), "must not be empty")
     rule("E010", "RETENTION_BATCH", values.get("RETENTION_BATCH", 1) > 0, "must be > 0")
     rule("E010", "MAX_MESSAGE_SIZE", values.get("MAX_MESSAGE_SIZE", 1) > 0, "must be > 0")
+    port = values.get("METRICS_PORT", 0)
+    rule("E010", "METRICS_PORT", 0 <= port <= 65535, "must be 0 (off) or a TCP port")
     rule(
         "E011",
         "DOMAIN_PORT",

@@ -32,6 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "LOCK_TTL": 30.0,
     "LOCK_KEY": "job:scheduled:messenger-realtime-dispatch",
     "REALTIME_BACKPLANE_ENABLED": True,
+    "METRICS_PORT": 9108,  # the worker's /metrics and /health/*; 0 turns it off
     # The hub (/hubs/messenger) and the host's domain port.
     "DOMAIN_PORT": "",  # dotted path of the host's DomainPort implementation
     "JWT_SIGNING_KEY": "",  # HS256 key; a secret: never logged
@@ -65,6 +66,7 @@ _KINDS: dict[str, type] = {
     "JWT_AUDIENCE": str,
     "CORS_ALLOWED_ORIGINS": list,
     "MAX_MESSAGE_SIZE": int,
+    "METRICS_PORT": int,
     "MEDIA_JWT_SIGNING_KEY": str,
     "MEDIA_JWT_ISSUER": str,
     "MEDIA_JWT_AUDIENCE": str,
@@ -92,6 +94,7 @@ class RealtimeDispatchOptions:
     lock_ttl: float
     lock_key: str
     realtime_backplane_enabled: bool
+    metrics_port: int
 
     def replace(self, **changes: Any) -> "RealtimeDispatchOptions":
         return dataclasses.replace(self, **changes)

@@ -10,14 +10,13 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
 
-from . import db, store
+from . import db, metrics, store
 from .backoff import delay_table
 from .conf import RealtimeDispatchOptions
 from .contracts import build_events
@@ -26,22 +25,12 @@ from .leader import Leader, LeadershipLost
 from .payloads import InvalidRow, OutgoingEvent
 from .port import DomainPort, get_domain_port
 from .publisher import Publisher, describe_error
-from .signals import RealtimeDispatchQuarantinedEvent, realtime_dispatch_quarantined
+from .reporting import PassResult, report_batch
 
 logger = logging.getLogger(__name__)
 
 RECONNECT_DELAY = 1.0  # seconds between attempts to get a lost database session back
-
-
-@dataclass
-class PassResult:
-    dispatched: int = 0
-    retried: int = 0
-    quarantined: int = 0
-    released: int = 0
-    stale: int = 0
-    batches: int = 0
-    duration_ms: float = 0.0
+STATS_INTERVAL = 1.0  # seconds between backlog gauge refreshes
 
 
 class Dispatcher:
@@ -65,6 +54,10 @@ class Dispatcher:
         self.stop = asyncio.Event()
         self.leader = Leader(options.lock_key, options.lock_ttl, alias)
         self.port = port or get_domain_port()
+        # For health checks: leading (lock held) and the last sign of a live loop.
+        self.leading = False
+        self.connected = False  # a working database session (ready to lead or standing by)
+        self.heartbeat = time.monotonic()
         self.conn: psycopg.AsyncConnection[Any] | None = None
 
     # -- lifecycle -----------------------------------------------------------------
@@ -77,11 +70,18 @@ class Dispatcher:
         (once) or stand by and retry every POLLING_INTERVAL.
         """
         try:
+            standing_by = False
             while not self.stop.is_set():
+                self.heartbeat = time.monotonic()
                 try:
                     await self._connect()
+                    self.connected = True
                     if self.use_lock and not await self.leader.try_acquire():
-                        logger.info("dispatch lock busy; skipping run", extra={"action": "skip"})
+                        level = logging.DEBUG if standing_by else logging.INFO
+                        logger.log(
+                            level, "dispatch lock busy; skipping run", extra={"action": "skip"}
+                        )
+                        standing_by = True
                         if once:
                             return
                         await self._sleep(self.options.polling_interval)
@@ -102,9 +102,17 @@ class Dispatcher:
             await self._disconnect()
 
     async def _lead(self, once: bool) -> None:
-        last_retention = float("-inf")
+        last_retention = last_stats = float("-inf")
+        self.leading = True
         while not self.stop.is_set():
             await self.run_pass()  # after (re)connecting this is the catch-up pass
+            self.heartbeat = time.monotonic()
+            metrics.last_pass.set(time.time())
+            if self.heartbeat - last_stats >= STATS_INTERVAL:  # bounded cost under load
+                count, oldest = await store.pending_stats(await self._work_connection())
+                metrics.pending.set(count)
+                metrics.oldest_pending_age.set(oldest)
+                last_stats = self.heartbeat
             if once or time.monotonic() - last_retention >= self.options.retention_interval:
                 await self.run_retention()
                 last_retention = time.monotonic()
@@ -184,6 +192,7 @@ class Dispatcher:
                     extra={
                         "action": "retry",
                         "EntryId": row.id,
+                        "Kind": row.kind,
                         "Attempts": row.attempts,
                         "errorCode": error,
                     },
@@ -204,31 +213,7 @@ class Dispatcher:
         outcomes = await store.record_outcomes(
             conn, done, failed, released, self.options.max_attempts
         )
-        result.dispatched += len(outcomes.done_lags)
-        result.retried += len(outcomes.retried)
-        result.released += len(released)
-        result.stale += outcomes.stale
-        if outcomes.stale:
-            logger.warning(
-                "outcomes skipped: rows changed after their claim",
-                extra={"action": "stale", "rows": outcomes.stale},
-            )
-        quarantined = [(r.id, r.kind, r.chat_id, r.attempts) for r in exhausted]
-        quarantined += outcomes.quarantined
-        result.quarantined += len(quarantined)
-        # Alerts go out only now, after the quarantine has committed.
-        for entry_id, kind, chat_id, attempts in quarantined:
-            alert = RealtimeDispatchQuarantinedEvent(entry_id, kind, chat_id, attempts)
-            logger.error(
-                "quarantined",
-                extra={
-                    "action": "quarantined",
-                    "EntryId": entry_id,
-                    "Kind": kind,
-                    "Attempts": attempts,
-                },
-            )
-            await realtime_dispatch_quarantined.asend(sender=Dispatcher, event=alert)
+        await report_batch(rows, outcomes, exhausted, len(released), result, Dispatcher)
 
     async def _build(
         self, rows: list[store.ClaimedRow]
@@ -283,6 +268,7 @@ class Dispatcher:
         await self._disconnect()
 
     async def _disconnect(self) -> None:
+        self.leading = self.connected = False
         # The domain reads' Django connection lives in sync_to_async's thread: close it
         # there too, so no session outlives the dispatcher.
         await sync_to_async(connections.close_all)()

@@ -121,7 +121,7 @@ class Failure:
 
 @dataclass
 class Outcomes:
-    done_lags: list[float]
+    done: list[tuple[UUID, float]]  # id, lag seconds (now - created_at)
     retried: list[UUID]
     quarantined: list[tuple[UUID, str, UUID | None, int]]  # id, kind, chat_id, attempts
     stale: int  # outcomes skipped because the row changed after its claim
@@ -157,8 +157,8 @@ async def record_outcomes(
     async with conn.transaction():
         if done:
             cur = await conn.execute(MARK_DONE_SQL, _keys(done))
-            outcomes.done_lags = [lag for _id, lag in await cur.fetchall()]
-            outcomes.stale += len(done) - len(outcomes.done_lags)
+            outcomes.done = [(row_id, lag) for row_id, lag in await cur.fetchall()]
+            outcomes.stale += len(done) - len(outcomes.done)
         if failed:
             params = _keys([f.row for f in failed])
             params.update(
@@ -177,6 +177,19 @@ async def record_outcomes(
         if released:
             await conn.execute(RELEASE_SQL, _keys(released))
     return outcomes
+
+
+# Backlog gauges: count and oldest age of Pending rows (the partial index serves it).
+PENDING_STATS_SQL = """
+SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
+FROM messenger.realtime_outbox WHERE status = 'Pending'
+"""
+
+
+async def pending_stats(conn: Conn) -> tuple[int, float]:
+    cur = await conn.execute(PENDING_STATS_SQL)
+    row = await cur.fetchone()
+    return (int(row[0]), float(row[1])) if row else (0, 0.0)
 
 
 async def delete_done(conn: Conn, older_than: float, limit: int) -> int:

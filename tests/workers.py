@@ -91,7 +91,7 @@ class WorkerProcess(LoggedProcess):
     """`manage.py dispatch_realtime` with MESSENGER_REALTIME_* settings and DEBUG logs."""
 
     def __init__(self, env: dict[str, str], *args: str, **settings: object) -> None:
-        env = dict(env, LOG_LEVEL="DEBUG")
+        env = dict(env, LOG_LEVEL="DEBUG", MESSENGER_REALTIME_METRICS_PORT="0")
         env.update({f"MESSENGER_REALTIME_{k.upper()}": str(v) for k, v in settings.items()})
         super().__init__(manage("dispatch_realtime", *args), env)
 

@@ -17,6 +17,7 @@ from uuid import UUID
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from .. import metrics
 from ..conf import load_hub_options
 from ..contracts.media import MEDIA_INVITES
 from ..enums import event_name
@@ -62,6 +63,8 @@ class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             await self.close()  # before accept: the WebSocket upgrade is refused
             return
         await self.accept()
+        metrics.hub_connections.inc()
+        self.accepted = True
         self.records = protocol.RecordBuffer(self.options.max_message_size)
         loop = asyncio.get_running_loop()
         self.opened_at = self.last_received = self.last_sent = loop.time()
@@ -95,6 +98,10 @@ class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def disconnect(self, code: int) -> None:
         LIVE_CONNECTIONS.discard(self)
+        if getattr(self, "accepted", False):
+            self.accepted = False
+            metrics.hub_connections.dec()
+            metrics.hub_disconnects.inc()
         watchdog = getattr(self, "watchdog", None)
         if watchdog is not None:
             watchdog.cancel()

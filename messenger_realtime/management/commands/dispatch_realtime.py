@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from messenger_realtime.conf import load_options
 from messenger_realtime.dispatcher import Dispatcher
+from messenger_realtime.health import serve
 from messenger_realtime.publisher import ChannelLayerPublisher
 
 
@@ -41,8 +42,18 @@ class Command(BaseCommand):
     async def _run(self, options: Any, *, once: bool, use_lock: bool) -> None:
         publisher = ChannelLayerPublisher(get_channel_layer())
         dispatcher = Dispatcher(options, publisher, use_lock=use_lock)
+        try:
+            server = serve(dispatcher, options.metrics_port) if options.metrics_port else None
+        except OSError as exc:
+            raise CommandError(
+                f"cannot serve /metrics on METRICS_PORT {options.metrics_port}: {exc.strerror}"
+            ) from exc
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             # Stop between rows: finish the row in hand, record outcomes, release the lock.
             loop.add_signal_handler(sig, dispatcher.stop.set)
-        await dispatcher.run(once=once)
+        try:
+            await dispatcher.run(once=once)
+        finally:
+            if server is not None:
+                server.shutdown()

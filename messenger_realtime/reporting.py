@@ -1,0 +1,66 @@
+"""What a batch's outcomes tell the outside: pass counters, logs, metrics, alerts.
+
+Called only after the outcome transaction has committed, so nothing is reported that
+did not happen.
+"""
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from . import metrics, store
+from .signals import RealtimeDispatchQuarantinedEvent, realtime_dispatch_quarantined
+
+logger = logging.getLogger("messenger_realtime.dispatcher")
+
+
+@dataclass
+class PassResult:
+    dispatched: int = 0
+    retried: int = 0
+    quarantined: int = 0
+    released: int = 0
+    stale: int = 0
+    batches: int = 0
+    duration_ms: float = 0.0
+
+
+async def report_batch(
+    rows: list[store.ClaimedRow],
+    outcomes: store.Outcomes,
+    exhausted: list[store.ClaimedRow],
+    released: int,
+    result: PassResult,
+    sender: Any,
+) -> None:
+    kinds = {row.id: row.kind for row in rows}
+    for row_id, lag in outcomes.done:
+        metrics.dispatched.labels(kind=kinds[row_id]).inc()
+        metrics.lag.observe(lag)
+    for row_id in outcomes.retried:
+        metrics.retried.labels(kind=kinds[row_id]).inc()
+    result.dispatched += len(outcomes.done)
+    result.retried += len(outcomes.retried)
+    result.released += released
+    result.stale += outcomes.stale
+    if outcomes.stale:
+        logger.warning(
+            "outcomes skipped: rows changed after their claim",
+            extra={"action": "stale", "rows": outcomes.stale},
+        )
+    quarantined = [(r.id, r.kind, r.chat_id, r.attempts) for r in exhausted]
+    quarantined += outcomes.quarantined
+    result.quarantined += len(quarantined)
+    for entry_id, kind, chat_id, attempts in quarantined:
+        metrics.quarantined.labels(kind=kind).inc()
+        logger.error(
+            "quarantined",
+            extra={
+                "action": "quarantined",
+                "EntryId": entry_id,
+                "Kind": kind,
+                "Attempts": attempts,
+            },
+        )
+        alert = RealtimeDispatchQuarantinedEvent(entry_id, kind, chat_id, attempts)
+        await realtime_dispatch_quarantined.asend(sender=sender, event=alert)
