@@ -48,6 +48,10 @@ class RealtimeOutboxEntry(models.Model):
         db_table = 'messenger"."realtime_outbox'
         verbose_name = "realtime outbox entry"
         verbose_name_plural = "realtime outbox entries"
+        permissions = [
+            ("requeue_realtimeoutboxentry", "Can requeue quarantined realtime outbox entries"),
+            ("quarantine_realtimeoutboxentry", "Can quarantine pending realtime outbox entries"),
+        ]
         indexes = [
             models.Index(fields=["status", "next_attempt_at"], name="ix_rto_due"),
             models.Index(fields=["chat_id"], name="ix_rto_chat"),
