@@ -16,7 +16,7 @@ import psycopg
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
 
-from . import db, metrics, store
+from . import db, metrics, store, tracing
 from .backoff import delay_table
 from .conf import RealtimeDispatchOptions
 from .contracts import build_events
@@ -26,6 +26,7 @@ from .payloads import InvalidRow, OutgoingEvent
 from .port import DomainPort, get_domain_port
 from .publisher import Publisher, describe_error
 from .reporting import PassResult, report_batch
+from .uuid7 import uuid7
 
 logger = logging.getLogger(__name__)
 
@@ -131,19 +132,9 @@ class Dispatcher:
         conn = await self._work_connection()
         result = PassResult()
         started = time.monotonic()
-        opts = self.options
-        while not self.stop.is_set():
-            if self.use_lock:
-                await self.leader.ensure_held()
-            delays = delay_table(opts, self.rand)
-            rows = await store.claim(conn, opts.batch_size, delays, opts.max_attempts)
-            if not rows:
-                break
-            result.batches += 1
-            logger.info("batch claimed", extra={"action": "claim", "rows": len(rows)})
-            await self._dispatch_batch(conn, rows, result)
-            if len(rows) < opts.batch_size or time.monotonic() - started >= opts.max_run_duration:
-                break
+        job_run_id = uuid7().hex
+        with tracing.pass_span(job_run_id):
+            await self._batches(conn, result, started)
         result.duration_ms = round((time.monotonic() - started) * 1000, 1)
         level = logging.INFO if result.batches else logging.DEBUG
         logger.log(
@@ -155,9 +146,28 @@ class Dispatcher:
                 "retried": result.retried,
                 "quarantined": result.quarantined,
                 "DurationMs": result.duration_ms,
+                "jobRunId": job_run_id,
             },
         )
         return result
+
+    async def _batches(
+        self, conn: psycopg.AsyncConnection[Any], result: PassResult, started: float
+    ) -> None:
+        opts = self.options
+        while not self.stop.is_set():
+            if self.use_lock:
+                await self.leader.ensure_held()
+            delays = delay_table(opts, self.rand)
+            rows = await store.claim(conn, opts.batch_size, delays, opts.max_attempts)
+            if not rows:
+                return
+            result.batches += 1
+            logger.info("batch claimed", extra={"action": "claim", "rows": len(rows)})
+            await self._dispatch_batch(conn, rows, result)
+            self.heartbeat = time.monotonic()
+            if len(rows) < opts.batch_size or time.monotonic() - started >= opts.max_run_duration:
+                return
 
     async def _dispatch_batch(
         self, conn: psycopg.AsyncConnection[Any], rows: list[store.ClaimedRow], result: PassResult
@@ -183,7 +193,9 @@ class Dispatcher:
                 failed.append(store.Failure(row, describe_error(event)))
                 continue
             try:
-                await asyncio.wait_for(self.publisher.publish(event), self.options.publish_timeout)
+                with tracing.row_span(row):
+                    timeout = self.options.publish_timeout
+                    await asyncio.wait_for(self.publisher.publish(event), timeout)
             except Exception as exc:  # any push failure is transient: retry after backoff
                 error = describe_error(exc)
                 failed.append(store.Failure(row, error))

@@ -1,0 +1,44 @@
+"""OpenTelemetry spans for the dispatcher: one per pass (jobRunId), a child per row.
+
+Only when the process has an SDK tracer provider configured (for example by
+opentelemetry-instrument or the host's settings); otherwise the spans are not even
+created, so tracing costs nothing.
+"""
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from opentelemetry import trace
+
+from .store import ClaimedRow
+
+_tracer = trace.get_tracer("messenger_realtime.dispatcher")
+
+
+def enabled() -> bool:
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+@contextlib.contextmanager
+def pass_span(job_run_id: str) -> Iterator[Any]:
+    if not enabled():
+        yield None
+        return
+    with _tracer.start_as_current_span(
+        "realtime_dispatch.pass", attributes={"jobRunId": job_run_id}
+    ) as span:
+        yield span
+
+
+@contextlib.contextmanager
+def row_span(row: ClaimedRow) -> Iterator[Any]:
+    if not enabled():
+        yield None
+        return
+    attributes: dict[str, str | int] = {"Kind": row.kind, "EntryId": str(row.id)}
+    attributes["Attempts"] = row.attempts
+    if row.chat_id is not None:
+        attributes["ChatId"] = str(row.chat_id)
+    with _tracer.start_as_current_span("realtime_dispatch.row", attributes=attributes) as span:
+        yield span
