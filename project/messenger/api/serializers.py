@@ -29,7 +29,12 @@ def message(m: Message) -> dict[str, Any]:
 
 
 def participant(p: Participant) -> dict[str, Any]:
-    return {"userId": str(p.user_id), "lastReadSeq": p.last_read_seq, "active": p.is_active}
+    return {
+        "userId": str(p.user_id),
+        "displayName": p.user.display_name or p.user.username,
+        "lastReadSeq": p.last_read_seq,
+        "active": p.is_active,
+    }
 
 
 def chat(c: Chat, participants: list[Participant]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ def _members(data: dict[str, Any]) -> list[UUID]:
 
 def _chat_out(chat_id: UUID) -> dict[str, Any]:
     chat = Chat.objects.get(id=chat_id)
-    return out.chat(chat, list(Participant.objects.filter(chat_id=chat_id)))
+    return out.chat(chat, list(Participant.objects.filter(chat_id=chat_id).select_related("user")))
 
 
 def list_chats(user: UUID, request: R) -> Any:
@@ -83,7 +83,8 @@ def delete_message(user: UUID, request: R, chat_id: UUID, message_id: UUID) -> A
 
 
 def mark_read(user: UUID, request: R, chat_id: UUID) -> Any:
-    return out.participant(services.mark_read(user, chat_id, int_of(body(request), "seq")))
+    participant = services.mark_read(user, chat_id, int_of(body(request), "seq"))
+    return out.participant(Participant.objects.select_related("user").get(id=participant.id))
 
 
 def add_participant(user: UUID, request: R, chat_id: UUID) -> Any:

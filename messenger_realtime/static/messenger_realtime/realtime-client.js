@@ -1,0 +1,191 @@
+// Messenger realtime web client: the hub's events plus REST resync, as the spec asks of
+// clients. Realtime is not the source of truth: delivery is at-least-once and unordered
+// across retries, so each chat's history is kept by Seq, duplicates are dropped by
+// (chatId, seq) and messageId, edits and deletes apply idempotently, gaps are filled from
+// list-messages, and every open chat is resynced on start and after each reconnect.
+//
+// The SignalR client is injected (`signalR`: the @microsoft/signalr namespace), so this
+// module runs in browsers (the package's browser build) and under Node (its npm import).
+
+/** One chat's messages, keyed by Seq. */
+export class ChatTimeline {
+  constructor(chatId) {
+    this.chatId = chatId;
+    this.bySeq = new Map();
+  }
+
+  /** Insert or update from a REST message or a realtime payload; true if anything changed. */
+  apply(message) {
+    if (message.chatId !== this.chatId || !Number.isInteger(message.seq)) return false;
+    const known = this.bySeq.get(message.seq);
+    if (known && known.messageId !== message.messageId) return false; // not ours to replace
+    const merged = mergeMessage(known, message);
+    if (known && sameMessage(known, merged)) return false; // a duplicate delivery
+    this.bySeq.set(message.seq, merged);
+    return true;
+  }
+
+  /** The highest Seq up to which nothing is missing. */
+  contiguousSeq() {
+    let seq = 0;
+    while (this.bySeq.has(seq + 1)) seq += 1;
+    return seq;
+  }
+
+  hasGap() {
+    return this.bySeq.size > this.contiguousSeq();
+  }
+
+  messages() {
+    return [...this.bySeq.values()].sort((a, b) => a.seq - b.seq);
+  }
+}
+
+function mergeMessage(known, incoming) {
+  const merged = { ...(known || {}), ...incoming };
+  // Deleted wins over anything that arrives later (a retried received/edited event).
+  if ((known && known.deletedAt) || incoming.deletedAt) {
+    merged.deletedAt = (known && known.deletedAt) || incoming.deletedAt;
+    delete merged.body;
+    delete merged.fileMeta;
+    delete merged.cardText;
+  } else if (known && known.editedAt && !incoming.editedAt) {
+    merged.body = known.body; // an older, unedited copy must not undo an edit
+    merged.editedAt = known.editedAt;
+  } else if (known && known.editedAt && incoming.editedAt && incoming.editedAt < known.editedAt) {
+    merged.body = known.body;
+    merged.editedAt = known.editedAt;
+  }
+  return merged;
+}
+
+function sameMessage(a, b) {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+const MESSAGE_EVENTS = ["message_received", "message_edited", "message_deleted"];
+const OTHER_EVENTS = [
+  "read_receipt_updated", "chat_updated", "call_invited", "call_answered", "call_declined",
+  "call_missed", "call_cancelled", "call_ended", "conference_invited", "conference_started",
+  "conference_ended", "contact_request_received", "blacklist_changed",
+];
+
+/** Keeps one user's open chats in sync; dispatches "messages", "state" and hub events. */
+export class RealtimeClient extends EventTarget {
+  constructor({ signalR, hubUrl = "/hubs/messenger", apiBase = "", getToken, fetchImpl }) {
+    super();
+    this.signalR = signalR;
+    this.hubUrl = hubUrl;
+    this.apiBase = apiBase;
+    this.getToken = getToken;
+    this.fetch = fetchImpl || globalThis.fetch.bind(globalThis);
+    this.timelines = new Map();
+    this.state = "disconnected";
+  }
+
+  async start() {
+    const retryForever = { nextRetryDelayInMilliseconds: (ctx) => Math.min(1000 * (ctx.previousRetryCount + 1), 5000) };
+    this.connection = new this.signalR.HubConnectionBuilder()
+      .withUrl(this.hubUrl, { accessTokenFactory: () => this.getToken() })
+      .withAutomaticReconnect(retryForever)
+      .configureLogging(this.signalR.LogLevel.Warning)
+      .build();
+    for (const name of MESSAGE_EVENTS) {
+      this.connection.on(name, (payload) => this.receive(payload));
+    }
+    for (const name of OTHER_EVENTS) {
+      this.connection.on(name, (payload) => this.emit(name, payload));
+    }
+    this.connection.onreconnecting(() => this.setState("reconnecting"));
+    this.connection.onreconnected(async () => {
+      this.setState("connected");
+      await this.resyncAll(); // groups are rebuilt server-side; what we missed comes by REST
+    });
+    this.connection.onclose(() => this.setState("disconnected"));
+    this.setState("connecting");
+    await this.connection.start();
+    this.setState("connected");
+    await this.resyncAll();
+  }
+
+  async stop() {
+    if (this.connection) await this.connection.stop();
+  }
+
+  /** Start keeping a chat in sync (loads its history). */
+  async openChat(chatId) {
+    if (!this.timelines.has(chatId)) this.timelines.set(chatId, new ChatTimeline(chatId));
+    await this.resync(chatId);
+    return this.timelines.get(chatId);
+  }
+
+  timeline(chatId) {
+    return this.timelines.get(chatId);
+  }
+
+  async resyncAll() {
+    await Promise.all([...this.timelines.keys()].map((chatId) => this.resync(chatId)));
+  }
+
+  /** Fetch everything after the contiguous Seq (pages of 200) from list-messages. */
+  async resync(chatId) {
+    const timeline = this.timelines.get(chatId);
+    if (!timeline) return;
+    let after = timeline.contiguousSeq();
+    let changed = false;
+    for (;;) {
+      const page = await this.api("GET", `/api/chats/${chatId}/messages?afterSeq=${after}&limit=200`);
+      for (const message of page.messages) changed = timeline.apply(message) || changed;
+      if (page.messages.length < 200) break;
+      after = page.messages[page.messages.length - 1].seq;
+    }
+    if (changed) this.emit("messages", { chatId });
+  }
+
+  receive(payload) {
+    const timeline = this.timelines.get(payload.chatId);
+    if (!timeline) {
+      this.emit("unread", payload);
+      return;
+    }
+    if (timeline.apply(payload)) this.emit("messages", { chatId: payload.chatId });
+    if (timeline.hasGap()) this.resync(payload.chatId); // something before it was missed
+  }
+
+  async send(chatId, body) {
+    const message = await this.api("POST", `/api/chats/${chatId}/messages`, { body });
+    this.receive(message);
+    return message;
+  }
+
+  async edit(chatId, messageId, body) {
+    this.receive(await this.api("PATCH", `/api/chats/${chatId}/messages/${messageId}`, { body }));
+  }
+
+  async remove(chatId, messageId) {
+    await this.api("DELETE", `/api/chats/${chatId}/messages/${messageId}`);
+    const known = this.timelines.get(chatId)?.messages().find((m) => m.messageId === messageId);
+    if (known) this.receive({ chatId, messageId, seq: known.seq, deletedAt: new Date().toISOString() });
+  }
+
+  async api(method, path, body) {
+    const response = await this.fetch(this.apiBase + path, {
+      method,
+      headers: { Authorization: `Bearer ${await this.getToken()}`, "Content-Type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    if (response.status === 204) return null;
+    const data = await response.json();
+    if (!response.ok) throw new Error(data.error || `HTTP ${response.status}`);
+    return data;
+  }
+
+  setState(state) {
+    this.state = state;
+    this.emit("state", { state });
+  }
+
+  emit(type, detail) {
+    this.dispatchEvent(Object.assign(new Event(type), { detail }));
+  }
+}

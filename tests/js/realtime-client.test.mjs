@@ -1,0 +1,113 @@
+// Unit tests of the web client's ordering, dedupe, gap fill and resync (node --test).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { ChatTimeline, RealtimeClient } from "../../messenger_realtime/static/messenger_realtime/realtime-client.js";
+
+const CHAT = "c1";
+const msg = (seq, extra = {}) => ({ chatId: CHAT, messageId: `m${seq}`, seq, body: `b${seq}`, ...extra });
+
+test("a duplicate delivery of the same (chatId, seq) changes nothing", () => {
+  const timeline = new ChatTimeline(CHAT);
+  assert.equal(timeline.apply(msg(1)), true);
+  assert.equal(timeline.apply(msg(1)), false);
+  assert.deepEqual(timeline.messages().map((m) => m.seq), [1]);
+});
+
+test("history is ordered by Seq whatever the arrival order", () => {
+  const timeline = new ChatTimeline(CHAT);
+  for (const seq of [3, 1, 2]) timeline.apply(msg(seq));
+  assert.deepEqual(timeline.messages().map((m) => m.seq), [1, 2, 3]);
+});
+
+test("another message id at a known Seq is refused, other chats are ignored", () => {
+  const timeline = new ChatTimeline(CHAT);
+  timeline.apply(msg(1));
+  assert.equal(timeline.apply({ ...msg(1), messageId: "other" }), false);
+  assert.equal(timeline.apply({ ...msg(2), chatId: "elsewhere" }), false);
+});
+
+test("edits and deletes are idempotent and a late copy never undoes them", () => {
+  const timeline = new ChatTimeline(CHAT);
+  timeline.apply(msg(1));
+  timeline.apply({ ...msg(1), body: "fixed", editedAt: "2026-11-30T07:00:01Z" });
+  timeline.apply(msg(1)); // a retried message_received arrives late
+  assert.equal(timeline.messages()[0].body, "fixed");
+  timeline.apply({ chatId: CHAT, messageId: "m1", seq: 1, deletedAt: "2026-11-30T07:00:02Z" });
+  assert.equal(timeline.apply({ chatId: CHAT, messageId: "m1", seq: 1, deletedAt: "2026-11-30T07:00:02Z" }), false);
+  timeline.apply({ ...msg(1), body: "fixed", editedAt: "2026-11-30T07:00:01Z" });
+  assert.equal(timeline.messages()[0].body, undefined);
+  assert.ok(timeline.messages()[0].deletedAt);
+});
+
+test("gaps are detected from the contiguous Seq", () => {
+  const timeline = new ChatTimeline(CHAT);
+  timeline.apply(msg(1));
+  timeline.apply(msg(3));
+  assert.equal(timeline.contiguousSeq(), 1);
+  assert.equal(timeline.hasGap(), true);
+  timeline.apply(msg(2));
+  assert.equal(timeline.hasGap(), false);
+});
+
+class FakeConnection {
+  constructor() {
+    this.handlers = {};
+  }
+  on(name, handler) { this.handlers[name] = handler; }
+  onreconnecting(handler) { this.reconnecting = handler; }
+  onreconnected(handler) { this.reconnected = handler; }
+  onclose(handler) { this.closed = handler; }
+  async start() {}
+  async stop() {}
+}
+
+function fakeSignalR(connection) {
+  const builder = {
+    withUrl: () => builder, withAutomaticReconnect: () => builder,
+    configureLogging: () => builder, build: () => connection,
+  };
+  return { HubConnectionBuilder: function () { return builder; }, LogLevel: { Warning: 3 } };
+}
+
+function server(messages) {
+  const calls = [];
+  const fetchImpl = async (url) => {
+    calls.push(url);
+    const after = Number(new URL(url, "http://x").searchParams.get("afterSeq"));
+    const page = messages.filter((m) => m.seq > after).slice(0, 200);
+    return { ok: true, status: 200, json: async () => ({ messages: page }) };
+  };
+  return { calls, fetchImpl };
+}
+
+test("a gap in realtime events is filled from list-messages", async () => {
+  const connection = new FakeConnection();
+  const history = [msg(1), msg(2), msg(3)];
+  const { calls, fetchImpl } = server(history);
+  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", fetchImpl });
+  await client.start();
+  await client.openChat(CHAT);
+  history.push(msg(4), msg(5));
+  connection.handlers.message_received(msg(5)); // 4 was lost
+  await new Promise((resolve) => setImmediate(resolve));
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.deepEqual(client.timeline(CHAT).messages().map((m) => m.seq), [1, 2, 3, 4, 5]);
+  assert.ok(calls.at(-1).includes("afterSeq=3"));
+});
+
+test("after a reconnect every open chat is resynced", async () => {
+  const connection = new FakeConnection();
+  const history = [msg(1)];
+  const { fetchImpl } = server(history);
+  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", fetchImpl });
+  const states = [];
+  client.addEventListener("state", (e) => states.push(e.detail.state));
+  await client.start();
+  await client.openChat(CHAT);
+  connection.reconnecting();
+  history.push(msg(2), msg(3)); // sent while we were away
+  await connection.reconnected();
+  assert.deepEqual(client.timeline(CHAT).messages().map((m) => m.seq), [1, 2, 3]);
+  assert.deepEqual(states, ["connecting", "connected", "reconnecting", "connected"]);
+});
