@@ -12,12 +12,15 @@ django_asgi_app = get_asgi_application()
 # Imports that need Django set up first.
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from messenger_realtime.hub.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # Static files (the web client, the demo page) straight from the app and npm;
+        # a production deployment puts collectstatic's output behind a CDN instead.
+        "http": ASGIStaticFilesHandler(django_asgi_app),
         # Session auth for the project's own pages; bearer tokens are checked by the hub.
         "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
     }

@@ -120,6 +120,12 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".local" / "static"
+# The official SignalR browser build, from npm (package.json), never copied into the repo.
+_SIGNALR_BROWSER = BASE_DIR / "node_modules" / "@microsoft" / "signalr" / "dist" / "browser"
+STATICFILES_DIRS = [("vendor/signalr", _SIGNALR_BROWSER)] if _SIGNALR_BROWSER.is_dir() else []
+
+# The demo chat page (/demo/): password-less sign-in as demo users. Never in production.
+DEMO_ENABLED = env.bool("DEMO_ENABLED", default=False)
 
 LOGGING = {
     "version": 1,

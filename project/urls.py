@@ -4,12 +4,17 @@ from django.contrib import admin
 from django.urls import include, path
 
 from messenger_realtime import webhealth
+from project.messenger import demo
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("django_prometheus.urls")),  # /metrics (keep it internal)
     path("health/live", webhealth.live),
     path("health/ready", webhealth.ready),
+    path("demo/", demo.page, name="demo"),
+    path("demo/sign-in", demo.sign_in, name="demo-sign-in"),
+    path("demo/sign-out", demo.sign_out, name="demo-sign-out"),
+    path("demo/token", demo.token, name="demo-token"),
     path("", include("messenger_realtime.hub.routing")),
     path("", include("project.messenger.api.urls")),
 ]

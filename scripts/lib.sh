@@ -42,6 +42,10 @@ ensure_node_modules() {  # the official @microsoft/signalr client (tests, web cl
   fi
 }
 
+ensure_chromium() {  # the browser tests drive Debian's Chromium through Playwright
+  [ -x /usr/bin/chromium ] || apt_install chromium
+}
+
 ensure_promtool() {  # tests/test_alert_rules.py checks ops/prometheus/*.yml with it
   command -v promtool >/dev/null || apt_install --no-install-recommends prometheus
 }
