@@ -60,6 +60,11 @@ def session_of(user_id: UUID, call_id: UUID, *, lock: bool = True) -> CallSessio
     return call
 
 
+def no_live_call(chat_id: UUID) -> None:
+    if CallSession.objects.filter(chat_id=chat_id, status__in=[S.RINGING, S.ACTIVE]).exists():
+        raise Conflict("a call is already going on in this chat")
+
+
 def _set(call: CallSession, expect: str, **changes: object) -> None:
     if call.status != expect:
         raise Conflict(f"the call is {call.status}")
@@ -79,8 +84,7 @@ def start_call(caller_id: UUID, chat_id: UUID) -> CallSession:
         )
         if chat.kind != Chat.Kind.DIRECT or len(others) != 1:
             raise DomainError("1:1 calls happen in a direct chat; use a conference here")
-        if CallSession.objects.filter(chat_id=chat_id, status__in=[S.RINGING, S.ACTIVE]).exists():
-            raise Conflict("a call is already going on in this chat")
+        no_live_call(chat_id)
         call = CallSession.objects.create(
             session_kind=DIRECT,
             chat_id=chat_id,
@@ -106,24 +110,25 @@ def answer_call(user_id: UUID, call_id: UUID) -> CallSession:
     return call
 
 
-def decline_call(user_id: UUID, call_id: UUID) -> CallSession:
+def _end_ringing(
+    user_id: UUID, call_id: UUID, by_callee: bool, status: str, kind: str
+) -> CallSession:
+    """A ringing call stops: declined by the callee or cancelled by the caller."""
     with transaction.atomic():
         call = session_of(user_id, call_id)
-        if user_id != call.callee_id:
-            raise Forbidden("only the callee declines")
-        _set(call, S.RINGING, status=S.DECLINED, ended_at=Now(), ended_by_id=user_id)
-        media_event(call, Kind.CALL_DECLINED, call.id)
+        if user_id != (call.callee_id if by_callee else call.initiator_id):
+            raise Forbidden(f"only the {'callee' if by_callee else 'caller'} may do that")
+        _set(call, S.RINGING, status=status, ended_at=Now(), ended_by_id=user_id)
+        media_event(call, kind, call.id)
     return call
+
+
+def decline_call(user_id: UUID, call_id: UUID) -> CallSession:
+    return _end_ringing(user_id, call_id, True, S.DECLINED, Kind.CALL_DECLINED)
 
 
 def cancel_call(user_id: UUID, call_id: UUID) -> CallSession:
-    with transaction.atomic():
-        call = session_of(user_id, call_id)
-        if user_id != call.initiator_id:
-            raise Forbidden("only the caller cancels")
-        _set(call, S.RINGING, status=S.CANCELLED, ended_at=Now(), ended_by_id=user_id)
-        media_event(call, Kind.CALL_CANCELLED, call.id)
-    return call
+    return _end_ringing(user_id, call_id, False, S.CANCELLED, Kind.CALL_CANCELLED)
 
 
 def end_session(user_id: UUID, call_id: UUID) -> CallSession:

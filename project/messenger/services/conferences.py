@@ -10,7 +10,7 @@ from messenger_realtime.enums import RealtimeDispatchKind as Kind
 from messenger_realtime.uuid7 import uuid7
 
 from ..models import CallParticipant, CallSession, Participant, Recording
-from .calls import CONFERENCE, S, media_event, session_of
+from .calls import CONFERENCE, S, media_event, no_live_call, session_of
 from .chats import active_participant
 from .errors import Conflict, DomainError, NotFound
 
@@ -21,9 +21,7 @@ FAILURE_CODE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 def start_conference(user_id: UUID, chat_id: UUID) -> CallSession:
     with transaction.atomic():
         active_participant(chat_id, user_id)
-        live = CallSession.objects.filter(chat_id=chat_id, status__in=[S.RINGING, S.ACTIVE])
-        if live.exists():
-            raise Conflict("a call is already going on in this chat")
+        no_live_call(chat_id)
         call = CallSession.objects.create(
             session_kind=CONFERENCE,
             chat_id=chat_id,
