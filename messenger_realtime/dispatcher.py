@@ -25,6 +25,7 @@ from .leader import Leader, LeadershipLost
 from .payloads import InvalidRow, OutgoingEvent
 from .port import DomainPort, get_domain_port
 from .publisher import Publisher, describe_error
+from .push import push
 from .reporting import PassResult, report_batch
 from .uuid7 import uuid7
 
@@ -172,9 +173,6 @@ class Dispatcher:
     async def _dispatch_batch(
         self, conn: psycopg.AsyncConnection[Any], rows: list[store.ClaimedRow], result: PassResult
     ) -> None:
-        done: list[store.ClaimedRow] = []
-        failed: list[store.Failure] = []
-        released: list[store.ClaimedRow] = []
         exhausted = [r for r in rows if r.status == RealtimeOutboxStatus.QUARANTINED]
         pending = [r for r in rows if r.status != RealtimeOutboxStatus.QUARANTINED]
         built = await self._build(pending)
@@ -182,46 +180,8 @@ class Dispatcher:
         logger.debug(
             "batch built", extra={"action": "build", "rows": len(built), "invalid": invalid}
         )
-        for row, event in zip(pending, built, strict=True):
-            if self.stop.is_set():  # graceful stop: between rows, never mid-push
-                released.append(row)
-                continue
-            if isinstance(event, InvalidRow):
-                failed.append(store.Failure(row, str(event)[:512], permanent=True))
-                continue
-            if isinstance(event, BaseException):
-                failed.append(store.Failure(row, describe_error(event)))
-                continue
-            try:
-                with tracing.row_span(row):
-                    timeout = self.options.publish_timeout
-                    await asyncio.wait_for(self.publisher.publish(event), timeout)
-            except Exception as exc:  # any push failure is transient: retry after backoff
-                error = describe_error(exc)
-                failed.append(store.Failure(row, error))
-                logger.warning(
-                    "dispatch retry",
-                    extra={
-                        "action": "retry",
-                        "EntryId": row.id,
-                        "Kind": row.kind,
-                        "Attempts": row.attempts,
-                        "errorCode": error,
-                    },
-                )
-            else:
-                done.append(row)
-                logger.debug(
-                    "dispatched",
-                    extra={
-                        "action": "dispatched",
-                        "Kind": row.kind,
-                        "ChatId": row.chat_id,
-                        "TargetUserId": row.target_user_id,
-                        "Seq": row.seq,
-                        "Attempts": row.attempts,
-                    },
-                )
+        pushed = await push(pending, built, self.publisher, self.stop, self.options.publish_timeout)
+        done, failed, released = pushed.done, pushed.failed, pushed.released
         outcomes = await store.record_outcomes(
             conn, done, failed, released, self.options.max_attempts
         )

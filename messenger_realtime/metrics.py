@@ -31,6 +31,10 @@ last_pass = Gauge(
     "messenger_realtime_last_pass_timestamp_seconds",
     "Unix time of the last completed dispatch pass (0 while standing by).",
 )
+channel_overruns = Counter(
+    "messenger_realtime_channel_overruns",
+    "Messages channels-redis dropped because a connection's queue was full (capacity).",
+)
 hub_connections = Gauge("messenger_realtime_hub_connections", "Open hub connections.")
 hub_disconnects = Counter("messenger_realtime_hub_disconnects", "Closed hub connections.")
 

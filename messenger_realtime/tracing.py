@@ -32,13 +32,25 @@ def pass_span(job_run_id: str) -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def row_span(row: ClaimedRow) -> Iterator[Any]:
+def row_spans(rows: list[ClaimedRow]) -> Iterator[None]:
+    """A child span per row around one push of those rows (one row, or a pipelined chunk)."""
     if not enabled():
-        yield None
+        yield
         return
+    with contextlib.ExitStack() as stack:
+        for row in rows:
+            stack.enter_context(_detached_row_span(row))
+        yield
+
+
+@contextlib.contextmanager
+def _detached_row_span(row: ClaimedRow) -> Iterator[Any]:
     attributes: dict[str, str | int] = {"Kind": row.kind, "EntryId": str(row.id)}
     attributes["Attempts"] = row.attempts
     if row.chat_id is not None:
         attributes["ChatId"] = str(row.chat_id)
-    with _tracer.start_as_current_span("realtime_dispatch.row", attributes=attributes) as span:
+    span = _tracer.start_span("realtime_dispatch.row", attributes=attributes)
+    try:
         yield span
+    finally:
+        span.end()

@@ -12,6 +12,7 @@ from django.db import connection
 from messenger_realtime import db
 from messenger_realtime.leader import advisory_key
 from messenger_realtime.models import RealtimeOutboxEntry
+from messenger_realtime.push import PIPELINE_CHUNK
 from messenger_realtime.store import CLAIM_SQL
 
 from .conftest import PrivateRedis, wait_until
@@ -161,20 +162,21 @@ def test_two_workers_without_the_lock_claim_each_row_once(
     assert set(attempts.values_list("status", "attempts")) == {("Done", 1)}
 
 
-def test_sigterm_stops_between_rows_keeps_progress_and_releases_the_lock(
+def test_sigterm_stops_between_chunks_keeps_progress_and_releases_the_lock(
     start_worker: Callable[..., WorkerProcess],
     worker_env: dict[str, str],
     private_redis: PrivateRedis,
 ) -> None:
-    for seq in range(5):
+    rows = PIPELINE_CHUNK + 20
+    for seq in range(rows):
         enqueue_message(seq=seq)
-    private_redis.freeze()  # the first push hangs: the worker is mid-row
+    private_redis.freeze()  # the first chunk's push hangs: the worker is mid-push
     worker = start_worker(env=dict(worker_env, REDIS_URL=private_redis.url), publish_timeout=60)
-    worker.wait_for("batch built")  # claimed and built; the first push now hangs
-    worker.signal(signal.SIGTERM)  # handled at the push's first await: mid-row
-    private_redis.thaw()  # the row in hand completes; the rest are not started
+    worker.wait_for("batch built")  # claimed and built; the first chunk now hangs
+    worker.signal(signal.SIGTERM)  # handled at the push's first await: mid-chunk
+    private_redis.thaw()  # the chunk in hand completes; the next is not started
     assert worker.wait() == 0
     states = list(RealtimeOutboxEntry.objects.order_by("id").values_list("status", "attempts"))
-    assert states == [("Done", 1)] + [("Pending", 0)] * 4
+    assert states == [("Done", 1)] * PIPELINE_CHUNK + [("Pending", 0)] * 20
     assert lock_holders() == []
     assert "Traceback" not in worker.log()
