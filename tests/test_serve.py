@@ -39,6 +39,7 @@ def test_serve_runs_daphne_and_the_worker_and_ctrl_c_stops_both(serve_database: 
     port = free_port()
     env = dict(os.environ, DATABASE_URL=serve_database, REDIS_URL=settings.REDIS_URL)
     env["PORT"] = str(port)
+    env["MESSENGER_REALTIME_METRICS_PORT"] = str(free_port())
     serve = LoggedProcess(["bash", str(ROOT / "scripts" / "serve")], env, start_new_session=True)
     try:
         serve.wait_for("dispatching", timeout=120)  # the worker leads
