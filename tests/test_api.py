@@ -171,3 +171,20 @@ def test_an_owner_use_case_failing_after_its_writes_leaves_nothing(
         Participant.objects.count(),
         RealtimeOutboxEntry.objects.count(),
     ) == counts
+
+
+def test_session_callers_need_the_csrf_token_bearer_callers_do_not(people: Any) -> None:
+    alice, _bob, _eve, chat = people
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(alice.user)
+    path = f"/api/chats/{chat.id}/messages"
+    forged = browser.post(path, json.dumps({"body": "from evil.example"}), "application/json")
+    assert forged.status_code == 403 and "CSRF" in forged.json()["error"]
+    assert browser.get(path).status_code == 200  # safe methods need no token
+    browser.get("/admin/login/")  # any page that sets the CSRF cookie
+    token = browser.cookies["csrftoken"].value
+    ok = browser.post(
+        path, json.dumps({"body": "mine"}), "application/json", headers={"X-CSRFToken": token}
+    )
+    assert ok.status_code == 201
+    assert Message.objects.filter(body="from evil.example").count() == 0

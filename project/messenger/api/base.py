@@ -7,6 +7,7 @@ from typing import Any
 from uuid import UUID
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
 from messenger_realtime.conf import load_hub_options
@@ -22,6 +23,14 @@ class BadRequest(DomainError):
     status = 400
 
 
+class CsrfRefused(DomainError):
+    status = 403
+
+
+def _no_response(request: HttpRequest) -> HttpResponse:
+    return HttpResponse()
+
+
 def caller(request: HttpRequest) -> UUID:
     """The user behind a request: the same JWT as the hub, or the Django session."""
     headers = {b"authorization": request.headers.get("Authorization", "").encode("latin-1")}
@@ -29,6 +38,10 @@ def caller(request: HttpRequest) -> UUID:
     if token is not None:
         user_id = verify_access_token(token, load_hub_options())
     elif request.user.is_authenticated:
+        # A cookie rides along with any site's form post: session callers must pass
+        # Django's CSRF check (bearer tokens cannot be forged by another site).
+        if CsrfViewMiddleware(_no_response).process_view(request, _no_response, (), {}):
+            raise CsrfRefused("CSRF check failed for a session-authenticated request")
         return UUID(str(request.user.pk))
     else:
         raise InvalidToken("no credentials")
@@ -95,6 +108,8 @@ def endpoint(**methods: Handler) -> Callable[..., HttpResponse]:
             return response
         try:
             user_id = caller(request)
+        except CsrfRefused as exc:
+            return JsonResponse({"error": str(exc)}, status=exc.status)
         except InvalidToken as exc:
             response = JsonResponse({"error": f"Unauthorized: {exc}"}, status=401)
             response["WWW-Authenticate"] = 'Bearer realm="messenger"'
