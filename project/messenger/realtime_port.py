@@ -28,6 +28,20 @@ from .models import (
     User,
 )
 
+MESSAGE_FIELDS = (
+    "id",
+    "chat_id",
+    "seq",
+    "sender_id",
+    "kind",
+    "sent_at",
+    "body",
+    "file_meta",
+    "card_text",
+    "edited_at",
+    "deleted_at",
+)  # MessageView's order
+
 
 def _call_view(c: CallSession) -> CallView:
     return CallView(
@@ -45,22 +59,9 @@ class HostDomainPort(DomainPort):
         return User.objects.filter(id=user_id, is_active=True).exists()
 
     def messages(self, ids: Ids) -> Mapping[UUID, MessageView]:
-        return {
-            m.id: MessageView(
-                m.id,
-                m.chat_id,
-                m.seq,
-                m.sender_id,
-                m.kind,
-                m.sent_at,
-                m.body,
-                m.file_meta,
-                m.card_text,
-                m.edited_at,
-                m.deleted_at,
-            )
-            for m in Message.objects.filter(id__in=ids)
-        }
+        # The hot path (every message event): plain tuples, no model instances.
+        rows = Message.objects.filter(id__in=ids).values_list(*MESSAGE_FIELDS)
+        return {row[0]: MessageView(*row) for row in rows}
 
     def participants(self, ids: Ids) -> Mapping[UUID, ParticipantView]:
         return {
