@@ -41,6 +41,10 @@ class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     user_id: UUID
     connection_id: str
     accepting = True  # False once this process shuts down
+    # Until the handshake, a connection is in no group; disconnect() relies on these
+    # even when connect() refused it early.
+    handshaken = False
+    chats: set[UUID] = frozenset()  # type: ignore[assignment]
 
     async def connect(self) -> None:
         if not HubConsumer.accepting:
