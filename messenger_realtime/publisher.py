@@ -1,4 +1,8 @@
-"""The seam between the dispatcher and the hub: push one event to one hub group."""
+"""The seam between the dispatcher and the hub: push events to hub groups.
+
+A publisher has publish(event); it may also have publish_many(events), one result per
+event, which the dispatcher then uses for whole chunks (messenger_realtime/push.py).
+"""
 
 import logging
 from typing import Any, Protocol
