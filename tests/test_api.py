@@ -188,3 +188,18 @@ def test_session_callers_need_the_csrf_token_bearer_callers_do_not(people: Any) 
     )
     assert ok.status_code == 201
     assert Message.objects.filter(body="from evil.example").count() == 0
+
+
+def test_blocking_is_idempotent_and_an_empty_unblock_writes_nothing(people: Any) -> None:
+    alice, bob, _eve, _chat = people
+    RealtimeOutboxEntry.objects.all().delete()
+    path = f"/api/blacklist/{bob.user.id}"
+    assert alice("DELETE", path)[0] == 204  # never blocked: nothing to say
+    assert RealtimeOutboxEntry.objects.count() == 0
+    for _ in range(2):
+        assert alice("POST", "/api/blacklist", {"userId": str(bob.user.id)})[0] == 201
+    assert list(RealtimeOutboxEntry.objects.values_list("kind", "target_user_id")) == [
+        ("BlacklistChanged", alice.user.id)
+    ]
+    alice("DELETE", path)
+    assert RealtimeOutboxEntry.objects.count() == 2

@@ -110,8 +110,9 @@ def remove_contact(user: UUID, request: R, contact_id: UUID) -> Any:
 
 
 def block(user: UUID, request: R) -> Any:
-    entry = services.set_blocked(user, uuid_of(body(request), "userId"), True)
-    return 201, {"blockedUserId": str(entry.blocked_user_id), "blocked": entry.is_active}
+    blocked = uuid_of(body(request), "userId")
+    services.set_blocked(user, blocked, True)
+    return 201, {"blockedUserId": str(blocked), "blocked": True}
 
 
 def unblock(user: UUID, request: R, user_id: UUID) -> Any:

@@ -79,10 +79,8 @@ def rename_chat(actor_id: UUID, chat_id: UUID, title: str) -> Chat:
         raise DomainError(f"title must be 1-{MAX_TITLE} characters")
     with transaction.atomic():
         active_participant(chat_id, actor_id)
-        chat = Chat.objects.select_for_update().get(id=chat_id)
-        chat.title, chat.kind = title, Chat.Kind.GROUP
-        chat.save(update_fields=["title", "kind"])
-        Chat.objects.filter(id=chat_id).update(updated_at=Now())
+        Chat.objects.filter(id=chat_id).update(title=title, kind=Chat.Kind.GROUP, updated_at=Now())
+        chat = Chat.objects.get(id=chat_id)
         _chat_updated(chat_id, ChatEvent.Kind.TITLE_CHANGED, actor_id, title=title)
     return chat
 

@@ -96,21 +96,26 @@ def remove_contact(user_id: UUID, contact_id: UUID) -> Contact:
     return contact
 
 
-def set_blocked(owner_id: UUID, user_id: UUID, blocked: bool) -> BlacklistEntry:
-    """Block or unblock; BlacklistChanged goes to the owner's own devices only."""
+def set_blocked(owner_id: UUID, user_id: UUID, blocked: bool) -> BlacklistEntry | None:
+    """Block or unblock; BlacklistChanged goes to the owner's own devices only. A no-op
+    (blocking twice, unblocking someone never blocked) writes nothing and sends nothing."""
     if owner_id == user_id:
         raise DomainError("you cannot block yourself")
     _user(user_id)
     with transaction.atomic():
-        entry, created = BlacklistEntry.objects.select_for_update().get_or_create(
-            owner_id=owner_id, blocked_user_id=user_id, defaults={"is_active": blocked}
+        entry = (
+            BlacklistEntry.objects.select_for_update()
+            .filter(owner_id=owner_id, blocked_user_id=user_id)
+            .first()
         )
-        if not created and entry.is_active == blocked:
-            return entry  # nothing changed: no event
-        if not created:
-            BlacklistEntry.objects.filter(id=entry.id).update(is_active=blocked, updated_at=Now())
-        if created and not blocked:
+        if entry is None and not blocked:
+            return None
+        if entry is not None and entry.is_active == blocked:
             return entry
+        if entry is None:
+            entry = BlacklistEntry.objects.create(owner_id=owner_id, blocked_user_id=user_id)
+        else:
+            BlacklistEntry.objects.filter(id=entry.id).update(is_active=blocked, updated_at=Now())
         outbox.enqueue(
             Kind.BLACKLIST_CHANGED,
             target_kind=Target.USER,
