@@ -22,7 +22,7 @@ ensure_venv() {
   local py want stamp=.venv/.requirements.sha256
   py=$(command -v python3.11 || command -v python3)
   [ -x .venv/bin/python ] || "$py" -m venv .venv
-  want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+  want=$(cat requirements.txt requirements-dev.txt bench/requirements.txt | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     log "installing pinned requirements into .venv"
     .venv/bin/python -m pip install -q --upgrade pip
