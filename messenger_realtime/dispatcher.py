@@ -1,5 +1,8 @@
 """The dispatch loop: lock -> claim (SKIP LOCKED) -> build -> push -> outcome.
 
+This module holds the worker's lifecycle (leadership, connections, idle waits, retention);
+one pass over the due rows, batch by batch, is messenger_realtime/flow.py.
+
 Entry points (the management command, tests, benchmarks) build a Dispatcher and call
 run() or run_pass(); nothing here knows about argv or signals.
 """
@@ -14,19 +17,14 @@ from typing import Any
 
 import psycopg
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections, connections
+from django.db import connections
 
-from . import db, metrics, store, tracing
-from .backoff import delay_table
+from . import db, flow, metrics, store, tracing
 from .conf import RealtimeDispatchOptions
-from .contracts import build_events
-from .enums import RealtimeOutboxStatus
 from .leader import Leader, LeadershipLost
-from .payloads import InvalidRow, OutgoingEvent
 from .port import DomainPort, get_domain_port
 from .publisher import Publisher, describe_error
-from .push import push
-from .reporting import PassResult, report_batch
+from .reporting import PassResult
 from .uuid7 import uuid7
 
 logger = logging.getLogger(__name__)
@@ -60,7 +58,8 @@ class Dispatcher:
         self.leading = False
         self.connected = False  # a working database session (ready to lead or standing by)
         self.heartbeat = time.monotonic()
-        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self.conn: psycopg.AsyncConnection[Any] | None = None  # outcomes, stats, retention
+        self.claim_conn: psycopg.AsyncConnection[Any] | None = None  # claims, ahead of pushes
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -134,8 +133,9 @@ class Dispatcher:
         result = PassResult()
         started = time.monotonic()
         job_run_id = uuid7().hex
+        claim_conn = await self._claim_connection()
         with tracing.pass_span(job_run_id):
-            await self._batches(conn, result, started)
+            await flow.run_batches(self, claim_conn, conn, result, started)
         result.duration_ms = round((time.monotonic() - started) * 1000, 1)
         level = logging.INFO if result.batches else logging.DEBUG
         logger.log(
@@ -151,62 +151,6 @@ class Dispatcher:
             },
         )
         return result
-
-    async def _batches(
-        self, conn: psycopg.AsyncConnection[Any], result: PassResult, started: float
-    ) -> None:
-        opts = self.options
-        while not self.stop.is_set():
-            if self.use_lock:
-                await self.leader.ensure_held()
-            delays = delay_table(opts, self.rand)
-            rows = await store.claim(conn, opts.batch_size, delays, opts.max_attempts)
-            if not rows:
-                return
-            result.batches += 1
-            logger.info("batch claimed", extra={"action": "claim", "rows": len(rows)})
-            await self._dispatch_batch(conn, rows, result)
-            self.heartbeat = time.monotonic()
-            if len(rows) < opts.batch_size or time.monotonic() - started >= opts.max_run_duration:
-                return
-
-    async def _dispatch_batch(
-        self, conn: psycopg.AsyncConnection[Any], rows: list[store.ClaimedRow], result: PassResult
-    ) -> None:
-        exhausted = [r for r in rows if r.status == RealtimeOutboxStatus.QUARANTINED]
-        pending = [r for r in rows if r.status != RealtimeOutboxStatus.QUARANTINED]
-        built = await self._build(pending)
-        invalid = sum(isinstance(event, InvalidRow) for event in built)
-        logger.debug(
-            "batch built", extra={"action": "build", "rows": len(built), "invalid": invalid}
-        )
-        pushed = await push(pending, built, self.publisher, self.stop, self.options.publish_timeout)
-        done, failed, released = pushed.done, pushed.failed, pushed.released
-        outcomes = await store.record_outcomes(
-            conn, done, failed, released, self.options.max_attempts
-        )
-        await report_batch(rows, outcomes, exhausted, len(released), result, Dispatcher)
-
-    async def _build(
-        self, rows: list[store.ClaimedRow]
-    ) -> list[OutgoingEvent | InvalidRow | BaseException]:
-        """Typed events for a batch: one domain read per entity type, off the loop.
-
-        If reading the domain fails (database trouble), every row gets that transient
-        error and is retried after its backoff; the pass goes on.
-        """
-        if not rows:
-            return []
-        try:
-            built: list[OutgoingEvent | InvalidRow | BaseException] = await sync_to_async(
-                _build_with_fresh_connection
-            )(rows, self.port)
-        except Exception as exc:
-            logger.warning(
-                "payload build failed", extra={"action": "build", "error": describe_error(exc)}
-            )
-            return [exc] * len(rows)
-        return built
 
     async def run_retention(self) -> int:
         """Delete Done rows older than RETENTION_DONE in bounded batches."""
@@ -235,6 +179,11 @@ class Dispatcher:
             self.conn = await db.connect(self.alias)
         return self.conn
 
+    async def _claim_connection(self) -> psycopg.AsyncConnection[Any]:
+        if self.claim_conn is None or self.claim_conn.closed:
+            self.claim_conn = await db.connect(self.alias)
+        return self.claim_conn
+
     async def close(self) -> None:
         """Release the lock and close both connections (run() does this on exit)."""
         await self._disconnect()
@@ -245,18 +194,12 @@ class Dispatcher:
         # there too, so no session outlives the dispatcher.
         await sync_to_async(connections.close_all)()
         await self.leader.close()
-        conn, self.conn = self.conn, None
-        if conn is not None and not conn.closed:
-            await conn.close()
+        for conn in (self.conn, self.claim_conn):
+            if conn is not None and not conn.closed:
+                await conn.close()
+        self.conn = self.claim_conn = None
 
     async def _sleep(self, seconds: float) -> None:
         """Wait for `seconds` or until stopped, whichever comes first."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stop.wait(), timeout=seconds)
-
-
-def _build_with_fresh_connection(
-    rows: list[store.ClaimedRow], port: DomainPort
-) -> list[OutgoingEvent | InvalidRow | BaseException]:
-    close_old_connections()  # a long-lived worker must not reuse a broken connection
-    return list(build_events(rows, port))

@@ -32,6 +32,7 @@ class ChannelLayerPublisher:
         if layer is None:
             raise ValueError("no channel layer configured (settings.CHANNEL_LAYERS)")
         self.layer = layer
+        self.scores = pipeline.ScoreClock()
 
     async def publish(self, event: OutgoingEvent) -> None:
         await self.layer.group_send(layer_group(event.group), _message(event))
@@ -48,7 +49,9 @@ class ChannelLayerPublisher:
                 except Exception as exc:
                     results.append(exc)
             return results
-        overruns = await pipeline.group_send_many(self.layer, [(e, _message(e)) for e in events])
+        overruns = await pipeline.group_send_many(
+            self.layer, [(e, _message(e)) for e in events], self.scores
+        )
         if overruns:
             # channels-redis drops a message for a full channel: count it, never silently.
             metrics.channel_overruns.inc(overruns)

@@ -42,6 +42,8 @@ def lock_holders() -> list[int]:
     with connection.cursor() as cur:
         cur.execute(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            # advisory locks are per database: other databases' workers hold their own
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             " AND classid::bigint = (%s >> 32) & 4294967295 AND objid::bigint = %s & 4294967295",
             [key, key],
         )

@@ -1,0 +1,343 @@
+"""Open-loop end-to-end benchmark: owners commit messages at fixed Poisson rates while hub
+clients (bench/hubclients.py) are connected through a real Daphne and a real
+`dispatch_realtime` worker pushes through channels-redis.
+
+    .venv/bin/python bench/e2e.py --rates 250,1000,2000 --duration 10
+
+Lag = client receipt - planned send time (no coordinated omission) in an HDR histogram per
+rate, plus lost / duplicated deliveries, channel-layer overruns, the idle wake and CPU
+seconds per 1,000 messages of each process. Own database and Redis db (E2E_DATABASE_URL,
+E2E_REDIS_URL), so it runs beside the other benchmarks.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import redis
+from hdrh.histogram import HdrHistogram
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+
+from bench import hubclients  # noqa: E402
+from messenger_realtime.uuid7 import uuid7  # noqa: E402
+
+DATABASE_URL = os.environ.get(
+    "E2E_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/messenger_bench_e2e"
+)
+REDIS_URL = os.environ.get("E2E_REDIS_URL", "redis://127.0.0.1:6379/7")
+DRAIN_IDLE = 10.0  # s without a new receipt before the rest counts as lost
+PRODUCERS = 16  # owner connections: enough in flight for 4,000 commits/s at ~2 ms each
+
+# What post_message() writes, as one autocommit statement (one transaction): bump the
+# chat's last_seq under its row lock, insert the message with that seq, insert the outbox
+# row with the columns enqueue() writes, and NOTIFY realtime_outbox (sent at commit).
+SEND_SQL = """
+WITH c AS (UPDATE messenger_chat SET last_seq = last_seq + 1 WHERE id = %(chat)s
+           RETURNING id, last_seq),
+m AS (INSERT INTO messenger_message (id, chat_id, seq, sender_id, kind, body, card_text, sent_at)
+      SELECT %(message)s, id, last_seq, %(sender)s, 'Text', %(body)s, '', now() FROM c
+      RETURNING chat_id, seq),
+o AS (INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id, message_id, seq,
+        status, attempts, next_attempt_at, created_at, updated_at, row_version)
+      SELECT %(entry)s, 'MessageReceived', 'ChatGroup', chat_id, %(message)s, seq, 'Pending',
+        0, now(), now(), now(), 0 FROM m RETURNING 1)
+SELECT pg_notify('realtime_outbox', '') FROM o
+"""
+
+SEED_SQL = [
+    "TRUNCATE messenger.realtime_outbox",
+    "TRUNCATE messenger_chat, messenger_user CASCADE",
+    "INSERT INTO messenger_user (id, password, is_superuser, username, first_name, last_name,"
+    " email, is_staff, is_active, date_joined, display_name) SELECT gen_random_uuid(), '!',"
+    " false, 'e2e' || lpad(g::text, 6, '0'), '', '', '', false, true, now(), ''"
+    " FROM generate_series(0, %(users)s - 1) g",
+    "INSERT INTO messenger_chat (id, kind, title, last_seq, created_at, updated_at)"
+    " SELECT gen_random_uuid(), 'Group', 'e2e ' || lpad(g::text, 6, '0'), 0, now(), now()"
+    " FROM generate_series(0, %(chats)s - 1) g",
+    # Users k*m .. k*m+m-1 (in username order) join chat k (in title order).
+    "INSERT INTO messenger_participant (id, chat_id, user_id, is_active, last_read_seq, joined_at)"
+    " SELECT gen_random_uuid(), c.id, u.id, true, 0, now()"
+    " FROM (SELECT id, row_number() OVER (ORDER BY title) - 1 AS k FROM messenger_chat) c"
+    " JOIN (SELECT id, row_number() OVER (ORDER BY username) - 1 AS k FROM messenger_user) u"
+    "   ON u.k / %(members)s = c.k",
+    "ANALYZE",
+]
+
+
+@dataclass
+class Chat:
+    id: UUID
+    members: list[UUID]
+    process: int  # the hub-client process holding its members' connections
+
+
+@dataclass(slots=True)
+class Send:
+    chat: int
+    planned: float
+    message_id: str = ""
+    committed: float = 0.0
+
+
+def poisson_plan(rate: float, duration: float, chats: int, start: float) -> list[Send]:
+    """Planned send times: exponential gaps, i.e. a Poisson process at `rate`."""
+    plan, t = [], start
+    while (t := t + random.expovariate(rate)) < start + duration:
+        plan.append(Send(random.randrange(chats), t))
+    return plan
+
+
+def micros(seconds: float) -> int:
+    return min(max(int(seconds * 1e6), 1), 60_000_000)
+
+
+def histogram() -> HdrHistogram:
+    return HdrHistogram(1, 60_000_000, 3)  # 1 us .. 60 s, 3 significant digits
+
+
+def percentiles(h: HdrHistogram, prefix: str = "") -> dict[str, float]:
+    points = {f"{prefix}p{p}_ms": h.get_value_at_percentile(p) / 1000 for p in (50, 95, 99)}
+    return {**points, f"{prefix}max_ms": h.get_max_value() / 1000}
+
+
+@dataclass
+class Bench:
+    conns: list[psycopg.AsyncConnection[Any]]
+    chats: list[Chat]
+    clients: list[hubclients.HubClients]
+    pids: dict[str, list[int]]  # worker, daphne, redis, clients, producer
+    postmaster: int
+    metrics_port: int
+
+    def sample(self) -> tuple[float, float, dict[str, dict[tuple[int, str], float]], float]:
+        dbname = DATABASE_URL.rsplit("/", 1)[1]
+        groups = {**self.pids, "postgres": hubclients.postgres_pids(self.postmaster, dbname)}
+        cpu = hubclients.cpu_sample(groups)
+        return time.time(), hubclients.host_busy(), cpu, hubclients.overruns(self.metrics_port)
+
+    async def produce(self, plan: list[Send]) -> None:
+        """Open loop: each owner takes the next planned send, waits for its time (never for
+        a delivery) and commits; a late send still counts from its planned time."""
+        queue = iter(plan)
+
+        async def owner(conn: psycopg.AsyncConnection[Any]) -> None:
+            for send in queue:
+                if (delay := send.planned - time.time()) > 0:
+                    await asyncio.sleep(delay)
+                chat = self.chats[send.chat]
+                message_id = uuid7()  # made at send time, as Message.objects.create does
+                send.message_id = str(message_id)
+                params = {"chat": chat.id, "sender": chat.members[0], "message": message_id}
+                await conn.execute(SEND_SQL, {**params, "entry": uuid7(), "body": "hello"})
+                send.committed = time.time()
+
+        await asyncio.gather(*(owner(conn) for conn in self.conns))
+
+    async def ask_all(self, commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return await asyncio.gather(
+            *(c.ask(m) for c, m in zip(self.clients, commands, strict=True))
+        )
+
+    async def collect(self) -> list[tuple[str, tuple[int, int], float]]:
+        answers = await self.ask_all([{"cmd": "collect"}] * len(self.clients))
+        return [(m, (i, c), t) for i, a in enumerate(answers) for m, c, t in a["receipts"]]
+
+    async def step(self, rate: float, duration: float) -> dict[str, Any]:
+        began, host_before, cpu_before, overruns_before = self.sample()
+        start = time.time() + 0.2
+        plan = poisson_plan(rate, duration, len(self.chats), start)
+        await self.produce(plan)
+        # Drain: until every expected receipt is in, or DRAIN_IDLE s pass without one.
+        expected = [0] * len(self.clients)
+        for send in plan:
+            expected[self.chats[send.chat].process] += len(self.chats[send.chat].members)
+        await self.ask_all([{"cmd": "until", "unique": n, "idle": DRAIN_IDLE} for n in expected])
+        ended, host_after, cpu_after, overruns_after = self.sample()
+        sends = {s.message_id: s for s in plan}
+        lag, fresh, commit = histogram(), histogram(), histogram()
+        seen: set[tuple[str, tuple[int, int]]] = set()
+        duplicated = 0
+        for message_id, client, at in await self.collect():
+            if (send := sends.get(message_id)) is None:
+                continue  # a straggler of an earlier step
+            if (message_id, client) in seen:
+                duplicated += 1
+                continue
+            seen.add((message_id, client))
+            lag.record_value(micros(at - send.planned))
+            fresh.record_value(micros(at - send.committed))
+        for send in plan:
+            commit.record_value(micros(send.committed - send.planned))
+        used = {
+            name: sum(v - cpu_before[name].get(k, 0.0) for k, v in after.items())
+            for name, after in cpu_after.items()
+        }
+        n = max(len(plan), 1)
+        return {
+            "offered_rate": rate,
+            "achieved_rate": n / (max(s.committed for s in plan) - start) if plan else 0.0,
+            "messages": len(plan),
+            "deliveries": len(seen) + duplicated,
+            "lost": sum(expected) - len(seen),
+            "duplicated": duplicated,
+            "overruns": overruns_after - overruns_before,
+            **percentiles(lag),
+            "commit_p95_ms": commit.get_value_at_percentile(95) / 1000,
+            **percentiles(fresh, "from_commit_"),
+            "cpu_s_per_1000": {k: round(v / n * 1000, 3) for k, v in used.items()},
+            # Cores busy over the step (produce + drain); near 1.0 a process is saturated
+            # ("clients" sums the client processes). The host figure includes others' work.
+            "cpu_cores_busy": {k: round(v / (ended - began), 2) for k, v in used.items()},
+            "host_cores_busy": round((host_after - host_before) / (ended - began), 2),
+        }
+
+    async def idle_wake(self, samples: int, idle: float = 1.0) -> float:
+        """Median ms from a single commit (the system idle before it) to its first receipt."""
+        waits = []
+        for _ in range(samples):
+            await asyncio.sleep(idle)  # pacing: let the worker settle into its LISTEN wait
+            send = Send(random.randrange(len(self.chats)), time.time())
+            await self.produce([send])
+            chat = self.chats[send.chat]
+            until = {"cmd": "until", "unique": len(chat.members), "idle": DRAIN_IDLE}
+            await self.clients[chat.process].ask(until)
+            times = [t for m, _, t in await self.collect() if m == send.message_id]
+            if times:
+                waits.append((min(times) - send.committed) * 1000)
+        return statistics.median(waits) if waits else float("nan")
+
+
+async def check_call(*argv: str, env: dict[str, str]) -> None:
+    proc = await asyncio.create_subprocess_exec(*argv, env=env, cwd=ROOT)
+    if await proc.wait() != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed")
+
+
+async def seed(
+    conn: psycopg.AsyncConnection[Any], chats: int, members: int, procs: int
+) -> list[Chat]:
+    for statement in SEED_SQL:
+        await conn.execute(
+            statement, {"users": chats * members, "chats": chats, "members": members}
+        )
+    rows = await (
+        await conn.execute(
+            "SELECT c.id, array_agg(p.user_id ORDER BY u.username) FROM messenger_chat c"
+            " JOIN messenger_participant p ON p.chat_id = c.id"
+            " JOIN messenger_user u ON u.id = p.user_id GROUP BY c.id, c.title ORDER BY c.title"
+        )
+    ).fetchall()
+    return [Chat(chat_id, list(users), k % procs) for k, (chat_id, users) in enumerate(rows)]
+
+
+async def run(
+    rates: list[int], duration: float, clients: int, chats: int, idle_samples: int, procs: int
+) -> dict[str, Any]:
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)  # type: ignore[union-attr]
+    members = clients // chats
+    env = {**os.environ, "DATABASE_URL": DATABASE_URL, "REDIS_URL": REDIS_URL}
+    env.update(DJANGO_SETTINGS_MODULE="project.settings", PYTHONUNBUFFERED="1")
+    await check_call(sys.executable, "scripts/ensure_database.py", env=env)
+    await check_call(sys.executable, "manage.py", "migrate", "--noinput", "-v0", env=env)
+    layer = redis.Redis.from_url(REDIS_URL)
+    layer.flushdb()  # our own db number: stale groups of an earlier run would get pushes
+    redis_pid = int(layer.info("server")["process_id"])
+    async with contextlib.AsyncExitStack() as stack:
+        conns = []
+        for _ in range(PRODUCERS):
+            conns.append(await psycopg.AsyncConnection.connect(DATABASE_URL, autocommit=True))
+            stack.push_async_callback(conns[-1].close)
+        chat_list = await seed(conns[0], chats, members, procs)
+        tokens = hubclients.mint_tokens([u for chat in chat_list for u in chat.members])
+        cursor = await conns[0].execute("SELECT pg_backend_pid()")
+        backend = (await cursor.fetchone() or [0])[0]
+        postmaster = int((hubclients.proc_stat(backend) or ["", "0"])[1])  # our backend's parent
+        port, metrics_port = hubclients.free_port(), hubclients.free_port()
+        daphne_argv = [str(Path(sys.executable).with_name("daphne")), "-b", "127.0.0.1"]
+        daphne_argv += ["-p", str(port), "project.asgi:application"]
+        daphne = await hubclients.Service.start(
+            "daphne", daphne_argv, env, "Listening on TCP address"
+        )
+        stack.push_async_callback(daphne.stop)
+        worker_env = dict(env, MESSENGER_REALTIME_METRICS_PORT=str(metrics_port))
+        worker_argv = [sys.executable, "manage.py", "dispatch_realtime"]
+        worker = await hubclients.Service.start(
+            "worker", worker_argv, worker_env, r"\bdispatching\b"
+        )
+        stack.push_async_callback(worker.stop)
+        hub_clients: list[hubclients.HubClients] = []
+        for i in range(procs):
+            mine = [tokens[u] for c in chat_list if c.process == i for u in c.members]
+            hub_clients.append(await hubclients.HubClients.start(f"http://127.0.0.1:{port}", mine))
+            stack.push_async_callback(hub_clients[-1].stop)
+        pids = {
+            "worker": [worker.proc.pid],
+            "daphne": [daphne.proc.pid],
+            "redis": [redis_pid],
+            "clients": [c.proc.pid for c in hub_clients],
+            "producer": [os.getpid()],
+        }
+        bench = Bench(conns, chat_list, hub_clients, pids, postmaster, metrics_port)
+        await bench.step(min(rates), 1.0)  # warm-up: connections, prepared statements, caches
+        steps = [await bench.step(rate, duration) for rate in rates]
+        idle = await bench.idle_wake(idle_samples)
+    return {
+        "steps": steps,
+        "idle_wake_median_ms": idle,
+        "clients": len(chat_list) * members,
+        "chats": len(chat_list),
+        "client_processes": procs,
+        "duration_s": duration,
+    }
+
+
+def run_e2e(
+    rates: list[int],
+    duration: float,
+    *,
+    clients: int = 500,
+    chats: int = 250,
+    idle_samples: int = 30,
+    client_processes: int = 2,
+) -> dict[str, Any]:
+    """Run every rate step (after a 1 s warm-up), then the idle wake; JSON-able results."""
+    return asyncio.run(run(rates, duration, clients, chats, idle_samples, client_processes))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates", default="250,500,1000,2000,4000", help="msg/s, comma-separated")
+    parser.add_argument("--duration", type=float, help="s per rate (default 20, --quick 3)")
+    parser.add_argument("--quick", action="store_true", help="3 s steps, 5 idle samples")
+    parser.add_argument("--idle-samples", type=int, help="default 30, --quick 5")
+    for option, default in (("--clients", 500), ("--chats", 250), ("--client-processes", 2)):
+        parser.add_argument(option, type=int, default=default)
+    args = parser.parse_args()
+    results = run_e2e(
+        [int(rate) for rate in args.rates.split(",")],
+        args.duration or (3.0 if args.quick else 20.0),
+        clients=args.clients,
+        chats=args.chats,
+        idle_samples=args.idle_samples or (5 if args.quick else 30),
+        client_processes=args.client_processes,
+    )
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""One dispatch pass as a pipeline of overlapping batches.
+
+Batch N+1 is claimed and its payloads built (the claim connection, then the domain read
+off the event loop) while batch N is pushed, and batch N's outcomes are written (the work
+connection) while batch N+1 is pushed. The spec's semantics hold batch by batch: a claim
+commits before any of its rows is pushed, pushes run outside transactions and in claim
+order, every row gets its own outcome, and outcomes are written and reported in batch
+order, at most one batch behind the pushes.
+"""
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
+
+from . import store
+from .backoff import delay_table
+from .contracts import build_events
+from .enums import RealtimeOutboxStatus
+from .payloads import InvalidRow, OutgoingEvent
+from .port import DomainPort
+from .publisher import describe_error
+from .push import Pushed, push
+from .reporting import PassResult, report_batch
+
+if TYPE_CHECKING:
+    from .dispatcher import Dispatcher
+
+logger = logging.getLogger("messenger_realtime.dispatcher")
+
+Conn = psycopg.AsyncConnection[Any]
+Built = list[OutgoingEvent | InvalidRow | BaseException]
+
+
+@dataclass
+class Batch:
+    rows: list[store.ClaimedRow]  # everything the claim returned
+    pending: list[store.ClaimedRow]  # minus the rows the claim itself quarantined
+    built: Built  # one event (or why not) per pending row
+
+
+async def run_batches(
+    d: "Dispatcher", claim_conn: Conn, work_conn: Conn, result: PassResult, started: float
+) -> None:
+    """Claim and dispatch batches while they come back full, up to MAX_RUN_DURATION."""
+    if d.stop.is_set():
+        return
+    ahead: asyncio.Task[Batch] | None = asyncio.create_task(_claim_and_build(d, claim_conn))
+    recording: asyncio.Task[None] | None = None
+    try:
+        while ahead is not None:
+            batch = await ahead
+            ahead = None
+            if not batch.rows:
+                break
+            result.batches += 1
+            logger.info("batch claimed", extra={"action": "claim", "rows": len(batch.rows)})
+            full = len(batch.rows) == d.options.batch_size
+            in_time = time.monotonic() - started < d.options.max_run_duration
+            if full and in_time and not d.stop.is_set():
+                ahead = asyncio.create_task(_claim_and_build(d, claim_conn))
+            if d.stop.is_set():  # claimed ahead, then asked to stop: give the rows back
+                pushed = Pushed(released=batch.pending)
+            else:
+                pushed = await push(
+                    batch.pending, batch.built, d.publisher, d.stop, d.options.publish_timeout
+                )
+            if recording is not None:
+                await recording  # outcomes are written and reported in batch order
+            recording = asyncio.create_task(_record(d, work_conn, batch, pushed, result))
+            d.heartbeat = time.monotonic()
+        if recording is not None:
+            await recording
+    finally:
+        # After a failure mid-pass, let the stages in flight finish (their own errors are
+        # secondary) so no statement is abandoned half-sent. Rows claimed ahead and never
+        # pushed are retried after their backoff, like any claim whose outcome was lost.
+        await asyncio.gather(*(t for t in (ahead, recording) if t), return_exceptions=True)
+
+
+async def _claim_and_build(d: "Dispatcher", conn: Conn) -> Batch:
+    if d.use_lock:
+        await d.leader.ensure_held()
+    delays = delay_table(d.options, d.rand)
+    rows = await store.claim(conn, d.options.batch_size, delays, d.options.max_attempts)
+    pending = [r for r in rows if r.status != RealtimeOutboxStatus.QUARANTINED]
+    built = await build(pending, d.port)
+    invalid = sum(isinstance(event, InvalidRow) for event in built)
+    logger.debug("batch built", extra={"action": "build", "rows": len(built), "invalid": invalid})
+    return Batch(rows, pending, built)
+
+
+async def build(rows: list[store.ClaimedRow], port: DomainPort) -> Built:
+    """Typed events for a batch: one domain read per entity type, off the loop.
+
+    If reading the domain fails (database trouble), every row gets that transient error
+    and is retried after its backoff; the pass goes on.
+    """
+    if not rows:
+        return []
+    try:
+        return await sync_to_async(_build_with_fresh_connection)(rows, port)
+    except Exception as exc:
+        logger.warning(
+            "payload build failed", extra={"action": "build", "error": describe_error(exc)}
+        )
+        return [exc] * len(rows)
+
+
+def _build_with_fresh_connection(rows: list[store.ClaimedRow], port: DomainPort) -> Built:
+    close_old_connections()  # a long-lived worker must not reuse a broken connection
+    return list(build_events(rows, port))
+
+
+async def _record(
+    d: "Dispatcher", conn: Conn, batch: Batch, pushed: Pushed, result: PassResult
+) -> None:
+    exhausted = [r for r in batch.rows if r.status == RealtimeOutboxStatus.QUARANTINED]
+    outcomes = await store.record_outcomes(
+        conn, pushed.done, pushed.failed, pushed.released, d.options.max_attempts
+    )
+    await report_batch(batch.rows, outcomes, exhausted, len(pushed.released), result, type(d))
