@@ -1,5 +1,6 @@
 """One dispatcher pass against real PostgreSQL and a real channel layer (Redis)."""
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -287,3 +288,66 @@ def test_retention_deletes_old_done_rows_in_batches_and_keeps_everything_else() 
     assert run(retention()) == 5
     left = dict(RealtimeOutboxEntry.objects.values_list("id", "status"))
     assert left == {rows["p"].id: "Pending", rows["q"].id: "Quarantined", rows["recent"].id: "Done"}
+
+
+def test_the_next_batch_is_claimed_while_the_current_one_is_pushed() -> None:
+    entries = [enqueue_message(seq=seq) for seq in range(4)]
+
+    class WaitsForTheNextClaim(RecordingPublisher):
+        saw_next_claim = False
+
+        async def publish(self, event: OutgoingEvent) -> None:
+            await super().publish(event)
+            if len(self.events) > 1:
+                return
+            async with await psycopg.AsyncConnection.connect(db.conninfo()) as conn:
+                for _ in range(500):  # up to ~5 s for the claim running ahead to commit
+                    cur = await conn.execute(
+                        "SELECT attempts FROM messenger.realtime_outbox WHERE id = %s",
+                        (entries[2].id,),
+                    )
+                    if (await cur.fetchone()) == (1,):
+                        self.saw_next_claim = True
+                        return
+                    await conn.rollback()
+                    await asyncio.sleep(0.01)
+
+    publisher = WaitsForTheNextClaim()
+    result = run(one_pass(options(batch_size=2), publisher))
+    assert publisher.saw_next_claim  # batch 2 committed its claim during batch 1's push
+    assert (result.batches, result.dispatched) == (2, 4)
+    assert [e.payload["seq"] for e in publisher.events] == [0, 1, 2, 3]
+
+
+def test_stop_releases_the_batch_claimed_ahead_as_well() -> None:
+    for seq in range(5):
+        enqueue_message(seq=seq)
+
+    class StopAfterOne(RecordingPublisher):
+        dispatcher: Dispatcher
+
+        async def publish(self, event: OutgoingEvent) -> None:
+            await super().publish(event)
+            self.dispatcher.stop.set()
+
+    async def scenario() -> PassResult:
+        publisher = StopAfterOne()
+        dispatcher = Dispatcher(options(batch_size=2), publisher, use_lock=False)
+        publisher.dispatcher = dispatcher
+        try:
+            return await dispatcher.run_pass()
+        finally:
+            await dispatcher.close()
+
+    result = run(scenario())
+    # Batch 1 pushed one row and released the other; batch 2, claimed ahead, went back
+    # whole; the fifth row was never claimed. Nothing lost, no attempt spent.
+    assert (result.dispatched, result.released, result.batches) == (1, 3, 2)
+    rows = list(RealtimeOutboxEntry.objects.order_by("id").values_list("status", "attempts"))
+    assert rows == [("Done", 1)] + [("Pending", 0)] * 4
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM messenger.realtime_outbox"
+            " WHERE status = 'Pending' AND next_attempt_at <= now()"
+        )
+        assert cur.fetchone()[0] == 4

@@ -67,3 +67,17 @@ def test_a_dead_redis_fails_the_whole_chunk_for_a_retry() -> None:
         assert "onnect" in type(exc).__name__ + str(exc)
     else:
         raise AssertionError("a dead Redis must not look delivered")
+
+
+def test_back_to_back_chunks_keep_their_order_in_a_shared_channel(redis_url: str) -> None:
+    chat = uuid.uuid4()
+
+    async def scenario() -> list[int]:
+        channel_layer = layer(redis_url)
+        channel = await subscribe(channel_layer, chat)
+        publisher = ChannelLayerPublisher(channel_layer)
+        for start in range(0, 300, 100):  # three chunks sent within the same millisecond
+            await publisher.publish_many([event(chat, n) for n in range(start, start + 100)])
+        return [(await receive(channel_layer, channel))["payload"]["seq"] for _ in range(300)]
+
+    assert run(scenario()) == list(range(300))
