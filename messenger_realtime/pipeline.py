@@ -11,6 +11,8 @@ host; otherwise the layer's own group_send is used, event by event.
 import time
 from typing import Any
 
+from channels_redis.core import RedisChannelLayer
+
 from .groups import layer_group
 from .payloads import OutgoingEvent
 
@@ -54,7 +56,7 @@ class ScoreClock:
 
 def supports(layer: Any) -> bool:
     """A channels-redis core layer on exactly one host."""
-    return type(layer).__module__ == "channels_redis.core" and len(layer.hosts) == 1
+    return isinstance(layer, RedisChannelLayer) and len(layer.hosts) == 1
 
 
 async def group_send_many(

@@ -96,7 +96,8 @@ MESSENGER_REALTIME: dict[str, object] = {
 if env.bool("REALTIME_BACKPLANE_ENABLED", default=True):
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels-redis' core layer, receiving a process's messages in batches
+            "BACKEND": "messenger_realtime.layer.BatchReceiveRedisChannelLayer",
             "CONFIG": {
                 # No read timeout: an idle consumer blocks in BZPOPMIN by design (the
                 # worker bounds each push with PUBLISH_TIMEOUT instead); connecting to a
@@ -104,9 +105,11 @@ if env.bool("REALTIME_BACKPLANE_ENABLED", default=True):
                 "hosts": [
                     {"address": REDIS_URL, "socket_timeout": None, "socket_connect_timeout": 5}
                 ],
-                # Per-connection queue. channels-redis drops (never raises) beyond it, so
-                # leave room for bursts: a burst is queued rather than silently lost.
-                "capacity": env.int("CHANNEL_CAPACITY", default=1000),
+                # The queue of one Daphne process: channels-redis keeps every connection
+                # of a process in one Redis key, so this bounds the whole process'
+                # backlog. Beyond it channels-redis drops (the worker counts overruns);
+                # leave room for bursts, so a burst is queued rather than lost.
+                "capacity": env.int("CHANNEL_CAPACITY", default=10_000),
             },
         }
     }

@@ -5,6 +5,8 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from channels_redis.core import RedisChannelLayer
+
+from messenger_realtime.layer import BatchReceiveRedisChannelLayer
 from django.conf import settings
 from django.db import connection, transaction
 
@@ -61,7 +63,7 @@ def layer(url: str) -> RedisChannelLayer:
     """A fresh channel layer configured as the project's, on the Redis at `url`."""
     config = dict(settings.CHANNEL_LAYERS["default"]["CONFIG"])
     config["hosts"] = [{**config["hosts"][0], "address": url}]
-    return RedisChannelLayer(**config)
+    return BatchReceiveRedisChannelLayer(**config)
 
 
 async def subscribe(channel_layer: RedisChannelLayer, chat_id: UUID) -> str:
