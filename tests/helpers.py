@@ -5,8 +5,6 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from channels_redis.core import RedisChannelLayer
-
-from messenger_realtime.layer import BatchReceiveRedisChannelLayer
 from django.conf import settings
 from django.db import connection, transaction
 
@@ -14,6 +12,7 @@ from messenger_realtime import outbox
 from messenger_realtime.conf import RealtimeDispatchOptions, load_options
 from messenger_realtime.enums import RealtimeDispatchKind, RealtimeTargetKind
 from messenger_realtime.groups import chat_group, layer_group
+from messenger_realtime.layer import BatchReceiveRedisChannelLayer
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.payloads import OutgoingEvent
 from messenger_realtime.uuid7 import uuid7

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 from uuid import UUID
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
@@ -26,7 +27,8 @@ from ..media import media_join
 from ..port import get_domain_port
 from ..uuid7 import uuid7
 from . import protocol
-from .protocol import HandshakeError, MessageType, ProtocolError
+from .invocations import HubInvocations
+from .protocol import HandshakeError, ProtocolError
 from .tokens import InvalidToken, bearer_token, check_connection_token, verify_access_token
 
 logger = logging.getLogger(__name__)
@@ -37,7 +39,7 @@ MEDIA_INVITE_EVENTS = {event_name(kind) for kind in MEDIA_INVITES}
 LIVE_CONNECTIONS: "weakref.WeakSet[HubConsumer]" = weakref.WeakSet()
 
 
-class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
+class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
     user_id: UUID
     connection_id: str
     accepting = True  # False once this process shuts down
@@ -45,6 +47,15 @@ class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     # even when connect() refused it early.
     handshaken = False
     chats: set[UUID] = frozenset()  # type: ignore[assignment]
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """As Channels' own, minus the close_old_connections() it runs in a thread before
+        every handler: a thread hop per delivered event, the hub's hottest path. Every
+        database read here goes through database_sync_to_async, which does that itself."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def connect(self) -> None:
         if not HubConsumer.accepting:
@@ -154,65 +165,6 @@ class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         )
         return True
 
-    async def _handle(self, message: dict[str, Any]) -> bool:
-        """Act on one message; False when the connection was closed."""
-        kind = message["type"]
-        if kind == MessageType.CLOSE:
-            await self.close()
-            return False
-        if kind == MessageType.INVOCATION:
-            await self._invoke(message)
-        elif kind == MessageType.STREAM_INVOCATION:
-            await self._reply(
-                message,
-                error=f"The client attempted to invoke the non-streaming '{message['target']}' "
-                "method with a streaming invocation.",
-            )
-        # Ping, CancelInvocation, Ack, Sequence, Completions for invocations this hub never
-        # makes, and unknown types (as ASP.NET) need no answer.
-        return True
-
-    async def _invoke(self, message: dict[str, Any]) -> None:
-        target, arguments = message["target"], message.get("arguments", [])
-        method = self.hub_methods.get(target)
-        if method is None:
-            await self._reply(
-                message, error=f"{_failed(target)} HubException: Method does not exist."
-            )
-            return
-        if arguments:
-            await self._reply(
-                message,
-                error=f"{_failed(target)} InvalidDataException: Invocation provides "
-                f"{len(arguments)} argument(s) but target expects 0.",
-            )
-            return
-        try:
-            result = await method(self)
-        except Exception:
-            logger.exception("hub method failed", extra={"action": "invoke", "target": target})
-            await self._reply(
-                message, error=f"An unexpected error occurred invoking '{target}' on the server."
-            )
-            return
-        await self._reply(message, result=result)
-
-    async def _reply(
-        self, message: dict[str, Any], *, result: Any = None, error: str | None = None
-    ) -> None:
-        """Exactly one Completion for an invocation with an id; none without one."""
-        invocation_id = message.get("invocationId")
-        if invocation_id is not None:
-            await self._send(protocol.completion(invocation_id, result=result, error=error))
-
-    # -- hub methods clients may call -----------------------------------------------
-
-    async def get_groups(self) -> list[str]:
-        """The hub groups this connection is in (decided by the server)."""
-        return [user_group(self.user_id), *sorted(chat_group(c) for c in self.chats)]
-
-    hub_methods = {"GetGroups": get_groups}
-
     # -- server -> client (channel layer handlers) ----------------------------------
 
     async def realtime_event(self, message: dict[str, Any]) -> None:
@@ -303,10 +255,6 @@ class HubConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
             if not self.handshaken:
                 deadlines.append(self.opened_at + o.handshake_timeout)
             await asyncio.sleep(max(0.0, min(deadlines) - loop.time()) + 0.01)
-
-
-def _failed(target: str) -> str:
-    return f"Failed to invoke '{target}' due to an error on the server."
 
 
 def _reason(exc: Exception) -> str:

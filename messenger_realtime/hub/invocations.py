@@ -1,0 +1,89 @@
+"""Client-to-server hub messages: invocations of the hub's methods and their completions.
+
+A mixin of HubConsumer, kept apart so the consumer stays about connections and events.
+Wording of errors follows ASP.NET Core SignalR, which clients may show or match.
+"""
+
+import logging
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from ..groups import chat_group, user_group
+from . import protocol
+from .protocol import MessageType
+
+logger = logging.getLogger("messenger_realtime.hub.consumer")
+
+
+class HubInvocations:
+    user_id: UUID
+    chats: set[UUID]
+
+    if TYPE_CHECKING:  # provided by HubConsumer and its WebSocket consumer base
+
+        async def close(self) -> None: ...
+
+        async def _send(self, text: str) -> None: ...
+
+    async def _handle(self, message: dict[str, Any]) -> bool:
+        """Act on one message; False when the connection was closed."""
+        kind = message["type"]
+        if kind == MessageType.CLOSE:
+            await self.close()
+            return False
+        if kind == MessageType.INVOCATION:
+            await self._invoke(message)
+        elif kind == MessageType.STREAM_INVOCATION:
+            await self._reply(
+                message,
+                error=f"The client attempted to invoke the non-streaming '{message['target']}' "
+                "method with a streaming invocation.",
+            )
+        # Ping, CancelInvocation, Ack, Sequence, Completions for invocations this hub never
+        # makes, and unknown types (as ASP.NET) need no answer.
+        return True
+
+    async def _invoke(self, message: dict[str, Any]) -> None:
+        target, arguments = message["target"], message.get("arguments", [])
+        method = self.hub_methods.get(target)
+        if method is None:
+            await self._reply(
+                message, error=f"{_failed(target)} HubException: Method does not exist."
+            )
+            return
+        if arguments:
+            await self._reply(
+                message,
+                error=f"{_failed(target)} InvalidDataException: Invocation provides "
+                f"{len(arguments)} argument(s) but target expects 0.",
+            )
+            return
+        try:
+            result = await method(self)
+        except Exception:
+            logger.exception("hub method failed", extra={"action": "invoke", "target": target})
+            await self._reply(
+                message, error=f"An unexpected error occurred invoking '{target}' on the server."
+            )
+            return
+        await self._reply(message, result=result)
+
+    async def _reply(
+        self, message: dict[str, Any], *, result: Any = None, error: str | None = None
+    ) -> None:
+        """Exactly one Completion for an invocation with an id; none without one."""
+        invocation_id = message.get("invocationId")
+        if invocation_id is not None:
+            await self._send(protocol.completion(invocation_id, result=result, error=error))
+
+    # -- hub methods clients may call -----------------------------------------------
+
+    async def get_groups(self) -> list[str]:
+        """The hub groups this connection is in (decided by the server)."""
+        return [user_group(self.user_id), *sorted(chat_group(c) for c in self.chats)]
+
+    hub_methods = {"GetGroups": get_groups}
+
+
+def _failed(target: str) -> str:
+    return f"Failed to invoke '{target}' due to an error on the server."
