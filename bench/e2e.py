@@ -27,7 +27,8 @@ from uuid import UUID
 
 import psycopg
 import redis
-from hdrh.histogram import HdrHistogram
+from hdrh.histogram import HdrHistogram  # type: ignore[import-untyped]
+from psycopg.conninfo import conninfo_to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -36,12 +37,16 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 from bench import hubclients  # noqa: E402
 from messenger_realtime.uuid7 import uuid7  # noqa: E402
 
-DATABASE_URL = os.environ.get(
-    "E2E_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/messenger_bench_e2e"
+# Beside whatever DATABASE_URL / REDIS_URL point at (a private server in CI, say).
+DATABASE_URL = os.environ.get("E2E_DATABASE_URL") or hubclients.sibling_url(
+    "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/messenger", "/messenger_bench_e2e"
 )
-REDIS_URL = os.environ.get("E2E_REDIS_URL", "redis://127.0.0.1:6379/7")
+REDIS_URL = os.environ.get("E2E_REDIS_URL") or hubclients.sibling_url(
+    "REDIS_URL", "redis://127.0.0.1:6379/0", "/7"
+)
 DRAIN_IDLE = 10.0  # s without a new receipt before the rest counts as lost
-PRODUCERS = 16  # owner connections: enough in flight for 4,000 commits/s at ~2 ms each
+DRAIN_LIMIT = 300.0  # and at most this long after the last send (bounds a saturated run)
+PRODUCERS = 8  # owner connections: 4,000 commits/s at ~2 ms each; PostgreSQL is shared
 
 # What post_message() writes, as one autocommit statement (one transaction): bump the
 # chat's last_seq under its row lock, insert the message with that seq, insert the outbox
@@ -58,6 +63,8 @@ o AS (INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id, mes
         0, now(), now(), now(), 0 FROM m RETURNING 1)
 SELECT pg_notify('realtime_outbox', '') FROM o
 """
+
+VACUUM_SQL = "VACUUM ANALYZE messenger.realtime_outbox, messenger_message, messenger_chat"
 
 SEED_SQL = [
     "TRUNCATE messenger.realtime_outbox",
@@ -125,7 +132,7 @@ class Bench:
     metrics_port: int
 
     def sample(self) -> tuple[float, float, dict[str, dict[tuple[int, str], float]], float]:
-        dbname = DATABASE_URL.rsplit("/", 1)[1]
+        dbname = str(conninfo_to_dict(DATABASE_URL)["dbname"])
         groups = {**self.pids, "postgres": hubclients.postgres_pids(self.postmaster, dbname)}
         cpu = hubclients.cpu_sample(groups)
         return time.time(), hubclients.host_busy(), cpu, hubclients.overruns(self.metrics_port)
@@ -153,11 +160,16 @@ class Bench:
             *(c.ask(m) for c, m in zip(self.clients, commands, strict=True))
         )
 
-    async def collect(self) -> list[tuple[str, tuple[int, int], float]]:
+    async def collect(self) -> tuple[list[tuple[str, tuple[int, int], float]], int]:
+        """Receipts since the last collect, the client as (process, index); closed sockets."""
         answers = await self.ask_all([{"cmd": "collect"}] * len(self.clients))
-        return [(m, (i, c), t) for i, a in enumerate(answers) for m, c, t in a["receipts"]]
+        receipts = [(m, (i, c), t) for i, a in enumerate(answers) for m, c, t in a["receipts"]]
+        return receipts, sum(a["closed"] for a in answers)
 
     async def step(self, rate: float, duration: float) -> dict[str, Any]:
+        # Each step starts from clean tables, as autovacuum would keep them, not from the
+        # previous step's dead rows (the claim walks the outbox index through them).
+        await self.conns[0].execute(VACUUM_SQL)
         began, host_before, cpu_before, overruns_before = self.sample()
         start = time.time() + 0.2
         plan = poisson_plan(rate, duration, len(self.chats), start)
@@ -166,21 +178,23 @@ class Bench:
         expected = [0] * len(self.clients)
         for send in plan:
             expected[self.chats[send.chat].process] += len(self.chats[send.chat].members)
-        await self.ask_all([{"cmd": "until", "unique": n, "idle": DRAIN_IDLE} for n in expected])
+        drain = {"cmd": "until", "idle": DRAIN_IDLE, "limit": DRAIN_LIMIT}
+        await self.ask_all([{**drain, "unique": n} for n in expected])
         ended, host_after, cpu_after, overruns_after = self.sample()
         sends = {s.message_id: s for s in plan}
         lag, fresh, commit = histogram(), histogram(), histogram()
         seen: set[tuple[str, tuple[int, int]]] = set()
         duplicated = 0
-        for message_id, client, at in await self.collect():
-            if (send := sends.get(message_id)) is None:
+        receipts, closed = await self.collect()
+        for message_id, client, at in receipts:
+            if (sent := sends.get(message_id)) is None:
                 continue  # a straggler of an earlier step
             if (message_id, client) in seen:
                 duplicated += 1
                 continue
             seen.add((message_id, client))
-            lag.record_value(micros(at - send.planned))
-            fresh.record_value(micros(at - send.committed))
+            lag.record_value(micros(at - sent.planned))
+            fresh.record_value(micros(at - sent.committed))
         for send in plan:
             commit.record_value(micros(send.committed - send.planned))
         used = {
@@ -196,6 +210,7 @@ class Bench:
             "lost": sum(expected) - len(seen),
             "duplicated": duplicated,
             "overruns": overruns_after - overruns_before,
+            "clients_closed": closed,  # connections lost so far (the hub dropped them)
             **percentiles(lag),
             "commit_p95_ms": commit.get_value_at_percentile(95) / 1000,
             **percentiles(fresh, "from_commit_"),
@@ -206,7 +221,7 @@ class Bench:
             "host_cores_busy": round((host_after - host_before) / (ended - began), 2),
         }
 
-    async def idle_wake(self, samples: int, idle: float = 1.0) -> float:
+    async def idle_wake(self, samples: int, idle: float = 1.0) -> float | None:
         """Median ms from a single commit (the system idle before it) to its first receipt."""
         waits = []
         for _ in range(samples):
@@ -214,12 +229,12 @@ class Bench:
             send = Send(random.randrange(len(self.chats)), time.time())
             await self.produce([send])
             chat = self.chats[send.chat]
-            until = {"cmd": "until", "unique": len(chat.members), "idle": DRAIN_IDLE}
+            until = {"cmd": "until", "unique": len(chat.members), "idle": 10, "limit": 10}
             await self.clients[chat.process].ask(until)
-            times = [t for m, _, t in await self.collect() if m == send.message_id]
+            times = [t for m, _, t in (await self.collect())[0] if m == send.message_id]
             if times:
                 waits.append((min(times) - send.committed) * 1000)
-        return statistics.median(waits) if waits else float("nan")
+        return statistics.median(waits) if waits else None
 
 
 async def check_call(*argv: str, env: dict[str, str]) -> None:
@@ -248,25 +263,31 @@ async def seed(
 async def run(
     rates: list[int], duration: float, clients: int, chats: int, idle_samples: int, procs: int
 ) -> dict[str, Any]:
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)  # type: ignore[union-attr]
+    if clients < chats or clients % chats:
+        raise ValueError("clients must be a multiple of chats (members per chat)")
     members = clients // chats
+    with contextlib.suppress(RuntimeError, ValueError):  # only in the main thread
+        # A SIGTERM unwinds like Ctrl-C: the exit stack stops every subprocess.
+        task = asyncio.current_task()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)  # type: ignore[union-attr]
     env = {**os.environ, "DATABASE_URL": DATABASE_URL, "REDIS_URL": REDIS_URL}
     env.update(DJANGO_SETTINGS_MODULE="project.settings", PYTHONUNBUFFERED="1")
     await check_call(sys.executable, "scripts/ensure_database.py", env=env)
     await check_call(sys.executable, "manage.py", "migrate", "--noinput", "-v0", env=env)
     layer = redis.Redis.from_url(REDIS_URL)
     layer.flushdb()  # our own db number: stale groups of an earlier run would get pushes
-    redis_pid = int(layer.info("server")["process_id"])
+    redis_pid = int(layer.info("server")["process_id"])  # type: ignore[index]
     async with contextlib.AsyncExitStack() as stack:
+        stack.callback(layer.flushdb)  # runs last: no groups or queues left behind
         conns = []
         for _ in range(PRODUCERS):
             conns.append(await psycopg.AsyncConnection.connect(DATABASE_URL, autocommit=True))
             stack.push_async_callback(conns[-1].close)
         chat_list = await seed(conns[0], chats, members, procs)
         tokens = hubclients.mint_tokens([u for chat in chat_list for u in chat.members])
-        cursor = await conns[0].execute("SELECT pg_backend_pid()")
-        backend = (await cursor.fetchone() or [0])[0]
-        postmaster = int((hubclients.proc_stat(backend) or ["", "0"])[1])  # our backend's parent
+        row = await (await conns[0].execute("SELECT pg_backend_pid()")).fetchone()
+        stat = hubclients.proc_stat(row[0] if row else 0)
+        postmaster = int(stat[1]) if stat else 0  # our backend's parent (PostgreSQL is local)
         port, metrics_port = hubclients.free_port(), hubclients.free_port()
         daphne_argv = [str(Path(sys.executable).with_name("daphne")), "-b", "127.0.0.1"]
         daphne_argv += ["-p", str(port), "project.asgi:application"]
@@ -328,14 +349,19 @@ def main() -> None:
     for option, default in (("--clients", 500), ("--chats", 250), ("--client-processes", 2)):
         parser.add_argument(option, type=int, default=default)
     args = parser.parse_args()
-    results = run_e2e(
-        [int(rate) for rate in args.rates.split(",")],
-        args.duration or (3.0 if args.quick else 20.0),
-        clients=args.clients,
-        chats=args.chats,
-        idle_samples=args.idle_samples or (5 if args.quick else 30),
-        client_processes=args.client_processes,
-    )
+    try:
+        results = run_e2e(
+            [int(rate) for rate in args.rates.split(",")],
+            args.duration or (3.0 if args.quick else 20.0),
+            clients=args.clients,
+            chats=args.chats,
+            idle_samples=(5 if args.quick else 30)
+            if args.idle_samples is None
+            else args.idle_samples,
+            client_processes=args.client_processes,
+        )
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        sys.exit("interrupted; servers and clients stopped")
     print(json.dumps(results, indent=2))
 
 

@@ -6,8 +6,8 @@ The clients are raw WebSocket connections speaking the SignalR JSON hub protocol
 in processes of their own, so their event loop is not the producer's and their CPU time is
 read apart. Driven by JSON lines: the first stdin line is {"http": base URL, "tokens":
 [...]} (answer {"ready": connected, "errors": [...]}); then one stdout line per command:
-  {"cmd": "until", "unique": N, "idle": S}  wait for N (client, message) receipts, or S
-                                             seconds without a new one -> {"unique": n}
+  {"cmd": "until", "unique": N, "idle": S, "limit": L}  wait for N (client, message)
+      receipts, S seconds without a new one, or L seconds in all -> {"unique": n}
   {"cmd": "collect"}  receipts since the last collect -> {"receipts": [[id, client, t]...]}
 End of stdin closes every connection and ends the process.
 """
@@ -20,6 +20,7 @@ import random
 import re
 import socket
 import sys
+import tempfile
 import time
 import urllib.request
 from collections import deque
@@ -28,6 +29,7 @@ from typing import Any
 from uuid import UUID
 
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 
 ROOT = Path(__file__).resolve().parent.parent
 RS = "\x1e"
@@ -57,14 +59,16 @@ class Receipts:
         seen.append((client, at))
         self.changed.set()
 
-    async def until(self, target: int, idle: float) -> int:
-        """Wait for `target` unique receipts, or until none arrived for `idle` seconds."""
-        while self.unique < target:
+    async def until(self, target: int, idle: float, limit: float) -> int:
+        """Wait for `target` unique receipts, or until none arrived for `idle` seconds, or
+        `limit` seconds in all."""
+        deadline = time.monotonic() + limit
+        while self.unique < target and (left := deadline - time.monotonic()) > 0:
             self.changed.clear()
             try:
-                await asyncio.wait_for(self.changed.wait(), idle)
+                await asyncio.wait_for(self.changed.wait(), min(idle, left))
             except TimeoutError:
-                break
+                break  # idle for `idle` seconds, or out of time
         return self.unique
 
     def collect(self) -> list[list[Any]]:
@@ -83,6 +87,18 @@ def negotiate(http: str, token: str) -> str:
 
 
 async def open_client(http: str, token: str, gate: asyncio.Semaphore) -> ClientConnection:
+    for attempt in range(3):  # as SignalR clients retry a failed start (a busy shared box)
+        try:
+            return await connect_once(http, token, gate)
+        except Exception as exc:
+            if attempt == 2:
+                raise
+            print(f"hub client: retrying after {exc!r}", file=sys.stderr)
+            await asyncio.sleep(1 + attempt)
+    raise AssertionError("unreachable")
+
+
+async def connect_once(http: str, token: str, gate: asyncio.Semaphore) -> ClientConnection:
     async with gate:
         connection_token = await asyncio.to_thread(negotiate, http, token)
         url = http.replace("http", "ws", 1) + f"/hubs/messenger?id={connection_token}"
@@ -95,20 +111,23 @@ async def open_client(http: str, token: str, gate: asyncio.Semaphore) -> ClientC
 
 
 async def listen(ws: ClientConnection, client: int, receipts: Receipts) -> None:
-    """Stamp every message_received with the time its frame was read."""
-    async for frame in ws:
-        at = time.time()
-        text = frame if isinstance(frame, str) else frame.decode()
-        for record in text.split(RS)[:-1]:
-            if '"message_received"' in record:  # not pings or other events
-                receipts.add(json.loads(record)["arguments"][0]["messageId"], client, at)
+    """Stamp every message_received with the time its frame was read. A dropped
+    connection just ends (collect counts it; its missing receipts count as lost)."""
+    with contextlib.suppress(ConnectionClosed):
+        async for frame in ws:
+            at = time.time()
+            text = frame if isinstance(frame, str) else frame.decode()
+            for record in text.split(RS)[:-1]:
+                if '"message_received"' in record:  # not pings or other events
+                    receipts.add(json.loads(record)["arguments"][0]["messageId"], client, at)
 
 
 async def keepalive(ws: ClientConnection) -> None:
     await asyncio.sleep(random.uniform(0, PING_EVERY))  # spread the clients' pings
-    while True:
-        await ws.send(PING)
-        await asyncio.sleep(PING_EVERY)
+    with contextlib.suppress(ConnectionClosed):
+        while True:
+            await ws.send(PING)
+            await asyncio.sleep(PING_EVERY)
 
 
 def reply(data: dict[str, Any]) -> None:
@@ -134,7 +153,8 @@ async def main() -> None:
     while line := await stdin.readline():
         command = json.loads(line)
         if command["cmd"] == "until":
-            reply({"unique": await receipts.until(command["unique"], command["idle"])})
+            target, idle, limit = command["unique"], command["idle"], command["limit"]
+            reply({"unique": await receipts.until(target, idle, limit)})
         elif command["cmd"] == "collect":
             closed = sum(ws.close_code is not None for ws in sockets.values())
             reply({"receipts": receipts.collect(), "closed": closed})
@@ -180,20 +200,24 @@ class HubClients:
 
 
 class Service:
-    """A server subprocess whose output is drained all along (a full pipe would stall it)."""
+    """A server subprocess whose output is drained all along (a full pipe would stall it)
+    into <tmp>/messenger-e2e-<name>.log, for the post-mortem of a bad run."""
 
     def __init__(self, name: str, proc: asyncio.subprocess.Process, ready: str) -> None:
         self.name, self.proc, self.ready = name, proc, re.compile(ready)
         self.tail: deque[str] = deque(maxlen=60)  # shown when it fails to start
+        self.log = Path(tempfile.gettempdir()) / f"messenger-e2e-{name}.log"
         self.up = asyncio.Event()
         self.pump = asyncio.create_task(self._pump())
 
     async def _pump(self) -> None:
         assert self.proc.stdout is not None
-        async for raw in self.proc.stdout:
-            self.tail.append(line := raw.decode(errors="replace").rstrip())
-            if self.ready.search(line):
-                self.up.set()
+        with self.log.open("w") as log:
+            async for raw in self.proc.stdout:
+                self.tail.append(line := raw.decode(errors="replace").rstrip())
+                log.write(line + "\n")
+                if self.ready.search(line):
+                    self.up.set()
 
     @classmethod
     async def start(cls, name: str, argv: list[str], env: dict[str, str], ready: str) -> "Service":
@@ -245,6 +269,13 @@ def overruns(metrics_port: int) -> float:
         text = r.read().decode()
     name = "messenger_realtime_channel_overruns_total"
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+def sibling_url(variable: str, default: str, path: str) -> str:
+    """The URL in `variable` (or `default`) with its path (database) replaced by `path`."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    return urlunsplit(urlsplit(os.environ.get(variable) or default)._replace(path=path))
 
 
 def free_port() -> int:

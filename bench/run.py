@@ -1,10 +1,13 @@
-"""Side-by-side drain benchmark (issue 7, first part). `bash scripts/bench [--quick]`.
+"""Side-by-side benchmark (issue 7): `bash scripts/bench [--quick]`.
 
-Measures, on the same PostgreSQL and Redis, in one run: the raw SQL ceiling (claim 200 +
-mark Done), our dispatcher draining into a no-op publisher, our dispatcher draining into
-the real channel layer (pipelined), channels-redis' own group_send row by row, and the
-idle wake (commit -> delivered to a channel-layer subscriber). Medians of repeats; JSON
-to bench/results.json and a table to docs/performance.md.
+One invocation, the same PostgreSQL and Redis: the raw SQL ceiling (claim 200 + mark
+Done), our dispatcher draining into a no-op publisher and into the real channel layer,
+PgQueuer and Procrastinate draining the same count of no-op jobs, channels-redis'
+group_send row by row and our pipelined push alone, the idle wake, and the open-loop end
+to end run through Daphne with hub clients (bench/e2e.py). The drains are interleaved per
+repeat so drift on a noisy machine hits every contender alike; medians are reported.
+Writes bench/results.json, docs/performance.png and the generated block of
+docs/performance.md (a --quick smoke writes nothing and only prints the JSON).
 """
 
 import argparse
@@ -175,31 +178,112 @@ async def idle_wake(samples: int) -> float:
     return statistics.median(waits)
 
 
-def median_of(repeats: int, measure: Any) -> float:
-    return statistics.median(measure() for _ in range(repeats))
+async def pipelined_push_only(n: int) -> float:
+    """Our publisher's pipelined path alone (no database): n events in chunks of 100."""
+    layer = get_channel_layer()
+    await layer.flush()
+    seed(CHATS)
+    channels = await with_subscribers(layer)
+    chats = [channel.split(".", 1)[1] for channel in channels]
+    events = [
+        OutgoingEvent(f"chat:{chats[i % len(chats)]}", "message_received", {"seq": i})
+        for i in range(n)
+    ]
+    publisher = ChannelLayerPublisher(layer)
+    started = time.perf_counter()
+    for start in range(0, n, 100):
+        await publisher.publish_many(events[start : start + 100])
+    rate = n / (time.perf_counter() - started)
+    await layer.flush()
+    return rate
+
+
+def machine() -> dict[str, Any]:
+    with psycopg.connect(db.conninfo()) as conn:
+        postgres = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+        sync = conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
+    info = asyncio.run(get_channel_layer().connection(0).info("server"))
+    return {
+        "cores": os.cpu_count(),
+        "postgres": postgres.split()[0],
+        "redis": info["redis_version"],
+        "python": sys.version.split()[0],
+        "synchronous_commit": sync,
+    }
+
+
+def drains(n: int, repeats: int) -> dict[str, list[float]]:
+    """Every drain once per repeat, interleaved, so drift hits all of them alike."""
+    import peers
+
+    runs: dict[str, list[float]] = {}
+    settings: dict[str, str] = {}
+
+    def record(name: str, rate: float) -> None:
+        runs.setdefault(name, []).append(rate)
+        print(f"  {name}: {rate:,.0f} rows/s", file=sys.stderr)
+
+    for repeat in range(repeats):
+        print(f"drains, repeat {repeat + 1}/{repeats}", file=sys.stderr)
+        record("raw_sql", raw_sql_ceiling(n))
+        seed(n)
+        record("ours_noop", asyncio.run(drain(n, Noop())))
+        pgq = peers.pgqueuer_drain(n)
+        record("pgqueuer", pgq["rows_per_s"])
+        proc = peers.procrastinate_drain(n)
+        record("procrastinate", proc["rows_per_s"])
+        record("ours_layer", asyncio.run(layer_drain(n)))
+        record("rowwise_group_send", asyncio.run(rowwise_group_send(min(n, 5000))))
+        record("pipelined_push_only", asyncio.run(pipelined_push_only(min(n, 20_000))))
+        settings = {
+            "pgqueuer_settings": pgq["settings"],
+            "procrastinate_settings": proc["settings"],
+        }
+    from importlib.metadata import version
+
+    settings["pgqueuer_version"] = version("pgqueuer")
+    settings["procrastinate_version"] = version("procrastinate")
+    runs["_settings"] = settings  # type: ignore[assignment]
+    return runs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="seconds-long smoke (CI)")
     args = parser.parse_args()
-    n, repeats, samples = (2000, 1, 5) if args.quick else (100_000, 3, 50)
     import logging
 
+    import e2e
+    import report
+
     logging.disable(logging.WARNING)
+    if args.quick:
+        n, repeats, samples = 2000, 1, 5
+        e2e_args: dict[str, Any] = {
+            "rates": [100],
+            "duration": 2.0,
+            "clients": 20,
+            "chats": 10,
+            "idle_samples": 3,
+            "client_processes": 1,
+        }
+    else:
+        n, repeats, samples = 100_000, 3, 50
+        e2e_args = {"rates": [250, 500, 1000, 2000, 4000], "duration": 20.0}
     results: dict[str, Any] = {"rows": n, "repeats": repeats, "batch_size": 200}
-    results["raw_sql_rows_per_s"] = median_of(repeats, lambda: raw_sql_ceiling(n))
-    results["noop_rows_per_s"] = median_of(
-        repeats, lambda: (seed(n), asyncio.run(drain(n, Noop())))[1]
-    )
-    results["layer_rows_per_s"] = median_of(repeats, lambda: asyncio.run(layer_drain(n)))
-    results["rowwise_group_send_per_s"] = asyncio.run(rowwise_group_send(min(n, 5000)))
-    results["idle_wake_median_ms"] = asyncio.run(idle_wake(samples))
-    results["noop_vs_raw_sql"] = results["noop_rows_per_s"] / results["raw_sql_rows_per_s"]
-    results["layer_vs_rowwise"] = results["layer_rows_per_s"] / results["rowwise_group_send_per_s"]
+    results["machine"] = machine()
+    runs = drains(n, repeats)
+    results["peers"] = runs.pop("_settings")
+    results["drain"] = runs
+    results["idle_wake_layer_median_ms"] = asyncio.run(idle_wake(samples))
+    print("end to end", file=sys.stderr)
+    results["e2e"] = e2e.run_e2e(**e2e_args)
+    results["finished_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(json.dumps(results, indent=2))
     if not args.quick:
         (ROOT / "bench" / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        report.plot(results, ROOT / "docs" / "performance.png")
+        report.write(results, ROOT / "docs" / "performance.md")
 
 
 if __name__ == "__main__":
