@@ -112,3 +112,16 @@ def test_uuid7_is_version_7_and_sorts_in_creation_order() -> None:
     assert all(i.version == 7 and i.variant == uuid.RFC_4122 for i in ids)
     assert ids == sorted(ids)
     assert len(set(ids)) == len(ids)
+
+
+def test_the_outbox_is_vacuumed_far_more_often_than_the_default() -> None:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = 'messenger.realtime_outbox'::regclass"
+        )
+        options = set(cur.fetchone()[0])
+    assert {
+        "autovacuum_vacuum_scale_factor=0.02",
+        "autovacuum_vacuum_threshold=2000",
+        "autovacuum_vacuum_cost_delay=0",
+    } <= options
