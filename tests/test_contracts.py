@@ -140,3 +140,13 @@ def test_a_valid_row_next_to_a_broken_one_is_still_delivered() -> None:
     )
     assert [e.status for e in entries] == ["Quarantined", "Done"]
     assert [e.payload["body"] for e in publisher.events] == ["fine"]
+
+
+def test_a_file_message_carries_its_metadata_as_an_object() -> None:
+    alice, _bob, chat, _call = chat_with_call()
+    meta = {"name": "plan.pdf", "size": 1024, "mime": "application/pdf"}
+    message = services.post_message(alice.id, chat.id, kind="File", file_meta=meta)
+    RealtimeOutboxEntry.objects.exclude(message_id=message.id).delete()
+    publisher = RecordingPublisher()
+    run(one_pass(options(), publisher))
+    assert [e.payload["fileMeta"] for e in publisher.events] == [meta]
