@@ -2,8 +2,8 @@
 
 channels-redis' group_send costs four round trips per event (expire the group, read its
 members, expire each channel, a Lua EVAL), which caps a worker near 0.5k events/s. Here a
-chunk costs two: (1) one pipeline that expires and reads each distinct group once, (2) one
-Lua script that inserts every event into its member channels, in event order. This relies
+chunk costs two: (1) one Lua script that expires and reads each distinct group once, (2)
+one Lua script that inserts every event into its member channels, in event order. This relies
 on channels-redis' key layout and message format (pinned: 4.3.0) and on a single Redis
 host; otherwise the layer's own group_send is used, event by event.
 """
@@ -37,6 +37,17 @@ end
 return over_capacity
 """
 
+# Every distinct group of a chunk in one call: drop members past group expiry (as
+# channels-redis' group_send does), then return each group's members, in KEYS order.
+READ_GROUPS_LUA = """
+local members = {}
+for i = 1, #KEYS do
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, ARGV[1])
+    members[i] = redis.call('ZRANGE', KEYS[i], 0, -1)
+end
+return members
+"""
+
 SCORE_STEP = 1e-6  # seconds between consecutive messages' scores (representable at 1.7e9)
 
 
@@ -65,19 +76,16 @@ async def group_send_many(
     """Send each (event, channels message) to its group; returns channel overruns."""
     connection = layer.connection(0)
     now = int(time.time())
-    groups = list(dict.fromkeys(layer._group_key(layer_group(e.group)) for e, _ in events))
-    read = connection.pipeline(transaction=False)
-    for key in groups:
-        read.zremrangebyscore(key, min=0, max=now - layer.group_expiry)
-        read.zrange(key, 0, -1)
-    replies = await read.execute()
-    found = zip(groups, replies[1::2], strict=True)
+    event_groups = [layer._group_key(layer_group(event.group)) for event, _ in events]
+    groups = list(dict.fromkeys(event_groups))
+    replies = await connection.eval(READ_GROUPS_LUA, len(groups), *groups, now - layer.group_expiry)
+    found = zip(groups, replies, strict=True)
     members = {key: [member.decode("utf8") for member in names] for key, names in found}
     keys: list[str] = []
     messages: list[bytes] = []
     capacities: list[int] = []
-    for event, message in events:
-        channels = members[layer._group_key(layer_group(event.group))]
+    for (_event, message), group in zip(events, event_groups, strict=True):
+        channels = members[group]
         if not channels:
             continue  # nobody listens to this group right now: delivered to no one
         _, message_by_key, capacity_by_key = layer._map_channel_keys_to_connection(
