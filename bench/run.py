@@ -231,6 +231,7 @@ def machine() -> dict[str, Any]:
     with psycopg.connect(db.conninfo()) as conn:
         postgres = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
         sync = conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
+
     async def redis_info() -> dict[str, Any]:
         return dict(await get_channel_layer().connection(0).info("server"))
 
