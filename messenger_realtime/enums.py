@@ -1,5 +1,6 @@
 """The spec's enums; stored values are the spec's PascalCase names."""
 
+import functools
 import re
 
 from django.db import models
@@ -53,6 +54,7 @@ class RealtimeDispatchKind(models.TextChoices):
 _WORD_BOUNDARY = re.compile(r"(?<!^)(?=[A-Z])")
 
 
+@functools.cache  # a handful of kinds, looked up for every dispatched row
 def event_name(kind: str) -> str:
     """Hub event name of a kind: the spec's snake_case (MessageReceived -> message_received)."""
     return _WORD_BOUNDARY.sub("_", kind).lower()

@@ -1,11 +1,12 @@
 """One dispatch pass as a pipeline of overlapping batches.
 
-Batch N+1 is claimed and its payloads built (the claim connection, then the domain read
-off the event loop) while batch N is pushed, and batch N's outcomes are written (the work
-connection) while batch N+1 is pushed. The spec's semantics hold batch by batch: a claim
-commits before any of its rows is pushed, pushes run outside transactions and in claim
-order, every row gets its own outcome, and outcomes are written and reported in batch
-order, at most one batch behind the pushes.
+Claims run back to back on the claim connection, each starting as soon as the one before
+proves full; each claimed batch is built (the domain read, off the event loop) while the
+one before is pushed; batch N's outcomes are written (the work connection) while batch
+N+1 is pushed. At most two batches are claimed ahead of the pushes. The spec's semantics
+hold batch by batch: a claim commits before any of its rows is pushed, pushes run outside
+transactions and in claim order, every row gets its own outcome, and outcomes are written
+and reported in batch order, at most one batch behind the pushes.
 """
 
 import asyncio
@@ -42,6 +43,7 @@ class Batch:
     rows: list[store.ClaimedRow]  # everything the claim returned
     pending: list[store.ClaimedRow]  # minus the rows the claim itself quarantined
     built: Built  # one event (or why not) per pending row
+    next_claim: "asyncio.Task[list[store.ClaimedRow]] | None"  # the batch after, if any
 
 
 async def run_batches(
@@ -50,7 +52,10 @@ async def run_batches(
     """Claim and dispatch batches while they come back full, up to MAX_RUN_DURATION."""
     if d.stop.is_set():
         return
-    ahead: asyncio.Task[Batch] | None = asyncio.create_task(_claim_and_build(d, claim_conn))
+    spawned: set[asyncio.Task[Any]] = set()  # every stage task, settled before returning
+    ahead: asyncio.Task[Batch] | None = _spawn(
+        spawned, _build_after(d, claim_conn, None, started, spawned)
+    )
     recording: asyncio.Task[None] | None = None
     try:
         while ahead is not None:
@@ -60,10 +65,10 @@ async def run_batches(
                 break
             result.batches += 1
             logger.info("batch claimed", extra={"action": "claim", "rows": len(batch.rows)})
-            full = len(batch.rows) == d.options.batch_size
-            in_time = time.monotonic() - started < d.options.max_run_duration
-            if full and in_time and not d.stop.is_set():
-                ahead = asyncio.create_task(_claim_and_build(d, claim_conn))
+            if batch.next_claim is not None:  # the next batch is being claimed already
+                ahead = _spawn(
+                    spawned, _build_after(d, claim_conn, batch.next_claim, started, spawned)
+                )
             if d.stop.is_set():  # claimed ahead, then asked to stop: give the rows back
                 pushed = Pushed(released=batch.pending)
             else:
@@ -72,7 +77,7 @@ async def run_batches(
                 )
             if recording is not None:
                 await recording  # outcomes are written and reported in batch order
-            recording = asyncio.create_task(_record(d, work_conn, batch, pushed, result))
+            recording = _spawn(spawned, _record(d, work_conn, batch, pushed, result))
             d.heartbeat = time.monotonic()
         if recording is not None:
             await recording
@@ -80,19 +85,49 @@ async def run_batches(
         # After a failure mid-pass, let the stages in flight finish (their own errors are
         # secondary) so no statement is abandoned half-sent. Rows claimed ahead and never
         # pushed are retried after their backoff, like any claim whose outcome was lost.
-        await asyncio.gather(*(t for t in (ahead, recording) if t), return_exceptions=True)
+        while pending := [task for task in spawned if not task.done()]:
+            await asyncio.gather(*pending, return_exceptions=True)
+        for task in spawned:
+            if not task.cancelled():
+                task.exception()  # retrieved: a secondary error is not reported twice
 
 
-async def _claim_and_build(d: "Dispatcher", conn: Conn) -> Batch:
-    if d.use_lock:
-        await d.leader.ensure_held()
-    delays = delay_table(d.options, d.rand)
-    rows = await store.claim(conn, d.options.batch_size, delays, d.options.max_attempts)
+def _spawn(spawned: set[asyncio.Task[Any]], work: Any) -> asyncio.Task[Any]:
+    task = asyncio.create_task(work)
+    spawned.add(task)
+    return task
+
+
+async def _build_after(
+    d: "Dispatcher",
+    conn: Conn,
+    claiming: "asyncio.Task[list[store.ClaimedRow]] | None",
+    started: float,
+    spawned: set[asyncio.Task[Any]],
+) -> Batch:
+    """Claim (or take the claim already running), start claiming the batch after it as
+    soon as this one proves full, then build this one: claims run back to back, at most
+    two batches ahead of the pushes, while builds and pushes catch up."""
+    rows = await (claiming if claiming is not None else _claim(d, conn))
     pending = [r for r in rows if r.status != RealtimeOutboxStatus.QUARANTINED]
+    full = len(rows) == d.options.batch_size
+    in_time = time.monotonic() - started < d.options.max_run_duration
+    next_claim = None
+    if full and in_time and not d.stop.is_set():
+        next_claim = _spawn(spawned, _claim(d, conn))
+    if d.stop.is_set():  # the rows will be released, not pushed: no need to build them
+        return Batch(rows, pending, [], None)
     built = await build(pending, d.port)
     invalid = sum(isinstance(event, InvalidRow) for event in built)
     logger.debug("batch built", extra={"action": "build", "rows": len(built), "invalid": invalid})
-    return Batch(rows, pending, built)
+    return Batch(rows, pending, built, next_claim)
+
+
+async def _claim(d: "Dispatcher", conn: Conn) -> list[store.ClaimedRow]:
+    if d.use_lock:
+        await d.leader.ensure_held()
+    delays = delay_table(d.options, d.rand)
+    return await store.claim(conn, d.options.batch_size, delays, d.options.max_attempts)
 
 
 async def build(rows: list[store.ClaimedRow], port: DomainPort) -> Built:
