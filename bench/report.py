@@ -50,8 +50,9 @@ def drain_table(r: dict[str, Any]) -> list[str]:
         f"({r['peers']['procrastinate_settings']}) | {spread(runs['procrastinate'])} "
         f"| ours {noop / proc:.2f}× | — | — |",
         f"| our dispatcher into channels-redis (pipelined chunks) | {spread(runs['ours_layer'])} "
-        f"| {layer / rowwise:.2f}× row by row | ≥ 5,000 rows/s and ≥ 10× row by row "
-        f"| {status(layer >= 5000 and layer >= 10 * rowwise)} |",
+        f"| {layer / rowwise:.2f}× row by row | ≥ 5,000 rows/s | {status(layer >= 5000)} |",
+        f"| the same, against row-by-row `group_send` | | {layer / rowwise:.2f}× "
+        f"| ≥ 10× | {status(layer >= 10 * rowwise)} |",
         "| pipelined push alone (no database), same events "
         f"| {spread(runs['pipelined_push_only'])} "
         f"| {push_only / rowwise:.2f}× row by row | — | — |",
