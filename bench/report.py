@@ -73,21 +73,22 @@ def e2e_table(r: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {s['offered_rate']:,} | {s['achieved_rate']:,.0f} | {s['deliveries']:,} "
             f"| {s['p50_ms']:,.1f} | {s['p95_ms']:,.1f} | {s['p99_ms']:,.1f} "
-            f"| {s['max_ms']:,.1f} | {s['lost']} | {s['duplicated']} | {s['overruns']} |"
+            f"| {s['max_ms']:,.1f} | {s['lost']:,} | {s['duplicated']:,} | {s['overruns']:,.0f} |"
         )
     return lines
 
 
 def cpu_table(r: dict[str, Any]) -> list[str]:
     lines = [
-        "| offered msg/s | worker | Daphne | PostgreSQL | Redis | bench clients |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| offered msg/s | worker | Daphne | PostgreSQL | Redis | bench clients | bench owners |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for s in r["e2e"]["steps"]:
         c = s["cpu_s_per_1000"]
         lines.append(
             f"| {s['offered_rate']:,} | {c['worker']:.2f} | {c['daphne']:.2f} "
-            f"| {c['postgres']:.2f} | {c['redis']:.2f} | {c['clients']:.2f} |"
+            f"| {c['postgres']:.2f} | {c['redis']:.2f} | {c['clients']:.2f} "
+            f"| {c['producer']:.2f} |"
         )
     return lines
 
@@ -115,7 +116,7 @@ def e2e_targets(r: dict[str, Any]) -> list[str]:
         f"| idle wake, commit → channel-layer subscriber (median) "
         f"| {r['idle_wake_layer_median_ms']:.1f} ms | — |",
         f"| capacity overruns at ≤ 2,000 msg/s: 0 | "
-        f"{sum(s['overruns'] for s in steps)} in all steps | {status(zero_overruns)} |",
+        f"{sum(s['overruns'] for s in steps):,.0f} in all steps | {status(zero_overruns)} |",
     ]
     return lines
 
@@ -190,6 +191,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     right.set_xscale("log")
     right.set_yscale("log")
     right.set_xticks(rates, [f"{r:,}" for r in rates])
+    right.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # log axis clutter
     right.set_xlabel("offered msg/s (Poisson)")
     right.set_ylabel("commit → client latency, ms")
     right.set_title(f"End to end, {results['e2e']['clients']} hub clients")
@@ -197,3 +199,12 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+if __name__ == "__main__":  # re-render the page and the plot from bench/results.json
+    import json
+
+    root = Path(__file__).resolve().parent.parent
+    results = json.loads((root / "bench" / "results.json").read_text())
+    plot(results, root / "docs" / "performance.png")
+    write(results, root / "docs" / "performance.md")
