@@ -107,7 +107,8 @@ def check_realtime_settings(app_configs: Any = None, **kwargs: Any) -> list[Erro
             Error(
                 "REALTIME_BACKPLANE_ENABLED is true but CHANNEL_LAYERS['default'] is in-memory: "
                 "the worker process could not reach the hub.",
-                hint="Use channels_redis.core.RedisChannelLayer, or disable the backplane.",
+                hint="Use messenger_realtime.layer.BatchReceiveRedisChannelLayer (or "
+                "channels_redis.core.RedisChannelLayer), or disable the backplane.",
                 id="messenger_realtime.E013",
             )
         )

@@ -185,7 +185,7 @@ class Dispatcher:
         return self.claim_conn
 
     async def close(self) -> None:
-        """Release the lock and close both connections (run() does this on exit)."""
+        """Release the lock and close every session (run() does this on exit)."""
         await self._disconnect()
 
     async def _disconnect(self) -> None:

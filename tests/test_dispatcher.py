@@ -42,6 +42,23 @@ async def one_pass(opts: RealtimeDispatchOptions, publisher: Any) -> PassResult:
         await dispatcher.close()
 
 
+async def pass_stopped_after(pushes: int, opts: RealtimeDispatchOptions) -> PassResult:
+    """One pass whose publisher asks the dispatcher to stop after `pushes` events
+    (as SIGTERM would, mid-pass)."""
+
+    class StopAfter(RecordingPublisher):
+        async def publish(self, event: OutgoingEvent) -> None:
+            await super().publish(event)
+            if len(self.events) == pushes:
+                dispatcher.stop.set()
+
+    dispatcher = Dispatcher(opts, StopAfter(), use_lock=False)
+    try:
+        return await dispatcher.run_pass()
+    finally:
+        await dispatcher.close()
+
+
 def dead_layer_publisher() -> ChannelLayerPublisher:
     """A real channels-redis layer pointed at a port where no Redis listens."""
     return ChannelLayerPublisher(layer(f"redis://127.0.0.1:{free_port()}/0"))
@@ -209,24 +226,7 @@ def test_stop_between_rows_records_pushed_rows_and_releases_the_rest() -> None:
     for seq in range(5):
         enqueue_message(seq=seq)
 
-    class StopAfterTwo(RecordingPublisher):
-        dispatcher: Dispatcher
-
-        async def publish(self, event: OutgoingEvent) -> None:
-            await super().publish(event)
-            if len(self.events) == 2:
-                self.dispatcher.stop.set()
-
-    async def scenario() -> PassResult:
-        publisher = StopAfterTwo()
-        dispatcher = Dispatcher(options(), publisher, use_lock=False)
-        publisher.dispatcher = dispatcher
-        try:
-            return await dispatcher.run_pass()
-        finally:
-            await dispatcher.close()
-
-    result = run(scenario())
+    result = run(pass_stopped_after(2, options()))
     assert (result.dispatched, result.released) == (2, 3)
     rows = list(RealtimeOutboxEntry.objects.order_by("id").values_list("status", "attempts"))
     assert rows == [("Done", 1)] * 2 + [("Pending", 0)] * 3
@@ -323,23 +323,7 @@ def test_stop_releases_the_batch_claimed_ahead_as_well() -> None:
     for seq in range(5):
         enqueue_message(seq=seq)
 
-    class StopAfterOne(RecordingPublisher):
-        dispatcher: Dispatcher
-
-        async def publish(self, event: OutgoingEvent) -> None:
-            await super().publish(event)
-            self.dispatcher.stop.set()
-
-    async def scenario() -> PassResult:
-        publisher = StopAfterOne()
-        dispatcher = Dispatcher(options(batch_size=2), publisher, use_lock=False)
-        publisher.dispatcher = dispatcher
-        try:
-            return await dispatcher.run_pass()
-        finally:
-            await dispatcher.close()
-
-    result = run(scenario())
+    result = run(pass_stopped_after(1, options(batch_size=2)))
     # Batch 1 pushed one row and released the other; the batches claimed ahead (batch 2
     # for sure, the fifth row too if its claim had started) went back whole. Nothing
     # lost, no attempt spent, every unsent row due at once.
