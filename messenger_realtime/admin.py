@@ -12,9 +12,9 @@ from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from . import services
-from .enums import RealtimeOutboxStatus as Status
-from .models import RealtimeOutboxEntry
+from messenger_realtime.outbox import operations as services
+from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
+from messenger_realtime.outbox.models import RealtimeOutboxEntry
 
 Entries = QuerySet[RealtimeOutboxEntry]
 

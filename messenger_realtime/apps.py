@@ -7,4 +7,4 @@ class MessengerRealtimeConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        from messenger_realtime.conf import checks  # noqa: F401  (registers the system checks)

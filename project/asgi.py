@@ -27,6 +27,6 @@ application = ProtocolTypeRouter(
 )
 
 if "twisted.internet.reactor" in sys.modules:  # served by Daphne
-    from messenger_realtime.hub.daphne_integration import install_daphne_integration
+    from messenger_realtime.hub.daphne import install_daphne_integration
 
     install_daphne_integration()

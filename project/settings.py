@@ -80,7 +80,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 
-# The realtime dispatcher (messenger_realtime.conf reads this and the
+# The realtime dispatcher (messenger_realtime.conf.settings reads this and the
 # MESSENGER_REALTIME_<KEY> / REALTIME_BACKPLANE_ENABLED environment overrides).
 MESSENGER_REALTIME: dict[str, object] = {
     "DOMAIN_PORT": "project.messenger.realtime_port.HostDomainPort",
@@ -97,7 +97,7 @@ if env.bool("REALTIME_BACKPLANE_ENABLED", default=True):
     CHANNEL_LAYERS = {
         "default": {
             # channels-redis' core layer, receiving a process's messages in batches
-            "BACKEND": "messenger_realtime.layer.BatchReceiveRedisChannelLayer",
+            "BACKEND": "messenger_realtime.transport.layer.BatchReceiveRedisChannelLayer",
             "CONFIG": {
                 # No read timeout: an idle consumer blocks in BZPOPMIN by design (the
                 # worker bounds each push with PUBLISH_TIMEOUT instead); connecting to a
@@ -134,7 +134,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "kv": {"()": "messenger_realtime.logformat.KeyValueFormatter"},
+        "kv": {"()": "messenger_realtime.ops.logging.KeyValueFormatter"},
     },
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "kv"},

@@ -3,7 +3,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from messenger_realtime import webhealth
+from messenger_realtime.ops import webhealth
 from project.messenger import demo
 
 urlpatterns = [

@@ -46,7 +46,7 @@ ensure_chromium() {  # the browser tests drive Debian's Chromium through Playwri
   [ -x /usr/bin/chromium ] || apt_install chromium
 }
 
-ensure_promtool() {  # tests/test_alert_rules.py checks ops/prometheus/*.yml with it
+ensure_promtool() {  # tests/unit/test_alert_rules.py checks ops/prometheus/*.yml with it
   command -v promtool >/dev/null || apt_install --no-install-recommends prometheus
 }
 

@@ -1,15 +1,9 @@
 """Shared fixtures: real PostgreSQL (pytest-django's test database) and real Redis."""
 
-import asyncio
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,48 +11,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    """Poll a condition with a deadline (synchronisation on state, not a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
-
-
-class PrivateRedis:
-    """A redis-server of the test's own, so a test may pause or stop it."""
-
-    def __init__(self, port: int, process: subprocess.Popen[bytes]) -> None:
-        self.port = port
-        self.process = process
-        self.url = f"redis://127.0.0.1:{port}/0"
-
-    def client(self) -> "redis.Redis[bytes]":
-        return redis.Redis(host="127.0.0.1", port=self.port)
-
-    def freeze(self) -> None:
-        """Stop the server process: connections stay open, every command hangs."""
-        self.process.send_signal(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        self.process.send_signal(signal.SIGCONT)
+from tests.support.runtime import PrivateRedis, free_port, wait_until
 
 
 @pytest.fixture
@@ -111,20 +64,17 @@ def worker_env(transactional_db: None, live_env: dict[str, str]) -> dict[str, st
     return dict(live_env)
 
 
-def manage(*args: str) -> list[str]:
-    return [sys.executable, str(ROOT / "manage.py"), *args]
-
-
 @pytest.fixture(autouse=True)
-def _clean_outbox_for_transactional_tests(
-    request: pytest.FixtureRequest, django_db_setup: None, django_db_blocker: Any
-) -> None:
+def _clean_outbox_for_transactional_tests(request: pytest.FixtureRequest) -> None:
     """Start transactional tests with an empty outbox.
 
     Django's flush only truncates tables it can see on the search_path, and the outbox
     lives in the messenger schema, so committed rows would otherwise leak between tests.
+    Tests without the database (the unit tier) never touch it.
     """
     if "transactional_db" not in request.fixturenames:
         return
-    with django_db_blocker.unblock(), connection.cursor() as cur:
+    request.getfixturevalue("django_db_setup")
+    blocker: Any = request.getfixturevalue("django_db_blocker")
+    with blocker.unblock(), connection.cursor() as cur:
         cur.execute("TRUNCATE messenger.realtime_outbox")

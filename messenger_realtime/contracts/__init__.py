@@ -9,13 +9,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
-from ..enums import event_name
-from ..groups import target_group
-from ..payloads import InvalidRow, OutgoingEvent
-from ..port import DomainPort
-from ..store import ClaimedRow
-from . import chat, media, people
-from .base import Contract
+from messenger_realtime.contracts import chat, media, people
+from messenger_realtime.contracts.base import Contract
+from messenger_realtime.contracts.events import InvalidRow, OutgoingEvent
+from messenger_realtime.contracts.port import DomainPort
+from messenger_realtime.dispatch.store import ClaimedRow
+from messenger_realtime.outbox.enums import event_name
+from messenger_realtime.transport.groups import target_group
 
 CONTRACTS: Mapping[str, Contract] = {**chat.CONTRACTS, **people.CONTRACTS, **media.CONTRACTS}
 

@@ -6,9 +6,9 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from ..enums import RealtimeTargetKind
-from ..payloads import InvalidRow
-from ..store import ClaimedRow
+from messenger_realtime.contracts.events import InvalidRow
+from messenger_realtime.dispatch.store import ClaimedRow
+from messenger_realtime.outbox.enums import RealtimeTargetKind
 
 Payload = dict[str, Any]
 

@@ -1,11 +1,19 @@
 """Chat contracts: messages (bodies only ever to chat:{ChatId}), read receipts, updates."""
 
-from ..enums import RealtimeDispatchKind as K
-from ..enums import RealtimeTargetKind
-from ..payloads import InvalidRow
-from ..port import ChatEventView, MessageView, ParticipantView
-from ..store import ClaimedRow
-from .base import Contract, Payload, compact, ids, iso, no_session_kind, require_chat_group
+from messenger_realtime.contracts.base import (
+    Contract,
+    Payload,
+    compact,
+    ids,
+    iso,
+    no_session_kind,
+    require_chat_group,
+)
+from messenger_realtime.contracts.events import InvalidRow
+from messenger_realtime.contracts.port import ChatEventView, MessageView, ParticipantView
+from messenger_realtime.dispatch.store import ClaimedRow
+from messenger_realtime.outbox.enums import RealtimeDispatchKind as K
+from messenger_realtime.outbox.enums import RealtimeTargetKind
 
 
 def _message_base(row: ClaimedRow, m: MessageView) -> Payload:

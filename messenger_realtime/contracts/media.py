@@ -7,12 +7,20 @@ the hub completes it per recipient with a MediaJoinModel (room token, TURN crede
 at delivery, so no secret is ever stored, queued or logged (messenger_realtime/media.py).
 """
 
-from ..enums import RealtimeDispatchKind as K
-from ..enums import SessionKind
-from ..payloads import InvalidRow
-from ..port import CallParticipantView, CallView, RecordingView
-from ..store import ClaimedRow
-from .base import Contract, Payload, compact, ids, iso, require_chat_group, require_user
+from messenger_realtime.contracts.base import (
+    Contract,
+    Payload,
+    compact,
+    ids,
+    iso,
+    require_chat_group,
+    require_user,
+)
+from messenger_realtime.contracts.events import InvalidRow
+from messenger_realtime.contracts.port import CallParticipantView, CallView, RecordingView
+from messenger_realtime.dispatch.store import ClaimedRow
+from messenger_realtime.outbox.enums import RealtimeDispatchKind as K
+from messenger_realtime.outbox.enums import SessionKind
 
 MEDIA_INVITES = {K.CALL_INVITED, K.CONFERENCE_INVITED, K.CONFERENCE_STARTED}
 

@@ -1,9 +1,16 @@
 """Personal contracts to user:{UserId}: contact requests and the blacklist (non-PII ids)."""
 
-from ..enums import RealtimeDispatchKind as K
-from ..port import BlacklistView, ContactView
-from ..store import ClaimedRow
-from .base import Contract, Payload, ids, iso, no_session_kind, require_user
+from messenger_realtime.contracts.base import (
+    Contract,
+    Payload,
+    ids,
+    iso,
+    no_session_kind,
+    require_user,
+)
+from messenger_realtime.contracts.port import BlacklistView, ContactView
+from messenger_realtime.dispatch.store import ClaimedRow
+from messenger_realtime.outbox.enums import RealtimeDispatchKind as K
 
 
 def _contact(row: ClaimedRow, c: ContactView, other: str) -> Payload:

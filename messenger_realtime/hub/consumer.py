@@ -18,18 +18,23 @@ from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from .. import metrics
-from ..conf import load_hub_options
-from ..contracts.media import MEDIA_INVITES
-from ..enums import event_name
-from ..groups import chat_group, layer_group, user_group
-from ..media import media_join
-from ..port import get_domain_port
-from ..uuid7 import uuid7
-from . import protocol
-from .invocations import HubInvocations
-from .protocol import HandshakeError, ProtocolError
-from .tokens import InvalidToken, bearer_token, check_connection_token, verify_access_token
+from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.contracts.media import MEDIA_INVITES
+from messenger_realtime.contracts.port import get_domain_port
+from messenger_realtime.hub import protocol
+from messenger_realtime.hub.auth import (
+    InvalidToken,
+    bearer_token,
+    check_connection_token,
+    verify_access_token,
+)
+from messenger_realtime.hub.invocations import HubInvocations
+from messenger_realtime.hub.media import media_join
+from messenger_realtime.hub.protocol import HandshakeError, ProtocolError
+from messenger_realtime.ops import metrics
+from messenger_realtime.outbox.enums import event_name
+from messenger_realtime.transport.groups import chat_group, layer_group, user_group
+from messenger_realtime.uuid7 import uuid7
 
 logger = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from ..groups import chat_group, user_group
-from . import protocol
-from .protocol import MessageType
+from messenger_realtime.hub import protocol
+from messenger_realtime.hub.protocol import MessageType
+from messenger_realtime.transport.groups import chat_group, user_group
 
 logger = logging.getLogger("messenger_realtime.hub.consumer")
 

@@ -8,9 +8,14 @@ from uuid import UUID
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from ..conf import load_hub_options
-from ..port import get_domain_port
-from .tokens import InvalidToken, bearer_token, new_connection_token, verify_access_token
+from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.contracts.port import get_domain_port
+from messenger_realtime.hub.auth import (
+    InvalidToken,
+    bearer_token,
+    new_connection_token,
+    verify_access_token,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 from django.urls import path, re_path
 
-from .consumer import HubConsumer
-from .negotiate import negotiate
+from messenger_realtime.hub.consumer import HubConsumer
+from messenger_realtime.hub.negotiate import negotiate
 
 HUB_PATH = "hubs/messenger"
 

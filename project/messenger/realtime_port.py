@@ -6,7 +6,7 @@ from uuid import UUID
 
 from django.db import connection
 
-from messenger_realtime.port import (
+from messenger_realtime.contracts.port import (
     BlacklistView,
     CallParticipantView,
     CallView,

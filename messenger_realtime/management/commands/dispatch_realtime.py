@@ -7,10 +7,10 @@ from typing import Any
 from channels.layers import get_channel_layer
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from messenger_realtime.conf import load_options
-from messenger_realtime.dispatcher import Dispatcher
-from messenger_realtime.health import serve
-from messenger_realtime.publisher import ChannelLayerPublisher
+from messenger_realtime.conf.settings import load_options
+from messenger_realtime.dispatch.dispatcher import Dispatcher
+from messenger_realtime.ops.health import serve
+from messenger_realtime.transport.publisher import ChannelLayerPublisher
 
 
 class Command(BaseCommand):

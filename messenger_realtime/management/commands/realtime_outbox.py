@@ -8,10 +8,10 @@ from uuid import UUID
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count, QuerySet
 
-from messenger_realtime import services
-from messenger_realtime.enums import RealtimeDispatchKind
-from messenger_realtime.enums import RealtimeOutboxStatus as Status
-from messenger_realtime.models import RealtimeOutboxEntry
+from messenger_realtime.outbox import operations as services
+from messenger_realtime.outbox.enums import RealtimeDispatchKind
+from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
+from messenger_realtime.outbox.models import RealtimeOutboxEntry
 
 
 class Command(BaseCommand):

@@ -5,8 +5,8 @@ from uuid import UUID
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from messenger_realtime.conf import load_hub_options
-from messenger_realtime.hub.tokens import mint_access_token
+from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.hub.auth import mint_access_token
 
 
 class Command(BaseCommand):

@@ -3,7 +3,7 @@
 from datetime import datetime
 from typing import Any
 
-from messenger_realtime.media import media_join
+from messenger_realtime.hub.media import media_join
 
 from ..models import CallParticipant, CallSession, Chat, Contact, Message, Participant, Recording
 
@@ -72,7 +72,7 @@ def call(c: CallSession) -> dict[str, Any]:
 
 def call_with_media(c: CallSession, user_id: Any) -> dict[str, Any]:
     """The session plus the caller's own MediaJoinModel, minted for this response only."""
-    from messenger_realtime.conf import load_hub_options
+    from messenger_realtime.conf.settings import load_hub_options
 
     return {**call(c), "media": media_join(c.room_name, user_id, load_hub_options())}
 

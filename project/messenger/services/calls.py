@@ -10,9 +10,9 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from messenger_realtime import outbox
-from messenger_realtime.enums import RealtimeDispatchKind as Kind
-from messenger_realtime.enums import RealtimeTargetKind as Target
 from messenger_realtime.outbox import OutboxIntent
+from messenger_realtime.outbox.enums import RealtimeDispatchKind as Kind
+from messenger_realtime.outbox.enums import RealtimeTargetKind as Target
 from messenger_realtime.uuid7 import uuid7
 
 from ..models import CallParticipant, CallSession, Chat, Participant

@@ -7,10 +7,10 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from messenger_realtime import outbox
-from messenger_realtime.control import membership_changed
-from messenger_realtime.enums import RealtimeDispatchKind as Kind
-from messenger_realtime.enums import RealtimeTargetKind as Target
 from messenger_realtime.outbox import OutboxIntent
+from messenger_realtime.outbox.enums import RealtimeDispatchKind as Kind
+from messenger_realtime.outbox.enums import RealtimeTargetKind as Target
+from messenger_realtime.transport.control import membership_changed
 
 from ..models import Chat, ChatEvent, Participant, User
 from .errors import DomainError, NotFound

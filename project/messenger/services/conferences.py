@@ -6,7 +6,7 @@ from uuid import UUID
 from django.db import transaction
 from django.db.models.functions import Now
 
-from messenger_realtime.enums import RealtimeDispatchKind as Kind
+from messenger_realtime.outbox.enums import RealtimeDispatchKind as Kind
 from messenger_realtime.uuid7 import uuid7
 
 from ..models import CallParticipant, CallSession, Participant, Recording

@@ -7,8 +7,8 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from messenger_realtime import outbox
-from messenger_realtime.enums import RealtimeDispatchKind as Kind
-from messenger_realtime.enums import RealtimeTargetKind as Target
+from messenger_realtime.outbox.enums import RealtimeDispatchKind as Kind
+from messenger_realtime.outbox.enums import RealtimeTargetKind as Target
 
 from ..models import BlacklistEntry, Contact, User
 from .errors import Conflict, DomainError, Forbidden, NotFound

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from messenger_realtime import outbox
-from messenger_realtime.enums import RealtimeDispatchKind as Kind
+from messenger_realtime.outbox.enums import RealtimeDispatchKind as Kind
 
 from ..models import Chat, Message
 from .chats import active_participant

@@ -1,0 +1,194 @@
+"""RealtimeDispatchOptions: the dispatcher's settings, read in one place.
+
+Source order: built-in defaults (the spec's), then `settings.MESSENGER_REALTIME`, then the
+environment (`MESSENGER_REALTIME_<KEY>`, and the spec's `REALTIME_BACKPLANE_ENABLED`).
+Durations are seconds (int, float or timedelta). Problems are reported by the system
+checks in checks.py; `load_options()` refuses to build options from invalid settings.
+"""
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import environ
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+DEFAULTS: dict[str, Any] = {
+    "POLLING_INTERVAL": 1.0,
+    "BATCH_SIZE": 200,
+    "MAX_RUN_DURATION": 5.0,
+    "MAX_ATTEMPTS": 8,
+    "BACKOFF_BASE": 2.0,
+    "BACKOFF_FACTOR": 2.0,
+    "BACKOFF_CAP": 120.0,
+    "BACKOFF_JITTER": 0.2,  # a retry is scheduled up to this fraction earlier than the cap
+    "RETENTION_DONE": 24 * 3600.0,
+    "RETENTION_BATCH": 1000,
+    "RETENTION_INTERVAL": 60.0,
+    "PUBLISH_TIMEOUT": 5.0,  # a push not accepted by then counts as a transient failure
+    "LOCK_TTL": 30.0,
+    "LOCK_KEY": "job:scheduled:messenger-realtime-dispatch",
+    "REALTIME_BACKPLANE_ENABLED": True,
+    "METRICS_PORT": 9108,  # the worker's /metrics and /health/*; 0 turns it off
+    # The hub (/hubs/messenger) and the host's domain port.
+    "DOMAIN_PORT": "",  # dotted path of the host's DomainPort implementation
+    "JWT_SIGNING_KEY": "",  # HS256 key; a secret: never logged
+    "JWT_ISSUER": "messenger",
+    "JWT_AUDIENCE": "messenger-realtime",
+    "JWT_LIFETIME": 3600.0,  # tokens minted by `manage.py realtime_token`
+    "CORS_ALLOWED_ORIGINS": [],
+    "CONNECTION_TOKEN_TTL": 300.0,  # negotiate -> WebSocket connect
+    "KEEPALIVE_INTERVAL": 15.0,  # ping after this long without sending
+    "CLIENT_TIMEOUT": 30.0,  # close after this long without hearing from the client
+    "HANDSHAKE_TIMEOUT": 15.0,
+    "MAX_MESSAGE_SIZE": 32 * 1024,  # bytes per client message, as ASP.NET's default
+    # Media credentials minted at delivery (messenger_realtime/media.py); secrets.
+    "MEDIA_JWT_SIGNING_KEY": "",
+    "MEDIA_JWT_ISSUER": "messenger",
+    "MEDIA_JWT_AUDIENCE": "media",
+    "MEDIA_TOKEN_TTL": 300.0,
+    "TURN_SHARED_SECRET": "",
+    "TURN_TTL": 600.0,
+    "ICE_SERVERS": ["stun:127.0.0.1:3478", "turn:127.0.0.1:3478?transport=udp"],
+}
+_KINDS: dict[str, type] = {
+    "BATCH_SIZE": int,
+    "MAX_ATTEMPTS": int,
+    "RETENTION_BATCH": int,
+    "LOCK_KEY": str,
+    "REALTIME_BACKPLANE_ENABLED": bool,
+    "DOMAIN_PORT": str,
+    "JWT_SIGNING_KEY": str,
+    "JWT_ISSUER": str,
+    "JWT_AUDIENCE": str,
+    "CORS_ALLOWED_ORIGINS": list,
+    "MAX_MESSAGE_SIZE": int,
+    "METRICS_PORT": int,
+    "MEDIA_JWT_SIGNING_KEY": str,
+    "MEDIA_JWT_ISSUER": str,
+    "MEDIA_JWT_AUDIENCE": str,
+    "TURN_SHARED_SECRET": str,
+    "ICE_SERVERS": list,
+}  # every other key is a float (a duration in seconds, a factor or a fraction)
+ENV_PREFIX = "MESSENGER_REALTIME_"
+_BOOL_WORDS = {"true", "false", "1", "0", "yes", "no", "on", "off"}
+
+
+@dataclass(frozen=True)
+class RealtimeDispatchOptions:
+    polling_interval: float
+    batch_size: int
+    max_run_duration: float
+    max_attempts: int
+    backoff_base: float
+    backoff_factor: float
+    backoff_cap: float
+    backoff_jitter: float
+    retention_done: float
+    retention_batch: int
+    retention_interval: float
+    publish_timeout: float
+    lock_ttl: float
+    lock_key: str
+    realtime_backplane_enabled: bool
+    metrics_port: int
+
+    def replace(self, **changes: Any) -> "RealtimeDispatchOptions":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class HubOptions:
+    domain_port: str
+    jwt_signing_key: str = dataclasses.field(repr=False)
+    jwt_issuer: str
+    jwt_audience: str
+    jwt_lifetime: float
+    cors_allowed_origins: list[str]
+    connection_token_ttl: float
+    keepalive_interval: float
+    client_timeout: float
+    handshake_timeout: float
+    max_message_size: int
+    media_jwt_signing_key: str = dataclasses.field(repr=False)
+    media_jwt_issuer: str
+    media_jwt_audience: str
+    media_token_ttl: float
+    turn_shared_secret: str = dataclasses.field(repr=False)
+    turn_ttl: float
+    ice_servers: list[str]
+
+
+def env_name(key: str) -> str:
+    """The environment variable that overrides a key."""
+    return key if key == "REALTIME_BACKPLANE_ENABLED" else ENV_PREFIX + key
+
+
+def _coerce(key: str, value: Any) -> Any:
+    kind = _KINDS.get(key, float)
+    if isinstance(value, str) and kind is bool:
+        # Strict: a typo such as "ture" must not silently read as False.
+        if value.strip().lower() not in _BOOL_WORDS:
+            raise ValueError(f"not a boolean (use one of {sorted(_BOOL_WORDS)})")
+        return value.strip().lower() in environ.Env.BOOLEAN_TRUE_STRINGS
+    if kind is list:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise TypeError("expected a list of strings")
+        return list(value)
+    if isinstance(value, str) and kind is not str:
+        value = environ.Env.parse_value(value.strip(), kind)
+    if kind is float and isinstance(value, timedelta):
+        return value.total_seconds()
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def collect() -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """Merged raw values plus (key, problem) pairs for unknown or unparsable keys."""
+    configured = getattr(settings, "MESSENGER_REALTIME", {}) or {}
+    problems = [(key, "unknown key") for key in configured if key not in DEFAULTS]
+    values: dict[str, Any] = {}
+    for key, default in DEFAULTS.items():
+        raw = os.environ.get(env_name(key), configured.get(key, default))
+        try:
+            values[key] = _coerce(key, raw)
+        except (TypeError, ValueError) as exc:
+            problems.append((key, f"invalid value {raw!r}: {exc}"))
+    return values, problems
+
+
+def _validated(overrides: dict[str, Any]) -> dict[str, Any]:
+    from messenger_realtime.conf.checks import validate
+
+    values, problems = collect()
+    values.update({k.upper(): v for k, v in overrides.items()})
+    errors = [f"{key}: {problem}" for key, problem in problems]
+    errors += [f"{key}: {problem}" for _id, key, problem in validate(values)]
+    if errors:
+        raise ImproperlyConfigured("MESSENGER_REALTIME " + "; ".join(errors))
+    return {k.lower(): v for k, v in values.items()}
+
+
+def _build(cls: type[Any], values: dict[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def load_options(**overrides: Any) -> RealtimeDispatchOptions:
+    """Validated dispatcher options; raises ImproperlyConfigured naming the bad key."""
+    options: RealtimeDispatchOptions = _build(RealtimeDispatchOptions, _validated(overrides))
+    return options
+
+
+def load_hub_options(**overrides: Any) -> HubOptions:
+    """Validated hub options; raises ImproperlyConfigured naming the bad key."""
+    options: HubOptions = _build(HubOptions, _validated(overrides))
+    return options

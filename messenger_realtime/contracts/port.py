@@ -1,0 +1,159 @@
+"""The domain port: everything the realtime app reads from the host's messenger domain.
+
+The app never imports the host's models. The host implements DomainPort and names the
+class in settings.MESSENGER_REALTIME["DOMAIN_PORT"]. Methods are synchronous (the worker
+and the hub call them through sync_to_async) and batch-shaped where the dispatcher needs
+them: one call per entity type per claimed batch, never one query per row.
+
+Views are plain frozen dataclasses of ids, states and times. Only MessageView carries
+content (body, file metadata, card text), and only chat-group events may include it.
+"""
+
+import abc
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from typing import Any
+from uuid import UUID
+
+from django.utils.module_loading import import_string
+
+
+@dataclass(frozen=True)
+class MessageView:
+    id: UUID
+    chat_id: UUID
+    seq: int
+    sender_user_id: UUID | None
+    kind: str  # Text, File or Card
+    sent_at: datetime
+    body: str
+    file_meta: dict[str, Any] | None
+    card_text: str
+    edited_at: datetime | None
+    deleted_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ParticipantView:
+    id: UUID
+    chat_id: UUID
+    user_id: UUID
+    is_active: bool
+    last_read_seq: int
+
+
+@dataclass(frozen=True)
+class ChatEventView:
+    id: UUID
+    chat_id: UUID
+    kind: str  # ChatCreated, ParticipantAdded, ParticipantRemoved, TitleChanged
+    actor_user_id: UUID | None
+    subject_user_id: UUID | None
+    title: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ContactView:
+    id: UUID
+    requester_user_id: UUID
+    addressee_user_id: UUID
+    status: str  # Pending, Accepted, Removed
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class BlacklistView:
+    id: UUID
+    owner_user_id: UUID
+    blocked_user_id: UUID
+    is_active: bool
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class CallView:
+    id: UUID
+    session_kind: str  # Direct or Conference
+    chat_id: UUID
+    room_name: str
+    status: str  # Ringing, Active, Declined, Missed, Cancelled, Ended
+    initiator_user_id: UUID
+    callee_user_id: UUID | None
+    invited_user_id: UUID | None
+    ended_by_user_id: UUID | None
+    created_at: datetime
+    answered_at: datetime | None
+    ended_at: datetime | None
+
+
+@dataclass(frozen=True)
+class CallParticipantView:
+    id: UUID
+    call: CallView
+    user_id: UUID
+    joined_at: datetime
+    left_at: datetime | None
+    screen_sharing: bool
+
+
+@dataclass(frozen=True)
+class RecordingView:
+    id: UUID
+    call: CallView
+    status: str  # Recording, Stopped, Available, Failed
+    started_by_user_id: UUID
+    file_url: str
+    failure_code: str
+    started_at: datetime
+    stopped_at: datetime | None
+
+
+Ids = Collection[UUID]
+
+
+class DomainPort(abc.ABC):
+    """What the realtime app reads. Batch methods return only the ids that exist."""
+
+    @abc.abstractmethod
+    def active_chat_ids(self, user_id: UUID) -> list[UUID]:
+        """Chats in which the user is an active participant (their hub chat groups)."""
+
+    @abc.abstractmethod
+    def user_exists(self, user_id: UUID) -> bool:
+        """Whether a token's subject is a known, active user."""
+
+    @abc.abstractmethod
+    def messages(self, ids: Ids) -> Mapping[UUID, MessageView]: ...
+
+    @abc.abstractmethod
+    def participants(self, ids: Ids) -> Mapping[UUID, ParticipantView]: ...
+
+    @abc.abstractmethod
+    def chat_events(self, ids: Ids) -> Mapping[UUID, ChatEventView]: ...
+
+    @abc.abstractmethod
+    def contacts(self, ids: Ids) -> Mapping[UUID, ContactView]: ...
+
+    @abc.abstractmethod
+    def blacklist_entries(self, ids: Ids) -> Mapping[UUID, BlacklistView]: ...
+
+    @abc.abstractmethod
+    def calls(self, ids: Ids) -> Mapping[UUID, CallView]: ...
+
+    @abc.abstractmethod
+    def call_participants(self, ids: Ids) -> Mapping[UUID, CallParticipantView]: ...
+
+    @abc.abstractmethod
+    def recordings(self, ids: Ids) -> Mapping[UUID, RecordingView]: ...
+
+
+@cache
+def get_domain_port() -> DomainPort:
+    """The configured port (one instance per process)."""
+    from messenger_realtime.conf.settings import load_hub_options
+
+    port: DomainPort = import_string(load_hub_options().domain_port)()
+    return port

@@ -1,0 +1,91 @@
+"""Credentials at the hub: JWT bearer tokens and negotiate's connection tokens."""
+
+import time
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+import jwt
+from django.core import signing
+
+from messenger_realtime.conf.settings import HubOptions
+from messenger_realtime.uuid7 import uuid7
+
+_CONNECTION_SALT = "messenger_realtime.hub.connection"
+
+
+class InvalidToken(Exception):
+    """Why a credential was refused (safe to show: never contains the token)."""
+
+
+def mint_access_token(user_id: UUID, options: HubOptions, lifetime: float | None = None) -> str:
+    """An HS256 JWT for a user (the `realtime_token` command and tests)."""
+    now = int(time.time())
+    claims = {
+        "sub": str(user_id),
+        "iss": options.jwt_issuer,
+        "aud": options.jwt_audience,
+        "iat": now,
+        "exp": now + int(lifetime if lifetime is not None else options.jwt_lifetime),
+    }
+    return jwt.encode(claims, options.jwt_signing_key, algorithm="HS256")
+
+
+def verify_access_token(token: str, options: HubOptions) -> UUID:
+    """The user id of a valid token: HS256 only, issuer, audience and expiry checked."""
+    try:
+        claims: dict[str, Any] = jwt.decode(
+            token,
+            options.jwt_signing_key,
+            algorithms=["HS256"],
+            audience=options.jwt_audience,
+            issuer=options.jwt_issuer,
+            options={"require": ["exp", "sub", "iss", "aud"]},
+        )
+    except jwt.ExpiredSignatureError as exc:
+        raise InvalidToken("token expired") from exc
+    except jwt.InvalidAudienceError as exc:
+        raise InvalidToken("token audience is not accepted") from exc
+    except jwt.InvalidIssuerError as exc:
+        raise InvalidToken("token issuer is not accepted") from exc
+    except jwt.InvalidTokenError as exc:
+        raise InvalidToken(f"invalid token ({type(exc).__name__})") from exc
+    try:
+        return UUID(str(claims["sub"]))
+    except ValueError as exc:
+        raise InvalidToken("token subject is not a user id") from exc
+
+
+def bearer_token(headers: dict[bytes, bytes] | None, query: dict[str, list[str]]) -> str | None:
+    """The access token from `Authorization: Bearer` or the `access_token` query parameter.
+
+    Browsers cannot set headers on a WebSocket, so the official clients put the token in
+    the query string there; it is scrubbed from access logs (see hub/logging.py).
+    """
+    if headers:
+        value = headers.get(b"authorization", b"").decode("latin-1")
+        scheme, _, credentials = value.partition(" ")
+        if scheme.lower() == "bearer" and credentials.strip():
+            return credentials.strip()
+    values = query.get("access_token")
+    return values[0] if values and values[0] else None
+
+
+def new_connection_token(user_id: UUID) -> tuple[str, str]:
+    """(connectionId, connectionToken): the token is signed and names its user."""
+    connection_id = uuid7().hex
+    token = signing.dumps({"c": connection_id, "u": str(user_id)}, salt=_CONNECTION_SALT)
+    return connection_id, token
+
+
+def check_connection_token(token: str, user_id: UUID, max_age: float) -> str:
+    """The connectionId of a fresh token issued to this user; InvalidToken otherwise."""
+    try:
+        data = signing.loads(token, salt=_CONNECTION_SALT, max_age=timedelta(seconds=max_age))
+    except signing.SignatureExpired as exc:
+        raise InvalidToken("connection token expired; negotiate again") from exc
+    except signing.BadSignature as exc:
+        raise InvalidToken("unknown connection id") from exc
+    if data.get("u") != str(user_id):
+        raise InvalidToken("connection id belongs to another user")
+    return str(data["c"])

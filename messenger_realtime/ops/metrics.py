@@ -1,0 +1,45 @@
+"""The spec's metrics, in one place (prometheus_client; labels stay bounded: kind only).
+
+The worker serves them on its own port (messenger_realtime/health.py); Daphne serves its
+process's registry (hub connection metrics) through django-prometheus at /metrics.
+"""
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from messenger_realtime.outbox.enums import RealtimeDispatchKind
+
+# Dense around the 1 s persist->push SLO.
+LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0, 10.0, 30.0, 60.0)
+
+pending = Gauge("messenger_realtime_pending", "Outbox rows in status Pending (backlog).")
+oldest_pending_age = Gauge(
+    "messenger_realtime_oldest_pending_age_seconds", "Age of the oldest Pending row (0 if none)."
+)
+lag = Histogram(
+    "messenger_realtime_lag_seconds",
+    "now - created_at when a row is marked Done (persist -> push).",
+    buckets=LAG_BUCKETS,
+)
+dispatched = Counter("messenger_realtime_dispatched", "Rows pushed and marked Done.", ["kind"])
+retried = Counter(
+    "messenger_realtime_retried", "Rows that failed and stay Pending for a retry.", ["kind"]
+)
+quarantined = Counter(
+    "messenger_realtime_quarantined", "Rows moved to Quarantined by the worker.", ["kind"]
+)
+last_pass = Gauge(
+    "messenger_realtime_last_pass_timestamp_seconds",
+    "Unix time of the last completed dispatch pass (0 while standing by).",
+)
+channel_overruns = Counter(
+    "messenger_realtime_channel_overruns",
+    "Messages channels-redis dropped because a connection's queue was full (capacity).",
+)
+hub_connections = Gauge("messenger_realtime_hub_connections", "Open hub connections.")
+hub_disconnects = Counter("messenger_realtime_hub_disconnects", "Closed hub connections.")
+
+# Every kind's series exists from the start, so the first increment is an increase that
+# rate()/increase() can see (a series born at 1 would hide the first quarantine).
+for _kind in RealtimeDispatchKind.values:
+    for _counter in (dispatched, retried, quarantined):
+        _counter.labels(kind=_kind)

@@ -1,0 +1,91 @@
+"""The owner-side API: write push intents inside the owner's own transaction.
+
+    with transaction.atomic():
+        message = post_message(...)
+        outbox.enqueue(RealtimeDispatchKind.MESSAGE_RECEIVED, chat_id=chat.id,
+                       message_id=message.id, seq=message.seq)
+
+On commit the rows exist and one `NOTIFY realtime_outbox` wakes the worker; on rollback
+there is neither row nor notification (PostgreSQL delivers NOTIFY only at commit).
+"""
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from uuid import UUID
+
+from django.db import transaction
+
+from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind, SessionKind
+from messenger_realtime.outbox.models import RealtimeOutboxEntry
+from messenger_realtime.outbox.notify import notify
+
+
+class TransactionRequired(RuntimeError):
+    """enqueue() was called outside the owner's transaction.atomic()."""
+
+
+@dataclass(frozen=True)
+class OutboxIntent:
+    """One push intent: reference ids only, never a body or other PII."""
+
+    kind: str
+    target_kind: str = RealtimeTargetKind.CHAT_GROUP
+    chat_id: UUID | None = None
+    target_user_id: UUID | None = None
+    message_id: UUID | None = None
+    ref_id: UUID | None = None
+    session_kind: str | None = None
+    seq: int | None = None
+
+    def validate(self) -> None:
+        """Raise ValueError with a reason instead of letting a CHECK constraint fire later."""
+        if self.kind not in RealtimeDispatchKind.values:
+            raise ValueError(f"unknown RealtimeDispatchKind {self.kind!r}")
+        if self.target_kind not in RealtimeTargetKind.values:
+            raise ValueError(f"unknown RealtimeTargetKind {self.target_kind!r}")
+        if self.session_kind is not None and self.session_kind not in SessionKind.values:
+            raise ValueError(f"unknown SessionKind {self.session_kind!r}")
+        if self.target_kind == RealtimeTargetKind.CHAT_GROUP and self.chat_id is None:
+            raise ValueError(f"{self.kind}: a ChatGroup push needs chat_id")
+        if self.target_kind == RealtimeTargetKind.USER and self.target_user_id is None:
+            raise ValueError(f"{self.kind}: a User push needs target_user_id")
+
+
+def enqueue(
+    kind: str,
+    *,
+    target_kind: str = RealtimeTargetKind.CHAT_GROUP,
+    chat_id: UUID | None = None,
+    target_user_id: UUID | None = None,
+    message_id: UUID | None = None,
+    ref_id: UUID | None = None,
+    session_kind: str | None = None,
+    seq: int | None = None,
+    using: str = "default",
+) -> RealtimeOutboxEntry:
+    """Write one intent in the current transaction and wake the worker at commit."""
+    intent = OutboxIntent(
+        kind, target_kind, chat_id, target_user_id, message_id, ref_id, session_kind, seq
+    )
+    return enqueue_many([intent], using=using)[0]
+
+
+def enqueue_many(
+    intents: Iterable[OutboxIntent], *, using: str = "default"
+) -> list[RealtimeOutboxEntry]:
+    """Write several intents with one INSERT and one NOTIFY, in the current transaction."""
+    if not transaction.get_connection(using).in_atomic_block:
+        raise TransactionRequired(
+            "messenger_realtime.outbox.enqueue must run inside the owner's "
+            "transaction.atomic(), so the intent commits (or rolls back) with the change"
+        )
+    intents = list(intents)
+    for intent in intents:
+        intent.validate()
+    if not intents:
+        return []
+    entries = RealtimeOutboxEntry.objects.using(using).bulk_create(
+        [RealtimeOutboxEntry(**asdict(intent)) for intent in intents]
+    )
+    notify(using)  # delivered at commit, dropped on rollback
+    return entries

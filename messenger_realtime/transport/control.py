@@ -1,0 +1,48 @@
+"""Control messages to a user's open hub connections (in any Daphne process).
+
+Live membership: owners call membership_changed() inside the transaction that adds or removes a
+participant. After commit, each affected user's connections re-read their memberships
+through the domain port. This is the fast path; the durable one is the ChatUpdated row the
+owner also writes for that user, which the consumer treats the same way. Either alone
+suffices; a failure here is logged and never fails the owner.
+"""
+
+import logging
+from uuid import UUID
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+from messenger_realtime.transport.groups import layer_group, user_group
+
+logger = logging.getLogger(__name__)
+MEMBERSHIP_EVENT = "realtime.membership"
+DISCONNECT_EVENT = "realtime.disconnect"
+
+
+def membership_changed(*user_ids: UUID, using: str = "default") -> None:
+    """After the current transaction commits, resync these users' hub connections."""
+    targets = list(dict.fromkeys(user_ids))
+
+    def send() -> None:
+        layer = get_channel_layer()
+        for user_id in targets:
+            try:
+                async_to_sync(layer.group_send)(
+                    layer_group(user_group(user_id)), {"type": MEMBERSHIP_EVENT}
+                )
+            except Exception as exc:  # the outbox row covers this user anyway
+                logger.warning(
+                    "membership fast path failed",
+                    extra={"action": "membership", "UserId": user_id, "error": type(exc).__name__},
+                )
+
+    transaction.on_commit(send, using=using)
+
+
+def disconnect_user(user_id: UUID) -> None:
+    """Close the user's connections now with allowReconnect: clients reconnect, which
+    re-authenticates them (a revoked user is refused) and rebuilds their groups."""
+    layer = get_channel_layer()
+    async_to_sync(layer.group_send)(layer_group(user_group(user_id)), {"type": DISCONNECT_EVENT})

@@ -1,0 +1,31 @@
+"""Fixtures of the end-to-end tier: the hub (Daphne + worker) and real clients."""
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.hub_clients import Hub, HubClient
+from tests.support.hub_helpers import token_for
+
+
+@pytest.fixture
+def hub(worker_env: dict[str, str]) -> Iterator[Hub]:
+    server = Hub(worker_env)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def clients(hub: Hub) -> Iterator[Any]:
+    started: list[HubClient] = []
+
+    def connect(user: Any, library: str = "@microsoft/signalr") -> HubClient:
+        client = HubClient(library, hub.url, token_for(user.id), hub.env)
+        started.append(client)
+        client.next("state", "connected")
+        return client
+
+    yield connect
+    for client in started:
+        client.kill()

@@ -1,0 +1,46 @@
+"""The benchmark keeps working: a seconds-long smoke (the figures come from full runs)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.runtime import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def test_bench_smoke_runs_every_scenario(worker_env: dict[str, str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--quick"],
+        env=worker_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout[proc.stdout.index("{") :])
+    for name, runs in results["drain"].items():
+        assert len(runs) == 1 and runs[0] > 0, name
+    assert set(results["drain"]) == {
+        "raw_sql",
+        "spec_sql",
+        "ours_noop",
+        "pgqueuer",
+        "procrastinate",
+        "ours_layer",
+        "rowwise_group_send",
+        "pipelined_push_only",
+    }
+    assert results["idle_wake_layer_median_ms"] > 0
+    (step,) = results["e2e"]["steps"]
+    assert step["messages"] > 0 and step["lost"] == 0 and step["duplicated"] == 0
+    assert step["deliveries"] == 2 * step["messages"]  # both members of each chat
+    assert results["e2e"]["idle_wake_median_ms"] > 0
+    # The report renders from these results (the full run writes it to docs/).
+    sys.path.insert(0, str(ROOT / "bench"))
+    import report
+
+    page = report.markdown(results)
+    assert "PgQueuer" in page and "| offered msg/s |" in page

@@ -1,0 +1,233 @@
+"""The demo page in a real browser (Debian's Chromium driven by Playwright), two users in
+two browser contexts, against Daphne and the real worker. Screenshots of each scenario go
+to test-artifacts/."""
+
+import shutil
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, connections
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from messenger_realtime.models import RealtimeOutboxEntry
+from project.messenger import services
+from project.messenger.models import Chat, User
+from tests.support.hub_clients import Hub
+from tests.support.runtime import ROOT, wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
+ARTIFACTS = ROOT / "test-artifacts"
+T = TypeVar("T")
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# Headless as root, with no background traffic (this machine has no internet).
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def hub(worker_env: dict[str, str]) -> Iterator[Hub]:
+    server = Hub(dict(worker_env, DEMO_ENABLED="true"))
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+def sign_in(browser: Browser, hub: Hub, name: str, chat: str = "Demo team") -> Page:
+    page = browser.new_context().new_page()
+    page.goto(f"{hub.daphne.http}/demo/")
+    page.select_option("#username", f"demo-{name}")
+    page.click("#sign-in")
+    page.wait_for_selector("#connection.connected")
+    page.click(f"#chats li >> text={chat}")
+    page.wait_for_selector("#composer:not([hidden])")
+    return page
+
+
+def off_loop(fn: Callable[..., T], *args: Any) -> T:
+    """Run Django code on a thread of its own: Playwright's sync API keeps an event loop
+    running in the test's thread, where Django refuses synchronous database work."""
+
+    def call() -> T:
+        try:
+            return fn(*args)
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(call).result()
+
+
+def shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def texts(page: Page) -> list[str]:
+    return [t.split(": ", 1)[-1] for t in page.locator("#messages li .text").all_inner_texts()]
+
+
+def seqs(page: Page) -> list[int]:
+    return [
+        int(s)
+        for s in page.locator("#messages li").evaluate_all(
+            "items => items.map(li => li.dataset.seq)"
+        )
+    ]
+
+
+def user(name: str) -> Any:
+    return off_loop(lambda: User.objects.get(username=f"demo-{name}"))
+
+
+def team() -> Chat:
+    return off_loop(lambda: Chat.objects.get(title="Demo team"))
+
+
+def post(sender: str, chat: Chat, body: str) -> Any:
+    return off_loop(services.post_message, user(sender).id, chat.id, body)
+
+
+def row_of(message_id: Any) -> RealtimeOutboxEntry:
+    return off_loop(lambda: RealtimeOutboxEntry.objects.get(message_id=message_id))
+
+
+@pytest.fixture
+def pages(hub: Hub, browser: Browser) -> tuple[Page, Page]:
+    off_loop(call_command, "seed_demo")
+    return sign_in(browser, hub, "alice"), sign_in(browser, hub, "bob")
+
+
+def test_a_message_sent_by_a_shows_once_at_b(pages: tuple[Page, Page]) -> None:
+    alice, bob = pages
+    alice.fill("#body", "hello bob")
+    alice.click("#send")
+    bob.wait_for_selector("#messages li >> text=hello bob")
+    alice.fill("#body", "second")
+    alice.click("#send")
+    bob.wait_for_selector("#messages li >> text=second")
+    assert texts(bob) == ["hello bob", "second"]
+    alice.wait_for_selector("#read-receipts >> text=Bob has read up to #2")
+    shot(bob, "sent-once-bob")
+    shot(alice, "sent-once-alice-read-receipt")
+
+
+def test_a_redelivered_row_still_shows_one_message(pages: tuple[Page, Page]) -> None:
+    _alice, bob = pages
+    message = post("alice", team(), "only once")
+    bob.wait_for_selector("#messages li >> text=only once")
+    row = row_of(message.id)
+
+    def status() -> tuple[str, int]:
+        stored = row_of(message.id)
+        return stored.status, stored.attempts
+
+    wait_until(lambda: status() == ("Done", 1), what="Done")
+
+    def redeliver() -> None:  # force a second delivery of the very same row
+        with connection.cursor() as cur:
+            cur.execute(
+                "UPDATE messenger.realtime_outbox SET status = 'Pending',"
+                " next_attempt_at = now() WHERE id = %s; NOTIFY realtime_outbox",
+                [row.id],
+            )
+
+    off_loop(redeliver)
+    wait_until(lambda: status() == ("Done", 2), what="delivered a second time")
+    post("alice", team(), "marker")  # queued after the duplicate
+    bob.wait_for_selector("#messages li >> text=marker")
+    assert texts(bob) == ["only once", "marker"]
+    shot(bob, "redelivered-once")
+
+
+def test_after_a_cut_b_shows_all_20_messages_in_seq_order(pages: tuple[Page, Page]) -> None:
+    _alice, bob = pages
+    blocked = bob.context
+    blocked.route("**/hubs/messenger/negotiate**", lambda route: route.abort())
+    off_loop(call_command, "realtime_disconnect", str(user("bob").id))  # the server drops bob
+    bob.wait_for_selector("#connection.reconnecting")
+    chat = team()
+    for n in range(20):
+        post("alice", chat, f"while away {n}")
+    shot(bob, "cut-reconnecting")
+    blocked.unroute("**/hubs/messenger/negotiate**")
+    bob.wait_for_selector("#connection.connected", timeout=30_000)
+    bob.wait_for_selector("#messages li >> text=while away 19")
+    assert texts(bob) == [f"while away {n}" for n in range(20)]
+    assert seqs(bob) == list(range(1, 21))
+    shot(bob, "cut-caught-up")
+
+
+def test_a_removed_participant_stops_receiving_the_chat(pages: tuple[Page, Page]) -> None:
+    alice, bob = pages
+    alice.fill("#body", "before removal")
+    alice.click("#send")
+    bob.wait_for_selector("#messages li >> text=before removal")
+    chat = team()
+    off_loop(services.remove_participant, user("alice").id, chat.id, user("bob").id)
+    bob.wait_for_selector("#chats li >> text=Demo team", state="detached")
+    alice.fill("#body", "after removal")
+    alice.click("#send")
+    alice.wait_for_selector("#messages li >> text=after removal")
+    bob.click("#chats li >> text=Alice")
+    direct = off_loop(lambda: Chat.objects.get(kind="Direct"))
+    post("alice", direct, "marker")  # comes after, on bob's socket
+    bob.wait_for_selector("#messages li >> text=marker")
+    seen = bob.evaluate(f"window.realtime.timeline('{chat.id}').messages().map(m => m.body)")
+    assert seen == ["before removal"]
+    shot(bob, "removed-stops-receiving")
+
+
+def test_edits_deletes_and_an_incoming_call_arrive_live(pages: tuple[Page, Page]) -> None:
+    alice, bob = pages
+    alice.fill("#body", "tpyo")
+    alice.click("#send")
+    bob.wait_for_selector("#messages li >> text=tpyo")
+    alice.once("dialog", lambda dialog: dialog.accept("typo"))
+    alice.click("#messages li:has-text('tpyo') button.edit")
+    bob.wait_for_selector("#messages li >> text=typo")
+    alice.click("#messages li:has-text('typo') button.delete")
+    bob.wait_for_selector("#messages li .deleted")
+    assert texts(bob) == ["(deleted)"]
+
+    direct = off_loop(lambda: Chat.objects.get(kind="Direct"))
+    off_loop(services.start_call, user("alice").id, direct.id)
+    bob.wait_for_selector("#call-banner:not([hidden]) >> text=Incoming call from Alice")
+    shot(bob, "incoming-call")
+    bob.click("#call-decline")
+    bob.wait_for_selector("#call-banner", state="hidden")
+
+
+def test_the_demo_is_off_unless_enabled_and_only_for_demo_users(
+    worker_env: dict[str, str],
+) -> None:
+    from django.test import Client, override_settings
+
+    off_loop(call_command, "seed_demo")
+    with override_settings(DEMO_ENABLED=False):
+        assert Client().get("/demo/").status_code == 404
+        assert Client().get("/demo/token").status_code == 404
+    with override_settings(DEMO_ENABLED=True):
+        client = Client()
+        assert client.post("/demo/sign-in", {"username": "admin"}).status_code == 400
+        assert client.get("/demo/token").status_code == 401
+        client.post("/demo/sign-in", {"username": "demo-bob"})
+        token = client.get("/demo/token").json()
+        assert token["userId"] == str(user("bob").id)

@@ -1,0 +1,183 @@
+"""The real `dispatch_realtime` command as separate processes: lock, wake, crash, SIGTERM."""
+
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+
+from messenger_realtime.dispatch import connections as db
+from messenger_realtime.dispatch.leader import advisory_key
+from messenger_realtime.dispatch.push import PIPELINE_CHUNK
+from messenger_realtime.dispatch.store import CLAIM_SQL
+from messenger_realtime.models import RealtimeOutboxEntry
+from tests.support.helpers import enqueue_message, receive_sync, subscribe_sync
+from tests.support.runtime import PrivateRedis, wait_until
+from tests.support.workers import WorkerProcess
+
+pytestmark = pytest.mark.slow
+LOCK_KEY = "job:scheduled:messenger-realtime-dispatch"
+
+
+@pytest.fixture
+def start_worker(worker_env: dict[str, str]) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, **settings: Any) -> WorkerProcess:
+        worker = WorkerProcess(env or worker_env, *args, **settings)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.kill()
+
+
+def lock_holders() -> list[int]:
+    key = advisory_key(LOCK_KEY)
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            # advisory locks are per database: other databases' workers hold their own
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND classid::bigint = (%s >> 32) & 4294967295 AND objid::bigint = %s & 4294967295",
+            [key, key],
+        )
+        return [pid for (pid,) in cur.fetchall()]
+
+
+def row(entry_id: uuid.UUID) -> RealtimeOutboxEntry:
+    return RealtimeOutboxEntry.objects.get(id=entry_id)
+
+
+def test_notify_wakes_an_idle_worker_long_before_the_polling_interval(
+    start_worker: Callable[..., WorkerProcess], redis_url: str
+) -> None:
+    worker = start_worker(polling_interval=60)
+    worker.wait_for("idle; waiting")
+    chat = uuid.uuid4()
+    channel = subscribe_sync(redis_url, chat)
+    entry = enqueue_message(chat)
+    # Far inside the 60 s polling interval: only the NOTIFY can have woken it.
+    message = receive_sync(redis_url, channel, timeout=10)
+    assert message["payload"]["messageId"] == str(entry.message_id)
+    assert "reason=notify" in worker.wait_for("woke")
+    wait_until(lambda: row(entry.id).status == "Done", what="Done")
+
+
+def test_second_instance_skips_the_run_while_the_first_holds_the_lock(
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    leader = start_worker(polling_interval=60)
+    leader.wait_for("dispatching")
+    holders = lock_holders()
+    assert len(holders) == 1
+    enqueue_message()
+    second = start_worker("--once")
+    assert second.wait() == 0
+    assert any("dispatch lock busy; skipping run" in line for line in second.lines)
+    assert lock_holders() == holders
+
+
+def test_standby_takes_over_when_the_leader_dies(
+    start_worker: Callable[..., WorkerProcess], redis_url: str
+) -> None:
+    leader = start_worker(polling_interval=0.2)
+    leader.wait_for("dispatching")
+    standby = start_worker(polling_interval=0.2)
+    standby.wait_for("dispatch lock busy")
+    leader.proc.kill()  # kill -9: the lock dies with its session
+    standby.wait_for("dispatching", timeout=30)  # within LOCK_TTL
+    chat = uuid.uuid4()
+    channel = subscribe_sync(redis_url, chat)
+    entry = enqueue_message(chat)
+    assert receive_sync(redis_url, channel)["payload"]["messageId"] == str(entry.message_id)
+
+
+def test_leader_whose_session_is_killed_reconnects_relocks_and_catches_up(
+    start_worker: Callable[..., WorkerProcess], redis_url: str
+) -> None:
+    worker = start_worker(polling_interval=60)
+    worker.wait_for("idle; waiting")
+    (pid,) = lock_holders()
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_terminate_backend(%s)", [pid])
+    chat = uuid.uuid4()
+    channel = subscribe_sync(redis_url, chat)
+    entry = enqueue_message(chat)  # its NOTIFY may reach nobody: the catch-up pass finds it
+    worker.wait_for("reconnecting")
+    assert receive_sync(redis_url, channel)["payload"]["messageId"] == str(entry.message_id)
+    assert len(lock_holders()) == 1 and lock_holders() != [pid]
+
+
+def test_crash_between_claim_and_outcome_loses_nothing(
+    start_worker: Callable[..., WorkerProcess],
+    worker_env: dict[str, str],
+    private_redis: PrivateRedis,
+) -> None:
+    env = dict(worker_env, REDIS_URL=private_redis.url)
+    chat = uuid.uuid4()
+    channel = subscribe_sync(private_redis.url, chat)
+    private_redis.freeze()  # the push will hang after the claim has committed
+    entry = enqueue_message(chat)
+    doomed = start_worker(env=env, backoff_base=0.5, backoff_jitter=0, publish_timeout=60)
+    wait_until(lambda: row(entry.id).attempts == 1, what="the claim to commit")
+    doomed.proc.kill()  # kill -9 between claim and outcome
+    doomed.proc.wait()
+    assert (row(entry.id).status, row(entry.id).attempts) == ("Pending", 1)
+
+    private_redis.thaw()
+    start_worker(env=env, polling_interval=0.2)
+    message = receive_sync(private_redis.url, channel)
+    assert message["payload"]["messageId"] == str(entry.message_id)
+    wait_until(lambda: row(entry.id).status == "Done", what="Done after the retry")
+    assert row(entry.id).attempts == 2
+
+
+def test_skip_locked_never_hands_one_row_to_two_claimers(transactional_db: None) -> None:
+    for seq in range(30):
+        enqueue_message(seq=seq)
+    params = {"limit": 20, "delays": [1.0], "max_attempts": 8, "exhausted": "x"}
+    with (
+        psycopg.connect(db.conninfo()) as first,
+        psycopg.connect(db.conninfo(), autocommit=True) as second,
+    ):
+        # The first claimer's transaction stays open (rows locked) while the second claims.
+        first_ids = {r[0] for r in first.execute(CLAIM_SQL, params).fetchall()}
+        second_ids = {r[0] for r in second.execute(CLAIM_SQL, params).fetchall()}
+        first.commit()
+    assert len(first_ids) == 20 and len(second_ids) == 10
+    assert first_ids.isdisjoint(second_ids)
+
+
+def test_two_workers_without_the_lock_claim_each_row_once(
+    start_worker: Callable[..., WorkerProcess],
+) -> None:
+    entries = [enqueue_message(seq=seq) for seq in range(600)]
+    workers = [start_worker("--once", "--no-lock", batch_size=20) for _ in range(2)]
+    assert [w.wait(timeout=60) for w in workers] == [0, 0]
+    attempts = RealtimeOutboxEntry.objects.filter(id__in=[e.id for e in entries])
+    assert set(attempts.values_list("status", "attempts")) == {("Done", 1)}
+
+
+def test_sigterm_stops_between_chunks_keeps_progress_and_releases_the_lock(
+    start_worker: Callable[..., WorkerProcess],
+    worker_env: dict[str, str],
+    private_redis: PrivateRedis,
+) -> None:
+    rows = PIPELINE_CHUNK + 20
+    for seq in range(rows):
+        enqueue_message(seq=seq)
+    private_redis.freeze()  # the first chunk's push hangs: the worker is mid-push
+    worker = start_worker(env=dict(worker_env, REDIS_URL=private_redis.url), publish_timeout=60)
+    worker.wait_for("batch built")  # claimed and built; the first chunk now hangs
+    worker.signal(signal.SIGTERM)  # handled at the push's first await: mid-chunk
+    private_redis.thaw()  # the chunk in hand completes; the next is not started
+    assert worker.wait() == 0
+    states = list(RealtimeOutboxEntry.objects.order_by("id").values_list("status", "attempts"))
+    assert states == [("Done", 1)] * PIPELINE_CHUNK + [("Pending", 0)] * 20
+    assert lock_holders() == []
+    assert "Traceback" not in worker.log()

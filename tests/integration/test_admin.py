@@ -1,0 +1,154 @@
+"""Support's admin and the ops command: find a quarantined incident and requeue it."""
+
+import io
+
+import psycopg
+import pytest
+from django.contrib.auth.models import Permission
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import Client
+
+from messenger_realtime.dispatch import connections as db
+from messenger_realtime.models import RealtimeOutboxEntry
+from messenger_realtime.outbox import operations as services
+from tests.support.helpers import enqueue_message
+from tests.support.hub_helpers import make_user
+
+pytestmark = pytest.mark.usefixtures("transactional_db")
+URL = "/admin/messenger_realtime/realtimeoutboxentry/"
+
+
+def incident(n: int, error: str) -> list[RealtimeOutboxEntry]:
+    rows = [enqueue_message(seq=seq) for seq in range(n)]
+    RealtimeOutboxEntry.objects.filter(id__in=[r.id for r in rows]).update(
+        status="Quarantined", attempts=8, last_error=error
+    )
+    return rows
+
+
+def staff(*perms: str) -> Client:
+    user = make_user("support")
+    user.is_staff = True
+    user.save()
+    user.user_permissions.add(
+        Permission.objects.get(codename="view_realtimeoutboxentry"),
+        *(Permission.objects.get(codename=p) for p in perms),
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def state(rows: list[RealtimeOutboxEntry]) -> list[tuple[str, int]]:
+    return [
+        (r.status, r.attempts)
+        for r in RealtimeOutboxEntry.objects.filter(id__in=[x.id for x in rows]).order_by("id")
+    ]
+
+
+def test_support_finds_an_incident_and_requeues_it_after_confirming() -> None:
+    outage = incident(3, "redis.exceptions.ConnectionError (code 111)")
+    other = incident(1, "EntityNotFound: MessageReceived refers to a missing messages")
+    pending = enqueue_message(seq=99)
+    client = staff("requeue_realtimeoutboxentry")
+
+    listing = client.get(URL).content.decode()
+    assert "redis.exceptions.ConnectionError (code #) (3)" in listing  # the incident filter
+    page = client.get(URL, {"incident": "redis.exceptions.ConnectionError (code #)"})
+    assert page.context["cl"].result_count == 3
+
+    selected = [str(r.id) for r in outage] + [str(pending.id)]
+    ask = client.post(URL, {"action": "requeue", "_selected_action": selected})
+    assert ask.status_code == 200 and b"Yes, requeue" in ask.content
+    assert state(outage) == [("Quarantined", 8)] * 3  # nothing before confirming
+
+    with psycopg.connect(db.conninfo(), autocommit=True) as listener:
+        listener.execute("LISTEN realtime_outbox")
+        done = client.post(
+            URL, {"action": "requeue", "_selected_action": selected, "post": "yes"}, follow=True
+        )
+        woke = [n.channel for n in listener.notifies(timeout=2, stop_after=1)]
+    assert woke == ["realtime_outbox"]
+    text = " ".join(str(m) for m in done.context["messages"])
+    assert "Requeued 3 of 4 selected rows. 1 not Quarantined" in text
+    assert state(outage) == [("Pending", 0)] * 3
+    assert state(other) == [("Quarantined", 8)]
+    requeued = RealtimeOutboxEntry.objects.get(id=outage[0].id)
+    assert requeued.last_error == "redis.exceptions.ConnectionError (code 111)"  # kept
+
+
+def test_without_the_permission_the_action_is_neither_offered_nor_performed() -> None:
+    rows = incident(2, "boom")
+    client = staff()  # view only
+    listing = client.get(URL)
+    assert listing.status_code == 200
+    assert listing.context["action_form"] is None  # no action is offered at all
+    client.post(
+        URL, {"action": "requeue", "_selected_action": [str(r.id) for r in rows], "post": "yes"}
+    )
+    assert state(rows) == [("Quarantined", 8)] * 2
+
+
+def test_quarantine_action_sets_pending_rows_aside() -> None:
+    row = enqueue_message()
+    client = staff("quarantine_realtimeoutboxentry")
+    client.post(URL, {"action": "quarantine", "_selected_action": [str(row.id)], "post": "yes"})
+    stored = RealtimeOutboxEntry.objects.get(id=row.id)
+    assert (stored.status, stored.last_error) == ("Quarantined", services.MANUAL_QUARANTINE)
+
+
+def test_rows_are_read_only_and_searchable_by_any_id() -> None:
+    row = enqueue_message()
+    client = staff("requeue_realtimeoutboxentry", "quarantine_realtimeoutboxentry")
+    found = client.get(URL, {"q": str(row.message_id)})
+    assert found.context["cl"].result_count == 1
+    assert client.get(f"{URL}add/").status_code == 403
+    detail = client.post(f"{URL}{row.id}/change/", {"status": "Done"})
+    assert detail.status_code in (200, 403)
+    assert RealtimeOutboxEntry.objects.get(id=row.id).status == "Pending"
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command("realtime_outbox", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_ops_command_lists_incidents_and_requeues_by_fingerprint_kind_or_ids() -> None:
+    outage = incident(2, "redis.exceptions.ConnectionError (code 111)")
+    other = incident(1, "EntityNotFound: x")
+    assert "2  redis.exceptions.ConnectionError (code #)" in run("incidents")
+    fp = services.fingerprint(outage[0].last_error or "redis.exceptions.ConnectionError (code 111)")
+    assert run("requeue", "--fingerprint", fp, "--dry-run") == "would requeue 2 rows\n"
+    assert run("requeue", "--fingerprint", fp) == "requeued 2 rows (of 2 matching)\n"
+    assert state(outage) == [("Pending", 0)] * 2 and state(other) == [("Quarantined", 8)]
+    assert run("requeue", "--ids", str(other[0].id)) == "requeued 1 rows (of 1 matching)\n"
+    assert run("quarantine", "--kind", "MessageReceived", "--since", "2000-01-01T00:00:00+00:00")
+    assert {s for s, _ in state(outage + other)} == {"Quarantined"}
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["requeue"], "at least one filter"),
+        (["requeue", "--ids", "x"], "UUIDs"),
+        (["requeue", "--since", "yesterday"], "ISO 8601"),
+        (["requeue", "--since", "2026-01-01T00:00:00"], "time zone"),
+    ],
+)
+def test_ops_command_refuses_unclear_requests(args: list[str], reason: str) -> None:
+    with pytest.raises(CommandError, match=reason):
+        run(*args)
+
+
+def test_fingerprint_in_python_matches_the_sql() -> None:
+    rows = incident(1, "EntityNotFound: 01a22b4a-a5cb-749d-a4de-425e3ae7495a in 42 ms")
+    annotated = services.with_fingerprint(RealtimeOutboxEntry.objects.filter(id=rows[0].id))
+    assert (
+        annotated.get().fingerprint
+        == services.fingerprint(  # type: ignore[attr-defined]
+            "EntityNotFound: 01a22b4a-a5cb-749d-a4de-425e3ae7495a in 42 ms"
+        )
+        == "EntityNotFound: # in # ms"
+    )

@@ -1,0 +1,204 @@
+"""The REST API: source-of-truth reads, bad input as 4xx with a reason, nothing written on
+refusal, and the owner transaction rule."""
+
+import json
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from messenger_realtime.models import RealtimeOutboxEntry
+from project.messenger import services
+from project.messenger.models import Chat, Message, Participant
+from tests.support.hub_helpers import make_user, token_for
+
+pytestmark = pytest.mark.django_db
+
+
+class As:
+    """Requests as one user, with the hub's JWT."""
+
+    def __init__(self, user: Any) -> None:
+        self.user = user
+        self.client = Client(headers={"Authorization": f"Bearer {token_for(user.id)}"})
+
+    def __call__(self, method: str, path: str, data: Any = None, raw: str | None = None) -> Any:
+        content = raw if raw is not None else json.dumps(data) if data is not None else ""
+        response = getattr(self.client, method.lower())(
+            path, content, content_type="application/json"
+        )
+        body = response.json() if response.content else None
+        return response.status_code, body
+
+
+@pytest.fixture
+def people() -> tuple[As, As, As, Any]:
+    alice, bob, eve = make_user("alice"), make_user("bob"), make_user("eve")
+    chat = services.create_chat(alice.id, [bob.id])
+    return As(alice), As(bob), As(eve), chat
+
+
+def test_list_messages_is_ordered_by_seq_and_pages_after_a_seq(people: Any) -> None:
+    alice, bob, _eve, chat = people
+    for n in range(5):
+        assert alice("POST", f"/api/chats/{chat.id}/messages", {"body": f"m{n}"})[0] == 201
+    status, page = bob("GET", f"/api/chats/{chat.id}/messages?afterSeq=2&limit=2")
+    assert status == 200
+    assert [(m["seq"], m["body"]) for m in page["messages"]] == [(3, "m2"), (4, "m3")]
+    status, got = bob("GET", f"/api/chats/{chat.id}")
+    assert (got["lastSeq"], {p["userId"] for p in got["participants"]}) == (
+        5,
+        {str(alice.user.id), str(bob.user.id)},
+    )
+
+
+def test_a_non_participant_gets_404_and_learns_nothing(people: Any) -> None:
+    alice, _bob, eve, chat = people
+    alice("POST", f"/api/chats/{chat.id}/messages", {"body": "private"})
+    for method, path, data in [
+        ("GET", f"/api/chats/{chat.id}", None),
+        ("GET", f"/api/chats/{chat.id}/messages", None),
+        ("POST", f"/api/chats/{chat.id}/messages", {"body": "let me in"}),
+        ("POST", f"/api/chats/{chat.id}/read", {"seq": 1}),
+        ("POST", f"/api/chats/{chat.id}/participants", {"userId": str(eve.user.id)}),
+    ]:
+        status, body = eve(method, path, data)
+        assert (status, body) == (404, {"error": "chat not found"}), (method, path)
+    assert Message.objects.filter(body="let me in").count() == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "data", "raw", "status", "reason"),
+    [
+        ("POST", "/api/chats", None, "{nope", 400, "not valid JSON"),
+        ("POST", "/api/chats", None, "[1]", 400, "JSON object"),
+        ("POST", "/api/chats", {"memberIds": []}, None, 400, "memberIds"),
+        ("POST", "/api/chats", {"memberIds": ["x"]}, None, 400, "memberIds must be a UUID"),
+        (
+            "POST",
+            "/api/chats",
+            {"memberIds": ["00000000-0000-7000-8000-000000000000"]},
+            None,
+            400,
+            "unknown users",
+        ),
+        ("POST", "/api/chats/{chat}/messages", {"body": "  "}, None, 400, "body must be"),
+        ("POST", "/api/chats/{chat}/messages", {"body": 5}, None, 400, "body must be a string"),
+        ("POST", "/api/chats/{chat}/messages", {"kind": "Video"}, None, 400, "kind must be"),
+        (
+            "POST",
+            "/api/chats/{chat}/messages",
+            {"kind": "File", "fileMeta": 1},
+            None,
+            400,
+            "fileMeta",
+        ),
+        ("POST", "/api/chats/{chat}/messages", {"body": "x" * 10_001}, None, 400, "1-10000"),
+        ("GET", "/api/chats/{chat}/messages?limit=0", None, None, 400, "limit"),
+        ("GET", "/api/chats/{chat}/messages?afterSeq=x", None, None, 400, "afterSeq"),
+        ("POST", "/api/chats/{chat}/read", {"seq": 99}, None, 400, "between 0 and"),
+        ("POST", "/api/chats/{chat}/read", {"seq": True}, None, 400, "integer"),
+        ("PUT", "/api/chats/{chat}", {}, None, 405, "method not allowed"),
+        ("POST", "/api/contacts", {"userId": "{alice}"}, None, 400, "yourself"),
+        ("POST", "/api/calls/{chat}/fly", {}, None, 400, "unknown call action"),
+        ("POST", "/api/chats/{chat}/conferences", None, "x" * 70_000, 400, "over 65536"),
+    ],
+)
+def test_bad_input_is_a_4xx_with_a_reason_and_writes_nothing(
+    people: Any, method: str, path: str, data: Any, raw: str | None, status: int, reason: str
+) -> None:
+    alice, _bob, _eve, chat = people
+    fill = {"chat": str(chat.id), "alice": str(alice.user.id)}
+    path = path.format(**fill)
+    data = json.loads(json.dumps(data).replace("{alice}", fill["alice"])) if data else data
+    before = (RealtimeOutboxEntry.objects.count(), Message.objects.count(), Chat.objects.count())
+    got_status, body = alice(method, path, data, raw)
+    assert got_status == status and reason in body["error"]
+    after = (RealtimeOutboxEntry.objects.count(), Message.objects.count(), Chat.objects.count())
+    assert after == before
+
+
+@pytest.mark.parametrize(
+    ("authorization", "reason"),
+    [(None, "no credentials"), ("Bearer garbage", "invalid token"), ("Basic abc", "no creds")],
+)
+def test_requests_without_a_valid_token_get_401(authorization: str | None, reason: str) -> None:
+    headers = {"Authorization": authorization} if authorization else {}
+    response = Client(headers=headers).get("/api/chats")
+    assert response.status_code == 401
+    assert reason.split()[0] in response.json()["error"]
+
+
+def test_edit_window_is_60_seconds_on_the_database_clock(people: Any) -> None:
+    alice, bob, _eve, chat = people
+    _, sent = alice("POST", f"/api/chats/{chat.id}/messages", {"body": "typo"})
+    path = f"/api/chats/{chat.id}/messages/{sent['messageId']}"
+    assert bob("PATCH", path, {"body": "not mine"})[0] == 403
+    assert alice("PATCH", path, {"body": "fixed"})[1]["body"] == "fixed"
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE messenger_message SET sent_at = now() - interval '61 seconds' WHERE id = %s",
+            [sent["messageId"]],
+        )
+    status, body = alice("PATCH", path, {"body": "too late"})
+    assert (status, body["error"]) == (403, "messages can be edited within 60 seconds of sending")
+    assert Message.objects.get(id=sent["messageId"]).body == "fixed"
+
+
+def test_an_owner_use_case_failing_after_its_writes_leaves_nothing(
+    people: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice, bob, _eve, _chat = people
+    counts = (
+        Chat.objects.count(),
+        Participant.objects.count(),
+        RealtimeOutboxEntry.objects.count(),
+    )
+
+    class Boom(Exception):
+        pass
+
+    def fail_after_writes(*user_ids: Any) -> None:
+        raise Boom  # runs after the chat, participants, feed and outbox rows were written
+
+    monkeypatch.setattr("project.messenger.services.chats.membership_changed", fail_after_writes)
+    with pytest.raises(Boom):
+        services.create_chat(alice.user.id, [bob.user.id], title="doomed")
+    assert (
+        Chat.objects.count(),
+        Participant.objects.count(),
+        RealtimeOutboxEntry.objects.count(),
+    ) == counts
+
+
+def test_session_callers_need_the_csrf_token_bearer_callers_do_not(people: Any) -> None:
+    alice, _bob, _eve, chat = people
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(alice.user)
+    path = f"/api/chats/{chat.id}/messages"
+    forged = browser.post(path, json.dumps({"body": "from evil.example"}), "application/json")
+    assert forged.status_code == 403 and "CSRF" in forged.json()["error"]
+    assert browser.get(path).status_code == 200  # safe methods need no token
+    browser.get("/admin/login/")  # any page that sets the CSRF cookie
+    token = browser.cookies["csrftoken"].value
+    ok = browser.post(
+        path, json.dumps({"body": "mine"}), "application/json", headers={"X-CSRFToken": token}
+    )
+    assert ok.status_code == 201
+    assert Message.objects.filter(body="from evil.example").count() == 0
+
+
+def test_blocking_is_idempotent_and_an_empty_unblock_writes_nothing(people: Any) -> None:
+    alice, bob, _eve, _chat = people
+    RealtimeOutboxEntry.objects.all().delete()
+    path = f"/api/blacklist/{bob.user.id}"
+    assert alice("DELETE", path)[0] == 204  # never blocked: nothing to say
+    assert RealtimeOutboxEntry.objects.count() == 0
+    for _ in range(2):
+        assert alice("POST", "/api/blacklist", {"userId": str(bob.user.id)})[0] == 201
+    assert list(RealtimeOutboxEntry.objects.values_list("kind", "target_user_id")) == [
+        ("BlacklistChanged", alice.user.id)
+    ]
+    alice("DELETE", path)
+    assert RealtimeOutboxEntry.objects.count() == 2

@@ -1,0 +1,32 @@
+"""The ops commands: realtime_token and realtime_disconnect."""
+
+import io
+import uuid
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.hub.auth import verify_access_token
+
+
+def test_realtime_token_prints_a_token_the_hub_accepts() -> None:
+    user = uuid.uuid4()
+    out = io.StringIO()
+    call_command("realtime_token", str(user), "--lifetime", "60", stdout=out)
+    assert verify_access_token(out.getvalue().strip(), load_hub_options()) == user
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [(["not-a-uuid"], "not a user id"), ([str(uuid.uuid4()), "--lifetime", "0"], "lifetime")],
+)
+def test_realtime_token_refuses_bad_input(args: list[str], reason: str) -> None:
+    with pytest.raises(CommandError, match=reason):
+        call_command("realtime_token", *args)
+
+
+def test_realtime_disconnect_refuses_a_bad_user_id() -> None:
+    with pytest.raises(CommandError, match="not a user id"):
+        call_command("realtime_disconnect", "alice")

@@ -1,0 +1,97 @@
+"""Test helpers that talk to the real database and the real channel layer."""
+
+import asyncio
+from typing import Any
+from uuid import UUID, uuid4
+
+from channels_redis.core import RedisChannelLayer
+from django.conf import settings
+from django.db import connection, transaction
+
+from messenger_realtime import outbox
+from messenger_realtime.conf.settings import RealtimeDispatchOptions, load_options
+from messenger_realtime.contracts.events import OutgoingEvent
+from messenger_realtime.models import RealtimeOutboxEntry
+from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind
+from messenger_realtime.transport.groups import chat_group, layer_group
+from messenger_realtime.transport.layer import BatchReceiveRedisChannelLayer
+from messenger_realtime.uuid7 import uuid7
+from project.messenger.models import Chat, Message, User
+
+
+def options(**overrides: Any) -> RealtimeDispatchOptions:
+    return load_options(**overrides)
+
+
+def enqueue_message(chat_id: UUID | None = None, seq: int = 1) -> RealtimeOutboxEntry:
+    """Commit a message (in chat `chat_id`, made if new) and its MessageReceived intent."""
+    with transaction.atomic():
+        chat, _ = Chat.objects.get_or_create(id=chat_id or uuid7(), defaults={"last_seq": seq})
+        sender = User.objects.create(username=f"sender-{uuid4().hex}")
+        message = Message.objects.create(chat=chat, seq=seq, sender=sender, body=f"body {seq}")
+        return outbox.enqueue(
+            RealtimeDispatchKind.MESSAGE_RECEIVED,
+            target_kind=RealtimeTargetKind.CHAT_GROUP,
+            chat_id=chat.id,
+            message_id=message.id,
+            seq=seq,
+        )
+
+
+def db_now_offset(entry_id: UUID) -> float:
+    """Seconds from the database's now() to the row's next_attempt_at."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT extract(epoch FROM next_attempt_at - now())::float8"
+            " FROM messenger.realtime_outbox WHERE id = %s",
+            [entry_id],
+        )
+        return float(cur.fetchone()[0])
+
+
+def make_due(*entry_ids: UUID) -> None:
+    """Bring rows' next attempt to the database's now (skip the backoff wait)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE messenger.realtime_outbox SET next_attempt_at = now() WHERE id = ANY(%s)",
+            [list(entry_ids)],
+        )
+
+
+def layer(url: str) -> RedisChannelLayer:
+    """A fresh channel layer configured as the project's, on the Redis at `url`."""
+    config = dict(settings.CHANNEL_LAYERS["default"]["CONFIG"])
+    config["hosts"] = [{**config["hosts"][0], "address": url}]
+    return BatchReceiveRedisChannelLayer(**config)
+
+
+async def subscribe(channel_layer: RedisChannelLayer, chat_id: UUID) -> str:
+    """Join the chat's layer group with a plain channel (any layer instance can read it)."""
+    channel = f"test.{uuid4().hex}"
+    await channel_layer.group_add(layer_group(chat_group(chat_id)), channel)
+    return channel
+
+
+def subscribe_sync(url: str, chat_id: UUID) -> str:
+    return asyncio.run(subscribe(layer(url), chat_id))
+
+
+def receive_sync(url: str, channel: str, timeout: float = 10) -> Any:
+    return asyncio.run(receive(layer(url), channel, timeout))
+
+
+async def receive(channel_layer: RedisChannelLayer, channel: str, timeout: float = 10) -> Any:
+    return await asyncio.wait_for(channel_layer.receive(channel), timeout)
+
+
+class RecordingPublisher:
+    """A publisher that records what it was asked to push (for call-count assertions)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.events: list[OutgoingEvent] = []
+        self.fail = fail
+
+    async def publish(self, event: OutgoingEvent) -> None:
+        self.events.append(event)
+        if self.fail:
+            raise ConnectionError(111, "refused")

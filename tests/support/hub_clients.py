@@ -1,0 +1,67 @@
+"""Real SignalR clients in processes of their own, and the hub (Daphne + worker) they use."""
+
+import json
+import shutil
+import signal
+import sys
+from typing import Any
+
+from tests.support.runtime import ROOT
+from tests.support.workers import DaphneProcess, LoggedProcess, WorkerProcess
+
+CLIENTS = ROOT / "tests" / "support" / "clients"
+LIBRARIES = ["@microsoft/signalr", "pysignalr", "signalrcore"]
+
+
+class Hub:
+    """Daphne plus the dispatch worker, on the test database; Daphne can be restarted."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.worker = WorkerProcess(env, polling_interval=0.5)
+        self.daphne = DaphneProcess(env)
+        self.url = f"{self.daphne.http}/hubs/messenger"
+
+    def restart_daphne(self) -> None:
+        """SIGTERM (clients get Close with allowReconnect), then a new Daphne, same port."""
+        self.daphne.signal(signal.SIGTERM)
+        assert self.daphne.wait() == 0
+        port = self.daphne.port
+        self.daphne.kill()
+        self.daphne = DaphneProcess(self.env, port=port)
+
+    def close(self) -> None:
+        self.daphne.kill()
+        self.worker.kill()
+
+
+class HubClient(LoggedProcess):
+    """One of the real clients in a process of its own; its output is JSON lines."""
+
+    def __init__(self, library: str, url: str, token: str, env: dict[str, str]) -> None:
+        if library == "@microsoft/signalr":
+            node = shutil.which("node")
+            assert node, "node is required (scripts/test installs it on a fresh machine)"
+            argv = [node, str(CLIENTS / "node_client.mjs"), url, token]
+        else:
+            argv = [sys.executable, str(CLIENTS / "py_client.py"), library, url, token]
+        super().__init__(argv, env, cwd=str(ROOT))
+
+    def next(self, key: str, value: Any = None, timeout: float = 15) -> dict[str, Any]:
+        """The next output object that has `key` (equal to `value` when given)."""
+
+        def accept(line: str) -> bool:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                return False  # a library's own log line
+            return isinstance(obj, dict) and key in obj and value in (None, obj[key])
+
+        return dict(json.loads(self.wait_line(accept, f"{key}={value}", timeout)))
+
+    def groups(self) -> list[str]:
+        self.send_line("groups")
+        return list(self.next("groups")["groups"])
+
+    def message(self) -> dict[str, Any]:
+        return dict(self.next("event", "message_received")["payload"])

@@ -1,0 +1,60 @@
+"""Plain helpers for every tier: paths, free ports, waiting on state, private servers."""
+
+import asyncio
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    """Poll a condition with a deadline (synchronisation on state, not a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+class PrivateRedis:
+    """A redis-server of the test's own, so a test may pause or stop it."""
+
+    def __init__(self, port: int, process: subprocess.Popen[bytes]) -> None:
+        self.port = port
+        self.process = process
+        self.url = f"redis://127.0.0.1:{port}/0"
+
+    def client(self) -> "redis.Redis[bytes]":
+        return redis.Redis(host="127.0.0.1", port=self.port)
+
+    def freeze(self) -> None:
+        """Stop the server process: connections stay open, every command hangs."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
+
+def manage(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "manage.py"), *args]

@@ -1,0 +1,120 @@
+"""MESSENGER_REALTIME: the spec's defaults, env overrides, and a check id per bad value."""
+
+import os
+import subprocess
+
+import pytest
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from messenger_realtime.conf.checks import check_realtime_settings
+from messenger_realtime.conf.settings import load_hub_options, load_options
+from tests.support.runtime import manage
+
+
+def realtime(configured: dict[str, object]) -> override_settings:
+    """The project's MESSENGER_REALTIME with some keys changed."""
+    return override_settings(MESSENGER_REALTIME={**settings.MESSENGER_REALTIME, **configured})
+
+
+def check_ids() -> list[str]:
+    return [e.id for e in check_realtime_settings()]
+
+
+def test_defaults_are_the_specs() -> None:
+    o = load_options()
+    assert (o.polling_interval, o.batch_size, o.max_run_duration, o.max_attempts) == (1, 200, 5, 8)
+    assert (o.backoff_base, o.backoff_factor, o.backoff_cap) == (2.0, 2.0, 120.0)
+    assert (o.retention_done, o.lock_ttl) == (86400.0, 30.0)
+    assert o.lock_key == "job:scheduled:messenger-realtime-dispatch"
+    assert o.realtime_backplane_enabled is True
+    assert check_ids() == []
+
+
+def test_environment_overrides_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MESSENGER_REALTIME_BATCH_SIZE", "50")
+    monkeypatch.setenv("REALTIME_BACKPLANE_ENABLED", "false")
+    with realtime({"BATCH_SIZE": 10, "POLLING_INTERVAL": 0.25}):
+        o = load_options()
+    assert (o.batch_size, o.polling_interval, o.realtime_backplane_enabled) == (50, 0.25, False)
+
+
+@pytest.mark.parametrize(
+    ("configured", "check_id"),
+    [
+        ({"BATCH_SIZE": 0}, "messenger_realtime.E003"),
+        ({"BATCH_SIZE": -5}, "messenger_realtime.E003"),
+        ({"MAX_ATTEMPTS": 0}, "messenger_realtime.E004"),
+        ({"BACKOFF_BASE": 0}, "messenger_realtime.E005"),
+        ({"BACKOFF_CAP": -1}, "messenger_realtime.E005"),
+        ({"BACKOFF_FACTOR": 0.5}, "messenger_realtime.E005"),
+        ({"BACKOFF_BASE": 10, "BACKOFF_CAP": 5}, "messenger_realtime.E006"),
+        ({"POLLING_INTERVAL": 0}, "messenger_realtime.E007"),
+        ({"MAX_RUN_DURATION": -1}, "messenger_realtime.E007"),
+        ({"LOCK_TTL": 0}, "messenger_realtime.E007"),
+        ({"BACKOFF_JITTER": 1.5}, "messenger_realtime.E008"),
+        ({"LOCK_KEY": " "}, "messenger_realtime.E009"),
+        ({"RETENTION_BATCH": 0}, "messenger_realtime.E010"),
+        ({"BATCH_SIZ": 100}, "messenger_realtime.E001"),
+        ({"BATCH_SIZE": "many"}, "messenger_realtime.E002"),
+        ({"BATCH_SIZE": True}, "messenger_realtime.E002"),
+        ({"REALTIME_BACKPLANE_ENABLED": "ture"}, "messenger_realtime.E002"),
+        ({"CORS_ALLOWED_ORIGINS": "http://a.example"}, None),  # a string is a 1-item list
+        ({"CORS_ALLOWED_ORIGINS": [1]}, "messenger_realtime.E002"),
+        ({"KEEPALIVE_INTERVAL": 0}, "messenger_realtime.E007"),
+        ({"CLIENT_TIMEOUT": -1}, "messenger_realtime.E007"),
+        ({"MAX_MESSAGE_SIZE": 0}, "messenger_realtime.E010"),
+        ({"DOMAIN_PORT": ""}, "messenger_realtime.E011"),
+        ({"DOMAIN_PORT": "project.nowhere.Port"}, "messenger_realtime.E011"),
+        ({"DOMAIN_PORT": "builtins.object"}, "messenger_realtime.E011"),
+        ({"JWT_SIGNING_KEY": "short"}, "messenger_realtime.E012"),
+    ],
+)
+def test_invalid_setting_is_an_error_naming_the_key(
+    configured: dict[str, object], check_id: str | None
+) -> None:
+    key = next(iter(configured)) if check_id != "messenger_realtime.E006" else "BACKOFF_CAP"
+    if check_id is None:
+        with realtime(configured):
+            assert check_ids() == []
+        return
+    with realtime(configured):
+        errors = check_realtime_settings()
+        assert [e.id for e in errors] == [check_id]
+        assert key in errors[0].msg
+        with pytest.raises(ImproperlyConfigured, match=key):
+            load_options()
+
+
+def test_invalid_environment_value_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MESSENGER_REALTIME_MAX_ATTEMPTS", "eight")
+    errors = check_realtime_settings()
+    assert [e.id for e in errors] == ["messenger_realtime.E002"]
+    assert "MAX_ATTEMPTS" in errors[0].msg and "MESSENGER_REALTIME_MAX_ATTEMPTS" in errors[0].hint
+
+
+def test_worker_refuses_to_start_on_invalid_settings() -> None:
+    env = dict(os.environ, MESSENGER_REALTIME_BATCH_SIZE="0")
+    proc = subprocess.run(
+        manage("dispatch_realtime", "--once"), env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode != 0
+    assert "messenger_realtime.E003" in proc.stderr and "BATCH_SIZE" in proc.stderr
+
+
+def test_backplane_flag_must_match_the_channel_layer() -> None:
+    in_memory = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    with override_settings(CHANNEL_LAYERS=in_memory):
+        assert check_ids() == ["messenger_realtime.E013"]
+    with (
+        override_settings(CHANNEL_LAYERS=in_memory),
+        realtime({"REALTIME_BACKPLANE_ENABLED": False}),
+    ):
+        assert check_ids() == []
+
+
+def test_hub_options_carry_the_key_but_never_show_it() -> None:
+    options = load_hub_options()
+    assert len(options.jwt_signing_key) >= 32
+    assert options.jwt_signing_key not in repr(options)
