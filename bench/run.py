@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -32,7 +33,7 @@ import psycopg  # noqa: E402
 from channels.layers import get_channel_layer  # noqa: E402
 
 from messenger_realtime.conf.settings import load_options  # noqa: E402
-from messenger_realtime.contracts.events import OutgoingEvent  # noqa: E402
+from messenger_realtime.contracts.events import HubTarget, OutgoingEvent  # noqa: E402
 from messenger_realtime.dispatch import connections as db  # noqa: E402
 from messenger_realtime.dispatch.dispatcher import Dispatcher  # noqa: E402
 from messenger_realtime.transport.groups import layer_group  # noqa: E402
@@ -133,7 +134,7 @@ async def with_subscribers(layer: Any) -> list[str]:
     channels = []
     for chat in chats:
         channel = f"bench.{chat.hex}"
-        await layer.group_add(layer_group(f"chat:{chat}"), channel)
+        await layer.group_add(layer_group(HubTarget.chat(chat)), channel)
         channels.append(channel)
     return channels
 
@@ -155,7 +156,7 @@ async def rowwise_group_send(n: int) -> float:
     channels = await with_subscribers(layer)
     started = time.perf_counter()
     for i in range(n):
-        group = layer_group("chat:" + channels[i % len(channels)].split(".", 1)[1])
+        group = layer_group(HubTarget.chat(UUID(channels[i % len(channels)].split(".", 1)[1])))
         await layer.group_send(group, {"type": "realtime.event", "payload": {"seq": i}})
     rate = n / (time.perf_counter() - started)
     await layer.flush()
@@ -171,7 +172,7 @@ async def idle_wake(samples: int) -> float:
         conn.execute("TRUNCATE messenger.realtime_outbox")
         chat, message = conn.execute("SELECT chat_id, id FROM messenger_message LIMIT 1").fetchone()  # type: ignore[misc]
     channel = "bench.idle"
-    await layer.group_add(layer_group(f"chat:{chat}"), channel)
+    await layer.group_add(layer_group(HubTarget.chat(chat)), channel)
     options = load_options(polling_interval=60)
     dispatcher = Dispatcher(options, ChannelLayerPublisher(layer), use_lock=False)
     runner = asyncio.create_task(dispatcher.run())
@@ -207,7 +208,7 @@ async def pipelined_push_only(n: int) -> float:
     channels = await with_subscribers(layer)
     chats = [channel.split(".", 1)[1] for channel in channels]
     events = [
-        OutgoingEvent(f"chat:{chats[i % len(chats)]}", "message_received", {"seq": i})
+        OutgoingEvent(HubTarget.chat(UUID(chats[i % len(chats)])), "message_received", {"seq": i})
         for i in range(n)
     ]
     publisher = ChannelLayerPublisher(layer)

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core.signals import setting_changed
 
 
 class MessengerRealtimeConfig(AppConfig):
@@ -8,3 +9,11 @@ class MessengerRealtimeConfig(AppConfig):
 
     def ready(self) -> None:
         from messenger_realtime.conf import checks  # noqa: F401  (registers the system checks)
+        from messenger_realtime.conf.settings import clear_cache
+        from messenger_realtime.contracts import checks as port_checks  # noqa: F401
+
+        def forget_options(setting: str, **kwargs: object) -> None:
+            if setting in ("MESSENGER_REALTIME", "CHANNEL_LAYERS"):
+                clear_cache()
+
+        setting_changed.connect(forget_options, weak=False, dispatch_uid="messenger_realtime")

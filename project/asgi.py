@@ -27,6 +27,8 @@ application = ProtocolTypeRouter(
 )
 
 if "twisted.internet.reactor" in sys.modules:  # served by Daphne
+    from messenger_realtime.dispatch.in_process import start_if_single_process
     from messenger_realtime.hub.daphne import install_daphne_integration
 
-    install_daphne_integration()
+    in_process = start_if_single_process()
+    install_daphne_integration(also_stop=in_process.stop if in_process else None)

@@ -1,12 +1,20 @@
-"""RealtimeDispatchOptions: the dispatcher's settings, read in one place.
+"""The app's settings, read in one place and cached per process.
 
 Source order: built-in defaults (the spec's), then `settings.MESSENGER_REALTIME`, then the
 environment (`MESSENGER_REALTIME_<KEY>`, and the spec's `REALTIME_BACKPLANE_ENABLED`).
-Durations are seconds (int, float or timedelta). Problems are reported by the system
-checks in checks.py; `load_options()` refuses to build options from invalid settings.
+Durations are seconds (int, float or timedelta).
+
+Each process role reads and validates only its own keys: the worker its
+RealtimeDispatchOptions, the hub (Daphne) its HubOptions, both the DOMAIN_PORT. So a bad
+hub-only secret never stops the worker, and the reverse. The loaded options are cached
+(the hub reads them on every connect) and the cache is cleared when Django's
+`setting_changed` fires for MESSENGER_REALTIME (tests) or by `clear_cache()`.
+Problems are reported by the system checks in checks.py (rules in validation.py);
+the loaders refuse to build options from invalid settings.
 """
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -96,9 +104,6 @@ class RealtimeDispatchOptions:
     realtime_backplane_enabled: bool
     metrics_port: int
 
-    def replace(self, **changes: Any) -> "RealtimeDispatchOptions":
-        return dataclasses.replace(self, **changes)
-
 
 @dataclass(frozen=True)
 class HubOptions:
@@ -165,13 +170,26 @@ def collect() -> tuple[dict[str, Any], list[tuple[str, str]]]:
     return values, problems
 
 
-def _validated(overrides: dict[str, Any]) -> dict[str, Any]:
-    from messenger_realtime.conf.checks import validate
+WORKER = "worker"
+HUB = "hub"
+
+
+def role_keys(role: str) -> frozenset[str]:
+    """The keys a process role reads (and so validates): its options plus DOMAIN_PORT."""
+    cls = RealtimeDispatchOptions if role == WORKER else HubOptions
+    return frozenset({f.name.upper() for f in dataclasses.fields(cls)} | {"DOMAIN_PORT"})
+
+
+def _validated(keys: frozenset[str], overrides: dict[str, Any]) -> dict[str, Any]:
+    from messenger_realtime.conf.validation import validate
 
     values, problems = collect()
     values.update({k.upper(): v for k, v in overrides.items()})
-    errors = [f"{key}: {problem}" for key, problem in problems]
-    errors += [f"{key}: {problem}" for _id, key, problem in validate(values)]
+    # A key no role reads is a typo: every role refuses to start on it.
+    errors = [
+        f"{key}: {problem}" for key, problem in problems if key in keys or key not in DEFAULTS
+    ]
+    errors += [f"{key}: {problem}" for _id, key, problem in validate(values) if key in keys]
     if errors:
         raise ImproperlyConfigured("MESSENGER_REALTIME " + "; ".join(errors))
     return {k.lower(): v for k, v in values.items()}
@@ -182,13 +200,43 @@ def _build(cls: type[Any], values: dict[str, Any]) -> Any:
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
+@functools.cache
+def _cached(role: str) -> Any:
+    cls = RealtimeDispatchOptions if role == WORKER else HubOptions
+    return _build(cls, _validated(role_keys(role), {}))
+
+
 def load_options(**overrides: Any) -> RealtimeDispatchOptions:
-    """Validated dispatcher options; raises ImproperlyConfigured naming the bad key."""
-    options: RealtimeDispatchOptions = _build(RealtimeDispatchOptions, _validated(overrides))
-    return options
+    """The worker's validated options (cached; overrides give a fresh copy, for tests).
+
+    Raises ImproperlyConfigured naming every bad worker key.
+    """
+    if overrides:
+        options: RealtimeDispatchOptions = _build(
+            RealtimeDispatchOptions, _validated(role_keys(WORKER), overrides)
+        )
+        return options
+    cached: RealtimeDispatchOptions = _cached(WORKER)
+    return cached
 
 
 def load_hub_options(**overrides: Any) -> HubOptions:
-    """Validated hub options; raises ImproperlyConfigured naming the bad key."""
-    options: HubOptions = _build(HubOptions, _validated(overrides))
-    return options
+    """The hub's validated options (cached; overrides give a fresh copy, for tests).
+
+    Raises ImproperlyConfigured naming every bad hub key.
+    """
+    if overrides:
+        options: HubOptions = _build(HubOptions, _validated(role_keys(HUB), overrides))
+        return options
+    cached: HubOptions = _cached(HUB)
+    return cached
+
+
+def domain_port_path() -> str:
+    """The validated dotted path of the host's DomainPort (both roles read it)."""
+    return str(_validated(frozenset({"DOMAIN_PORT"}), {})["domain_port"])
+
+
+def clear_cache() -> None:
+    """Forget the loaded options (after settings or the environment changed)."""
+    _cached.cache_clear()

@@ -6,8 +6,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from messenger_realtime.contracts.events import InvalidRow
-from messenger_realtime.dispatch.store import ClaimedRow
+from messenger_realtime.contracts.events import OutboxRow
+from messenger_realtime.exceptions import InvalidRow
 from messenger_realtime.outbox.enums import RealtimeTargetKind
 
 Payload = dict[str, Any]
@@ -19,12 +19,14 @@ class Contract:
 
     entity: the DomainPort batch method that loads the referenced entity;
     reference: which row field holds its id; build: (row, entity view) -> payload, after
-    validating the row against the view (raising InvalidRow).
+    validating the row against the view (raising InvalidRow); per_recipient: the hub
+    completes the payload for each receiving user (media credentials at delivery).
     """
 
     entity: str
     reference: str  # "message_id" or "ref_id"
-    build: Callable[[ClaimedRow, Any], Payload]
+    build: Callable[[OutboxRow, Any], Payload]
+    per_recipient: bool = False
 
 
 def iso(value: datetime | None) -> str | None:
@@ -41,14 +43,14 @@ def compact(payload: Payload) -> Payload:
     return {k: v for k, v in payload.items() if v is not None}
 
 
-def require_chat_group(row: ClaimedRow, chat_id: UUID) -> None:
+def require_chat_group(row: OutboxRow, chat_id: UUID) -> None:
     if row.target_kind != RealtimeTargetKind.CHAT_GROUP:
         raise InvalidRow(f"InvalidTarget: {row.kind} goes to its chat group, not a user")
     if row.chat_id != chat_id:
         raise InvalidRow(f"ReferenceMismatch: {row.kind} refers to another chat")
 
 
-def require_user(row: ClaimedRow, *allowed: UUID | None) -> UUID:
+def require_user(row: OutboxRow, *allowed: UUID | None) -> UUID:
     if row.target_kind != RealtimeTargetKind.USER or row.target_user_id is None:
         raise InvalidRow(f"InvalidTarget: {row.kind} goes to a user group")
     if row.target_user_id not in allowed:
@@ -56,6 +58,6 @@ def require_user(row: ClaimedRow, *allowed: UUID | None) -> UUID:
     return row.target_user_id
 
 
-def no_session_kind(row: ClaimedRow) -> None:
+def no_session_kind(row: OutboxRow) -> None:
     if row.session_kind is not None:
         raise InvalidRow(f"InvalidSessionKind: {row.kind} is not a media event")

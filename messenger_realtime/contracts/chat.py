@@ -9,14 +9,14 @@ from messenger_realtime.contracts.base import (
     no_session_kind,
     require_chat_group,
 )
-from messenger_realtime.contracts.events import InvalidRow
+from messenger_realtime.contracts.events import OutboxRow
 from messenger_realtime.contracts.port import ChatEventView, MessageView, ParticipantView
-from messenger_realtime.dispatch.store import ClaimedRow
+from messenger_realtime.exceptions import InvalidRow
 from messenger_realtime.outbox.enums import RealtimeDispatchKind as K
 from messenger_realtime.outbox.enums import RealtimeTargetKind
 
 
-def _message_base(row: ClaimedRow, m: MessageView) -> Payload:
+def _message_base(row: OutboxRow, m: MessageView) -> Payload:
     no_session_kind(row)
     require_chat_group(row, m.chat_id)  # the PII rule: content only to the chat's members
     if row.seq is not None and row.seq != m.seq:
@@ -24,7 +24,7 @@ def _message_base(row: ClaimedRow, m: MessageView) -> Payload:
     return {**ids(chatId=m.chat_id, messageId=m.id), "seq": m.seq}
 
 
-def message_received(row: ClaimedRow, m: MessageView) -> Payload:
+def message_received(row: OutboxRow, m: MessageView) -> Payload:
     payload = _message_base(row, m)
     payload.update(ids(senderUserId=m.sender_user_id))
     payload.update(kind=m.kind, sentAt=iso(m.sent_at))
@@ -39,27 +39,27 @@ def message_received(row: ClaimedRow, m: MessageView) -> Payload:
     return compact({**payload, field: value})
 
 
-def message_edited(row: ClaimedRow, m: MessageView) -> Payload:
+def message_edited(row: OutboxRow, m: MessageView) -> Payload:
     payload = _message_base(row, m)
     if m.deleted_at is not None:
         return compact({**payload, "deletedAt": iso(m.deleted_at)})
     return compact({**payload, "body": m.body, "editedAt": iso(m.edited_at)})
 
 
-def message_deleted(row: ClaimedRow, m: MessageView) -> Payload:
+def message_deleted(row: OutboxRow, m: MessageView) -> Payload:
     payload = _message_base(row, m)
     if m.deleted_at is None:
         raise InvalidRow("StateMismatch: MessageDeleted for a message that is not deleted")
     return {**payload, "deletedAt": iso(m.deleted_at)}
 
 
-def read_receipt_updated(row: ClaimedRow, p: ParticipantView) -> Payload:
+def read_receipt_updated(row: OutboxRow, p: ParticipantView) -> Payload:
     no_session_kind(row)
     require_chat_group(row, p.chat_id)
     return {**ids(chatId=p.chat_id, userId=p.user_id), "lastReadSeq": p.last_read_seq}
 
 
-def chat_updated(row: ClaimedRow, e: ChatEventView) -> Payload:
+def chat_updated(row: OutboxRow, e: ChatEventView) -> Payload:
     no_session_kind(row)
     if row.target_kind == RealtimeTargetKind.CHAT_GROUP:
         require_chat_group(row, e.chat_id)

@@ -1,21 +1,67 @@
-"""What the dispatcher pushes: one event for one hub group, and why a row cannot be built."""
+"""What the dispatcher pushes: typed events for hub targets, and the row they come from.
+
+A HubTarget is the spec's logical group (`chat:{ChatId}` or `user:{UserId}`); the
+transport turns it into a Channels layer group in exactly one place
+(transport/groups.py). An OutgoingEvent says whether the hub must complete its payload per
+recipient (media credentials minted for each user at delivery, never queued).
+"""
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, NamedTuple, Protocol
+from uuid import UUID
+
+TargetKind = Literal["chat", "user"]
 
 
-class InvalidRow(ValueError):
-    """A row that can never be delivered; str() is its `last_error` ("Code: detail").
+class HubTarget(NamedTuple):
+    """A hub group: every connection of a chat's active members, or of one user."""
 
-    The rule: a row whose referenced entity does not exist, or whose Kind / target /
-    SessionKind combination breaks its contract, is quarantined at once. Retrying cannot
-    fix it (entities are never re-created under the same id, rows are immutable), and
-    every retry would only delay the alert that someone must look at it.
+    kind: TargetKind
+    id: UUID
+
+    @classmethod
+    def chat(cls, chat_id: UUID) -> "HubTarget":
+        return cls("chat", chat_id)
+
+    @classmethod
+    def user(cls, user_id: UUID) -> "HubTarget":
+        return cls("user", user_id)
+
+    def __str__(self) -> str:
+        """The spec's name: chat:{ChatId} or user:{UserId}."""
+        return f"{self.kind}:{self.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingEvent:
+    """One event for one hub target.
+
+    per_recipient: the payload's `media` holds only a room name, and the hub replaces it
+    with a MediaJoinModel minted for each receiving user (hub/media.py).
     """
 
-
-@dataclass(frozen=True)
-class OutgoingEvent:
-    group: str  # logical hub group: chat:{ChatId} or user:{UserId}
+    target: HubTarget
     name: str  # snake_case hub event name, e.g. message_received
     payload: dict[str, Any]
+    per_recipient: bool = False
+
+
+class OutboxRow(Protocol):
+    """The reference ids of a claimed outbox row, as the contracts read them."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def target_kind(self) -> str: ...
+    @property
+    def chat_id(self) -> UUID | None: ...
+    @property
+    def target_user_id(self) -> UUID | None: ...
+    @property
+    def message_id(self) -> UUID | None: ...
+    @property
+    def ref_id(self) -> UUID | None: ...
+    @property
+    def session_kind(self) -> str | None: ...
+    @property
+    def seq(self) -> int | None: ...

@@ -16,16 +16,16 @@ from messenger_realtime.contracts.base import (
     require_chat_group,
     require_user,
 )
-from messenger_realtime.contracts.events import InvalidRow
+from messenger_realtime.contracts.events import OutboxRow
 from messenger_realtime.contracts.port import CallParticipantView, CallView, RecordingView
-from messenger_realtime.dispatch.store import ClaimedRow
+from messenger_realtime.exceptions import InvalidRow
 from messenger_realtime.outbox.enums import RealtimeDispatchKind as K
 from messenger_realtime.outbox.enums import SessionKind
 
 MEDIA_INVITES = {K.CALL_INVITED, K.CONFERENCE_INVITED, K.CONFERENCE_STARTED}
 
 
-def session_payload(row: ClaimedRow, call: CallView) -> Payload:
+def session_payload(row: OutboxRow, call: CallView) -> Payload:
     """Validate the row's SessionKind and target against the call; the base contract."""
     if row.session_kind is None:
         raise InvalidRow(f"MissingSessionKind: {row.kind} needs Direct or Conference")
@@ -68,11 +68,11 @@ def session_payload(row: ClaimedRow, call: CallView) -> Payload:
     return compact(payload)
 
 
-def call_event(row: ClaimedRow, call: CallView) -> Payload:
+def call_event(row: OutboxRow, call: CallView) -> Payload:
     return session_payload(row, call)
 
 
-def participant_event(row: ClaimedRow, p: CallParticipantView) -> Payload:
+def participant_event(row: OutboxRow, p: CallParticipantView) -> Payload:
     payload = session_payload(row, p.call)
     payload["participant"] = compact(
         {
@@ -85,7 +85,7 @@ def participant_event(row: ClaimedRow, p: CallParticipantView) -> Payload:
     return payload
 
 
-def recording_event(row: ClaimedRow, r: RecordingView) -> Payload:
+def recording_event(row: OutboxRow, r: RecordingView) -> Payload:
     payload = session_payload(row, r.call)
     payload["recording"] = compact(
         {
@@ -120,7 +120,7 @@ _PARTICIPANTS = (
 _RECORDINGS = (K.RECORDING_STARTED, K.RECORDING_STOPPED, K.RECORDING_AVAILABLE, K.RECORDING_FAILED)
 
 CONTRACTS: dict[str, Contract] = {
-    **{kind: Contract("calls", "ref_id", call_event) for kind in _CALLS},
+    **{kind: Contract("calls", "ref_id", call_event, kind in MEDIA_INVITES) for kind in _CALLS},
     **{kind: Contract("call_participants", "ref_id", participant_event) for kind in _PARTICIPANTS},
     **{kind: Contract("recordings", "ref_id", recording_event) for kind in _RECORDINGS},
 }

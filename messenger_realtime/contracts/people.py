@@ -8,12 +8,12 @@ from messenger_realtime.contracts.base import (
     no_session_kind,
     require_user,
 )
+from messenger_realtime.contracts.events import OutboxRow
 from messenger_realtime.contracts.port import BlacklistView, ContactView
-from messenger_realtime.dispatch.store import ClaimedRow
 from messenger_realtime.outbox.enums import RealtimeDispatchKind as K
 
 
-def _contact(row: ClaimedRow, c: ContactView, other: str) -> Payload:
+def _contact(row: OutboxRow, c: ContactView, other: str) -> Payload:
     return {
         **ids(contactId=c.id, userId=getattr(c, other)),
         "status": c.status,
@@ -21,26 +21,26 @@ def _contact(row: ClaimedRow, c: ContactView, other: str) -> Payload:
     }
 
 
-def contact_request_received(row: ClaimedRow, c: ContactView) -> Payload:
+def contact_request_received(row: OutboxRow, c: ContactView) -> Payload:
     no_session_kind(row)
     require_user(row, c.addressee_user_id)
     return _contact(row, c, "requester_user_id")
 
 
-def contact_request_accepted(row: ClaimedRow, c: ContactView) -> Payload:
+def contact_request_accepted(row: OutboxRow, c: ContactView) -> Payload:
     no_session_kind(row)
     require_user(row, c.requester_user_id)
     return _contact(row, c, "addressee_user_id")
 
 
-def contact_removed(row: ClaimedRow, c: ContactView) -> Payload:
+def contact_removed(row: OutboxRow, c: ContactView) -> Payload:
     no_session_kind(row)
     target = require_user(row, c.requester_user_id, c.addressee_user_id)
     other = "addressee_user_id" if target == c.requester_user_id else "requester_user_id"
     return _contact(row, c, other)
 
 
-def blacklist_changed(row: ClaimedRow, b: BlacklistView) -> Payload:
+def blacklist_changed(row: OutboxRow, b: BlacklistView) -> Payload:
     """Only the owner's own devices learn of it; the blocked user is never told."""
     no_session_kind(row)
     require_user(row, b.owner_user_id)

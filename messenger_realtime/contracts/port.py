@@ -17,7 +17,10 @@ from functools import cache
 from typing import Any
 from uuid import UUID
 
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
+
+from messenger_realtime.conf.settings import domain_port_path
 
 
 @dataclass(frozen=True)
@@ -150,10 +153,28 @@ class DomainPort(abc.ABC):
     def recordings(self, ids: Ids) -> Mapping[UUID, RecordingView]: ...
 
 
+def port_problem(path: str) -> str | None:
+    """Why a dotted path cannot serve as the DomainPort, or None when it can."""
+    if not path.strip():
+        return "must name the host's DomainPort class (dotted path)"
+    try:
+        port_class = import_string(path)
+    except ImportError as exc:
+        return f"cannot import {path!r}: {exc}"
+    abstract = DomainPort.__abstractmethods__
+    missing = [name for name in abstract if not callable(getattr(port_class, name, None))]
+    return f"{path} lacks {', '.join(sorted(missing))}" if missing else None
+
+
 @cache
 def get_domain_port() -> DomainPort:
-    """The configured port (one instance per process)."""
-    from messenger_realtime.conf.settings import load_hub_options
+    """The configured port, one instance per process.
 
-    port: DomainPort = import_string(load_hub_options().domain_port)()
+    Raises ImproperlyConfigured when DOMAIN_PORT cannot serve (system check E011).
+    """
+    path = domain_port_path()
+    problem = port_problem(path)
+    if problem is not None:
+        raise ImproperlyConfigured(f"MESSENGER_REALTIME DOMAIN_PORT: {problem}")
+    port: DomainPort = import_string(path)()
     return port

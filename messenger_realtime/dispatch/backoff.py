@@ -11,8 +11,8 @@ def backoff_seconds(
     """Delay before the next try after `attempts` tries (attempts >= 1).
 
     base * factor^(attempts-1), capped at BACKOFF_CAP, then shortened by up to
-    BACKOFF_JITTER of itself so that rows failing together do not retry together. The
-    cap therefore stays a hard upper bound.
+    BACKOFF_JITTER of itself (rand() in [0, 1)). The cap therefore stays a hard upper
+    bound.
     """
     exponent = max(attempts, 1) - 1
     try:
@@ -22,6 +22,11 @@ def backoff_seconds(
     return delay * (1.0 - options.backoff_jitter * rand())
 
 
-def delay_table(options: RealtimeDispatchOptions, rand: Callable[[], float]) -> list[float]:
-    """Delays for attempts 1..MAX_ATTEMPTS+1, indexed by attempts-1 (one claim batch)."""
-    return [backoff_seconds(n, options, rand) for n in range(1, options.max_attempts + 2)]
+def delay_table(options: RealtimeDispatchOptions) -> list[float]:
+    """Un-jittered delays for attempts 1..MAX_ATTEMPTS+1, indexed by attempts-1.
+
+    The claim (sql.CLAIM) applies the jitter per row with the database's random(), which
+    is backoff_seconds() with rand = random(): rows that fail together, even in one claim,
+    do not come due together.
+    """
+    return [backoff_seconds(n, options, lambda: 0.0) for n in range(1, options.max_attempts + 2)]

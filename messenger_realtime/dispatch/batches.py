@@ -12,73 +12,78 @@ and reported in batch order, at most one batch behind the pushes.
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from messenger_realtime.contracts import build_events
-from messenger_realtime.contracts.events import InvalidRow, OutgoingEvent
+from messenger_realtime.conf.settings import RealtimeDispatchOptions
+from messenger_realtime.contracts.build import build_events
 from messenger_realtime.contracts.port import DomainPort
 from messenger_realtime.dispatch import store
-from messenger_realtime.dispatch.backoff import delay_table
-from messenger_realtime.dispatch.outcomes import PassResult, report_batch
-from messenger_realtime.dispatch.push import Pushed, push
-from messenger_realtime.outbox.enums import RealtimeOutboxStatus
-from messenger_realtime.transport.publisher import describe_error
+from messenger_realtime.dispatch.outcomes import PassResult, report
+from messenger_realtime.dispatch.push import push
+from messenger_realtime.dispatch.rows import Fate, RowOutcome
+from messenger_realtime.exceptions import InvalidRow, describe_error
+from messenger_realtime.ops.logging import Field
+from messenger_realtime.transport.publisher import Publisher
 
-if TYPE_CHECKING:
-    from messenger_realtime.dispatch.dispatcher import Dispatcher
-
-logger = logging.getLogger("messenger_realtime.dispatch.dispatcher")
+logger = logging.getLogger(__name__)
 
 Conn = psycopg.AsyncConnection[Any]
-Built = list[OutgoingEvent | InvalidRow | BaseException]
+Claim = Callable[[], Coroutine[Any, Any, list[RowOutcome]]]
+
+
+@dataclass(frozen=True)
+class PassContext:
+    """What a pass needs from its worker: settings, seams, the stop flag, a claim that
+    checks leadership first, and a heartbeat to call while it makes progress."""
+
+    options: RealtimeDispatchOptions
+    publisher: Publisher
+    port: DomainPort
+    stop: asyncio.Event
+    claim: Claim
+    beat: Callable[[], None]
+    sender: Any  # the quarantine signal's sender
 
 
 @dataclass
 class Batch:
-    rows: list[store.ClaimedRow]  # everything the claim returned
-    pending: list[store.ClaimedRow]  # minus the rows the claim itself quarantined
-    built: Built  # one event (or why not) per pending row
-    next_claim: "asyncio.Task[list[store.ClaimedRow]] | None"  # the batch after, if any
+    outcomes: list[RowOutcome]  # one per claimed row, in id order
+    next_claim: "asyncio.Task[list[RowOutcome]] | None"  # the batch after, if any
 
 
-async def run_batches(
-    d: "Dispatcher", claim_conn: Conn, work_conn: Conn, result: PassResult, started: float
-) -> None:
+async def run_batches(ctx: PassContext, work_conn: Conn, result: PassResult) -> None:
     """Claim and dispatch batches while they come back full, up to MAX_RUN_DURATION."""
-    if d.stop.is_set():
+    if ctx.stop.is_set():
         return
+    started = time.monotonic()
     spawned: set[asyncio.Task[Any]] = set()  # every stage task, settled before returning
-    ahead: asyncio.Task[Batch] | None = _spawn(
-        spawned, _build_after(d, claim_conn, None, started, spawned)
-    )
+    ahead: asyncio.Task[Batch] | None = _spawn(spawned, _build_after(ctx, None, started, spawned))
     recording: asyncio.Task[None] | None = None
     try:
         while ahead is not None:
             batch = await ahead
             ahead = None
-            if not batch.rows:
+            if not batch.outcomes:
                 break
             result.batches += 1
-            logger.info("batch claimed", extra={"action": "claim", "rows": len(batch.rows)})
             if batch.next_claim is not None:  # the next batch is being claimed already
-                ahead = _spawn(
-                    spawned, _build_after(d, claim_conn, batch.next_claim, started, spawned)
-                )
-            if d.stop.is_set():  # claimed ahead, then asked to stop: give the rows back
-                pushed = Pushed(released=batch.pending)
+                ahead = _spawn(spawned, _build_after(ctx, batch.next_claim, started, spawned))
+            if ctx.stop.is_set():  # claimed ahead, then asked to stop: give the rows back
+                for outcome in batch.outcomes:
+                    if outcome.undecided:
+                        outcome.decide(Fate.RELEASE)
             else:
-                pushed = await push(
-                    batch.pending, batch.built, d.publisher, d.stop, d.options.publish_timeout
-                )
+                await push(batch.outcomes, ctx.publisher, ctx.stop, ctx.options.publish_timeout)
             if recording is not None:
                 await recording  # outcomes are written and reported in batch order
-            recording = _spawn(spawned, _record(d, work_conn, batch, pushed, result))
-            d.heartbeat = time.monotonic()
+            recording = _spawn(spawned, _record(ctx, work_conn, batch, result))
+            ctx.beat()
         if recording is not None:
             await recording
     finally:
@@ -92,71 +97,61 @@ async def run_batches(
                 task.exception()  # retrieved: a secondary error is not reported twice
 
 
-def _spawn(spawned: set[asyncio.Task[Any]], work: Any) -> asyncio.Task[Any]:
+def _spawn(spawned: set[asyncio.Task[Any]], work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
     task = asyncio.create_task(work)
     spawned.add(task)
     return task
 
 
 async def _build_after(
-    d: "Dispatcher",
-    conn: Conn,
-    claiming: "asyncio.Task[list[store.ClaimedRow]] | None",
+    ctx: PassContext,
+    claiming: "asyncio.Task[list[RowOutcome]] | None",
     started: float,
     spawned: set[asyncio.Task[Any]],
 ) -> Batch:
     """Claim (or take the claim already running), start claiming the batch after it as
     soon as this one proves full, then build this one: claims run back to back, at most
     two batches ahead of the pushes, while builds and pushes catch up."""
-    rows = await (claiming if claiming is not None else _claim(d, conn))
-    pending = [r for r in rows if r.status != RealtimeOutboxStatus.QUARANTINED]
-    full = len(rows) == d.options.batch_size
-    in_time = time.monotonic() - started < d.options.max_run_duration
+    outcomes = await (claiming if claiming is not None else ctx.claim())
+    if outcomes:
+        logger.info("batch claimed", extra={"action": "claim", "rows": len(outcomes)})
+    full = len(outcomes) == ctx.options.batch_size
+    in_time = time.monotonic() - started < ctx.options.max_run_duration
     next_claim = None
-    if full and in_time and not d.stop.is_set():
-        next_claim = _spawn(spawned, _claim(d, conn))
-    if d.stop.is_set():  # the rows will be released, not pushed: no need to build them
-        return Batch(rows, pending, [], None)
-    built = await build(pending, d.port)
-    invalid = sum(isinstance(event, InvalidRow) for event in built)
-    logger.debug("batch built", extra={"action": "build", "rows": len(built), "invalid": invalid})
-    return Batch(rows, pending, built, next_claim)
+    if full and in_time and not ctx.stop.is_set():
+        next_claim = _spawn(spawned, ctx.claim())
+    if not ctx.stop.is_set():  # rows about to be released need no build
+        await build(outcomes, ctx.port)
+    return Batch(outcomes, next_claim)
 
 
-async def _claim(d: "Dispatcher", conn: Conn) -> list[store.ClaimedRow]:
-    if d.use_lock:
-        await d.leader.ensure_held()
-    delays = delay_table(d.options, d.rand)
-    return await store.claim(conn, d.options.batch_size, delays, d.options.max_attempts)
-
-
-async def build(rows: list[store.ClaimedRow], port: DomainPort) -> Built:
-    """Typed events for a batch: one domain read per entity type, off the loop.
-
-    If reading the domain fails (database trouble), every row gets that transient error
-    and is retried after its backoff; the pass goes on.
-    """
-    if not rows:
-        return []
+async def build(outcomes: list[RowOutcome], port: DomainPort) -> None:
+    """Give each undecided row its event, or decide it: one domain read per entity type,
+    off the loop. An unbuildable row is quarantined (permanent); if reading the domain
+    fails (database trouble) every row of the batch is retried after its backoff."""
+    todo = [o for o in outcomes if o.undecided]
+    if not todo:
+        return
     try:
-        return await sync_to_async(_build_with_fresh_connection)(rows, port)
+        built = await sync_to_async(_build_with_fresh_connection)(todo, port)
     except Exception as exc:
-        logger.warning(
-            "payload build failed", extra={"action": "build", "error": describe_error(exc)}
-        )
-        return [exc] * len(rows)
+        error = describe_error(exc)
+        logger.warning("payload build failed", extra={"action": "build", Field.ERROR_CODE: error})
+        for outcome in todo:
+            outcome.decide(Fate.RETRY, error)
+        return
+    for outcome, event in zip(todo, built, strict=True):
+        if isinstance(event, InvalidRow):
+            outcome.decide(Fate.QUARANTINE, str(event)[:512])
+        else:
+            outcome.event = event
 
 
-def _build_with_fresh_connection(rows: list[store.ClaimedRow], port: DomainPort) -> Built:
+def _build_with_fresh_connection(outcomes: list[RowOutcome], port: DomainPort) -> list[Any]:
     close_old_connections()  # a long-lived worker must not reuse a broken connection
-    return list(build_events(rows, port))
+    return build_events([o.row for o in outcomes], port)
 
 
-async def _record(
-    d: "Dispatcher", conn: Conn, batch: Batch, pushed: Pushed, result: PassResult
-) -> None:
-    exhausted = [r for r in batch.rows if r.status == RealtimeOutboxStatus.QUARANTINED]
-    outcomes = await store.record_outcomes(
-        conn, pushed.done, pushed.failed, pushed.released, d.options.max_attempts
-    )
-    await report_batch(batch.rows, outcomes, exhausted, len(pushed.released), result, type(d))
+async def _record(ctx: PassContext, conn: Conn, batch: Batch, result: PassResult) -> None:
+    await store.record(conn, batch.outcomes, ctx.options.max_attempts)
+    await report(batch.outcomes, result, ctx.sender)

@@ -1,18 +1,14 @@
-"""The dispatch loop: lock -> claim (SKIP LOCKED) -> build -> push -> outcome.
+"""The worker's lifecycle: lead (or stand by), pass after pass, idle waits, retention.
 
-This module holds the worker's lifecycle (leadership, connections, idle waits, retention);
-one pass over the due rows, batch by batch, is messenger_realtime/flow.py.
-
-Entry points (the management command, tests, benchmarks) build a Dispatcher and call
-run() or run_pass(); nothing here knows about argv or signals.
+One pass over the due rows, batch by batch, is batches.py; the SQL is store.py. Entry
+points (the management command, Daphne's single-process mode, tests, benchmarks) build a
+Dispatcher and call run() or run_pass(); nothing here knows about argv or signals.
 """
 
 import asyncio
 import contextlib
 import logging
-import random
 import time
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -21,13 +17,19 @@ from django.db import connections
 
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.contracts.port import DomainPort, get_domain_port
-from messenger_realtime.dispatch import batches as flow
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch import store
-from messenger_realtime.dispatch.leader import Leader, LeadershipLost
+from messenger_realtime.dispatch.backoff import delay_table
+from messenger_realtime.dispatch.batches import PassContext, run_batches
+from messenger_realtime.dispatch.leader import Leader
 from messenger_realtime.dispatch.outcomes import PassResult
+from messenger_realtime.dispatch.rows import RowOutcome
+from messenger_realtime.exceptions import LeadershipLost, describe_error
 from messenger_realtime.ops import metrics, tracing
-from messenger_realtime.transport.publisher import Publisher, describe_error
+from messenger_realtime.ops.health import Liveness
+from messenger_realtime.ops.logging import Field
+from messenger_realtime.outbox.enums import RealtimeDispatchKind
+from messenger_realtime.transport.publisher import Publisher
 from messenger_realtime.uuid7 import uuid7
 
 logger = logging.getLogger(__name__)
@@ -36,8 +38,22 @@ RECONNECT_DELAY = 1.0  # seconds between attempts to get a lost database session
 STATS_INTERVAL = 1.0  # seconds between backlog gauge refreshes
 
 
+def stale_after(options: RealtimeDispatchOptions) -> float:
+    """How long without a heartbeat before the worker counts as stuck."""
+    o = options
+    return max(10.0, 3 * o.polling_interval + o.max_run_duration + o.publish_timeout)
+
+
 class Dispatcher:
-    """One worker's dispatcher; `stop` ends it gracefully between rows."""
+    """One worker's dispatcher; setting `stop` ends it gracefully between rows.
+
+    Args:
+        options: the worker's settings (conf.settings.load_options()).
+        publisher: where events go (transport.publisher.ChannelLayerPublisher).
+        alias: the Django database alias whose connection settings the worker uses.
+        use_lock: take the single-runner advisory lock (False: benchmarks, drills).
+        port: the host's domain port (default: the configured DOMAIN_PORT).
+    """
 
     def __init__(
         self,
@@ -46,23 +62,20 @@ class Dispatcher:
         *,
         alias: str = "default",
         use_lock: bool = True,
-        rand: Callable[[], float] = random.random,
         port: DomainPort | None = None,
     ) -> None:
         self.options = options
         self.publisher = publisher
         self.alias = alias
         self.use_lock = use_lock
-        self.rand = rand
         self.stop = asyncio.Event()
         self.leader = Leader(options.lock_key, options.lock_ttl, alias)
         self.port = port or get_domain_port()
-        # For health checks: leading (lock held) and the last sign of a live loop.
-        self.leading = False
-        self.connected = False  # a working database session (ready to lead or standing by)
-        self.heartbeat = time.monotonic()
+        self.liveness = Liveness(stale_after(options), stopping=self.stop.is_set)
+        self.delays = delay_table(options)
         self.conn: psycopg.AsyncConnection[Any] | None = None  # outcomes, stats, retention
         self.claim_conn: psycopg.AsyncConnection[Any] | None = None  # claims, ahead of pushes
+        metrics.create_kind_series(RealtimeDispatchKind.values)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -71,15 +84,16 @@ class Dispatcher:
 
         Losing the database connection means losing leadership: reconnect, re-lock,
         re-LISTEN, then a catch-up pass. A busy lock means another runner leads: skip
-        (once) or stand by and retry every POLLING_INTERVAL.
+        (once) or stand by and retry every POLLING_INTERVAL. Raises only with once=True
+        (psycopg.OperationalError or LeadershipLost); otherwise it retries until stopped.
         """
         try:
             standing_by = False
             while not self.stop.is_set():
-                self.heartbeat = time.monotonic()
+                self.liveness.beat()
                 try:
                     await self._connect()
-                    self.connected = True
+                    self.liveness.connected = True
                     if self.use_lock and not await self.leader.try_acquire():
                         level = logging.DEBUG if standing_by else logging.INFO
                         logger.log(
@@ -96,33 +110,32 @@ class Dispatcher:
                 except (psycopg.OperationalError, LeadershipLost) as exc:
                     logger.warning(
                         "dispatcher lost its database session; reconnecting",
-                        extra={"action": "reconnect", "error": describe_error(exc)},
+                        extra={"action": "reconnect", Field.ERROR_CODE: describe_error(exc)},
                     )
-                    await self._disconnect()
+                    await self.close()
                     if once:
                         raise
                     await self._sleep(RECONNECT_DELAY)
         finally:
-            await self._disconnect()
+            await self.close()
 
     async def _lead(self, once: bool) -> None:
         last_retention = last_stats = float("-inf")
-        self.leading = True
+        self.liveness.leading = True
         while not self.stop.is_set():
             await self.run_pass()  # after (re)connecting this is the catch-up pass
-            self.heartbeat = time.monotonic()
+            self.liveness.beat()
             metrics.last_pass.set(time.time())
-            if self.heartbeat - last_stats >= STATS_INTERVAL:  # bounded cost under load
+            if time.monotonic() - last_stats >= STATS_INTERVAL:  # bounded cost under load
                 count, oldest = await store.pending_stats(await self._work_connection())
                 metrics.pending.set(count)
                 metrics.oldest_pending_age.set(oldest)
-                last_stats = self.heartbeat
+                last_stats = time.monotonic()
             if once or time.monotonic() - last_retention >= self.options.retention_interval:
                 await self.run_retention()
                 last_retention = time.monotonic()
             if once:
                 return
-            logger.debug("idle; waiting for NOTIFY or the next poll", extra={"action": "idle"})
             notified = await self.leader.wait_for_wake(self.options.polling_interval, self.stop)
             logger.debug(
                 "woke", extra={"action": "wake", "reason": "notify" if notified else "poll"}
@@ -131,14 +144,30 @@ class Dispatcher:
     # -- one pass ------------------------------------------------------------------
 
     async def run_pass(self) -> PassResult:
-        """Claim and dispatch batches while they come back full, up to MAX_RUN_DURATION."""
+        """Claim and dispatch batches while they come back full, up to MAX_RUN_DURATION.
+
+        Returns the pass's counts. Raises psycopg.OperationalError when the database
+        session fails, and LeadershipLost when the lock is gone before a claim.
+        """
         conn = await self._work_connection()
+        claim_conn = await self._claim_connection()
         result = PassResult()
         started = time.monotonic()
         job_run_id = uuid7().hex
-        claim_conn = await self._claim_connection()
+
+        async def claim() -> list[RowOutcome]:
+            if self.use_lock:
+                await self.leader.ensure_held()
+            o = self.options
+            return await store.claim(
+                claim_conn, o.batch_size, self.delays, o.backoff_jitter, o.max_attempts
+            )
+
+        ctx = PassContext(
+            self.options, self.publisher, self.port, self.stop, claim, self.liveness.beat, self
+        )
         with tracing.pass_span(job_run_id):
-            await flow.run_batches(self, claim_conn, conn, result, started)
+            await run_batches(ctx, conn, result)
         result.duration_ms = round((time.monotonic() - started) * 1000, 1)
         level = logging.INFO if result.batches else logging.DEBUG
         logger.log(
@@ -149,14 +178,14 @@ class Dispatcher:
                 "dispatched": result.dispatched,
                 "retried": result.retried,
                 "quarantined": result.quarantined,
-                "DurationMs": result.duration_ms,
-                "jobRunId": job_run_id,
+                Field.DURATION_MS: result.duration_ms,
+                Field.JOB_RUN_ID: job_run_id,
             },
         )
         return result
 
     async def run_retention(self) -> int:
-        """Delete Done rows older than RETENTION_DONE in bounded batches."""
+        """Delete Done rows older than RETENTION_DONE in bounded batches; returns the count."""
         conn = await self._work_connection()
         deleted = 0
         while not self.stop.is_set():
@@ -189,10 +218,7 @@ class Dispatcher:
 
     async def close(self) -> None:
         """Release the lock and close every session (run() does this on exit)."""
-        await self._disconnect()
-
-    async def _disconnect(self) -> None:
-        self.leading = self.connected = False
+        self.liveness.leading = self.liveness.connected = False
         # The domain reads' Django connection lives in sync_to_async's thread: close it
         # there too, so no session outlives the dispatcher.
         await sync_to_async(connections.close_all)()

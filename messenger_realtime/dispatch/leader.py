@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 
 from messenger_realtime.dispatch import connections as db
+from messenger_realtime.exceptions import LeadershipLost
 from messenger_realtime.outbox.notify import NOTIFY_CHANNEL
 
 logger = logging.getLogger(__name__)
@@ -22,10 +23,6 @@ logger = logging.getLogger(__name__)
 def advisory_key(lock_key: str) -> int:
     """A stable signed 64-bit advisory lock id for LOCK_KEY (same in every process)."""
     return int.from_bytes(hashlib.sha256(lock_key.encode()).digest()[:8], "big", signed=True)
-
-
-class LeadershipLost(RuntimeError):
-    """The advisory lock is no longer held by this worker."""
 
 
 class Leader:

@@ -1,26 +1,32 @@
-"""What a batch's outcomes tell the outside: pass counters, logs, metrics, alerts.
+"""What a batch's recorded outcomes tell the outside: pass counters, logs, metrics, alerts.
 
-Called only after the outcome transaction has committed, so nothing is reported that
-did not happen.
+Runs only after the outcome transaction committed, and reads only what the database
+kept (RowOutcome.recorded), so nothing is reported that did not happen: a retry that
+turned into a quarantine is reported as the quarantine, a stale outcome as neither.
 """
 
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from messenger_realtime.dispatch import store
+from messenger_realtime.dispatch.rows import Fate, RowOutcome
 from messenger_realtime.ops import metrics
+from messenger_realtime.ops.logging import Field
+from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
 from messenger_realtime.outbox.signals import (
     RealtimeDispatchQuarantinedEvent,
     realtime_dispatch_quarantined,
 )
 
-logger = logging.getLogger("messenger_realtime.dispatch.dispatcher")
+logger = logging.getLogger(__name__)
 
 
 @dataclass
 class PassResult:
+    """Counts of one pass, as the spec's `job completed` line reports them."""
+
     dispatched: int = 0
     retried: int = 0
     quarantined: int = 0
@@ -30,44 +36,57 @@ class PassResult:
     duration_ms: float = 0.0
 
 
-async def report_batch(
-    rows: list[store.ClaimedRow],
-    outcomes: store.Outcomes,
-    exhausted: list[store.ClaimedRow],
-    released: int,
-    result: PassResult,
-    sender: Any,
-) -> None:
-    kinds = {row.id: row.kind for row in rows}
+async def report(outcomes: Sequence[RowOutcome], result: PassResult, sender: Any) -> None:
+    """Count, log, measure and signal one recorded batch."""
+    done = [o for o in outcomes if o.recorded is Status.DONE]
+    retried = [o for o in outcomes if o.fate is Fate.RETRY and o.recorded is Status.PENDING]
+    quarantined = [o for o in outcomes if o.recorded is Status.QUARANTINED]
+    released = [o for o in outcomes if o.fate is Fate.RELEASE and o.recorded is not None]
+    stale = sum(o.fate is not None and o.recorded is None for o in outcomes)
     # One increment per kind and batch, not per row: this runs on the hot path.
-    for kind, count in Counter(kinds[row_id] for row_id, _lag in outcomes.done).items():
+    for kind, count in Counter(o.row.kind for o in done).items():
         metrics.dispatched.labels(kind=kind).inc(count)
-    for _row_id, lag in outcomes.done:
-        metrics.lag.observe(lag)
-    for kind, count in Counter(kinds[row_id] for row_id in outcomes.retried).items():
+    for outcome in done:
+        metrics.lag.observe(outcome.lag or 0.0)
+    for kind, count in Counter(o.row.kind for o in retried).items():
         metrics.retried.labels(kind=kind).inc(count)
-    result.dispatched += len(outcomes.done)
-    result.retried += len(outcomes.retried)
-    result.released += released
-    result.stale += outcomes.stale
-    if outcomes.stale:
+    result.dispatched += len(done)
+    result.retried += len(retried)
+    result.released += len(released)
+    result.stale += stale
+    if logger.isEnabledFor(logging.DEBUG):
+        for outcome in done:
+            logger.debug("dispatched", extra={"action": "dispatched", **_fields(outcome)})
+    for outcome in retried:
+        logger.warning("dispatch retry", extra={"action": "retry", **_fields(outcome)})
+    if stale:
         logger.warning(
             "outcomes skipped: rows changed after their claim",
-            extra={"action": "stale", "rows": outcomes.stale},
+            extra={"action": "stale", "rows": stale},
         )
-    quarantined = [(r.id, r.kind, r.chat_id, r.attempts) for r in exhausted]
-    quarantined += outcomes.quarantined
     result.quarantined += len(quarantined)
-    for entry_id, kind, chat_id, attempts in quarantined:
-        metrics.quarantined.labels(kind=kind).inc()
-        logger.error(
-            "quarantined",
-            extra={
-                "action": "quarantined",
-                "EntryId": entry_id,
-                "Kind": kind,
-                "Attempts": attempts,
-            },
-        )
-        alert = RealtimeDispatchQuarantinedEvent(entry_id, kind, chat_id, attempts)
+    for outcome in quarantined:
+        row = outcome.row
+        metrics.quarantined.labels(kind=row.kind).inc()
+        logger.error("quarantined", extra={"action": "quarantined", **_fields(outcome)})
+        alert = RealtimeDispatchQuarantinedEvent(row.id, row.kind, row.chat_id, row.attempts)
         await realtime_dispatch_quarantined.asend(sender=sender, event=alert)
+
+
+def _fields(outcome: RowOutcome) -> dict[str, Any]:
+    """The spec's log fields of a row (ids and counts only: never a body)."""
+    row = outcome.row
+    fields: dict[str, Any] = {
+        Field.ENTRY_ID: row.id,
+        Field.KIND: row.kind,
+        Field.ATTEMPTS: row.attempts,
+    }
+    if row.chat_id is not None:
+        fields[Field.CHAT_ID] = row.chat_id
+    if row.target_user_id is not None:
+        fields[Field.TARGET_USER_ID] = row.target_user_id
+    if row.seq is not None:
+        fields[Field.SEQ] = row.seq
+    if outcome.error is not None and outcome.recorded is not Status.DONE:
+        fields[Field.ERROR_CODE] = outcome.error
+    return fields

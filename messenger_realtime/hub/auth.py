@@ -1,4 +1,5 @@
-"""Credentials at the hub: JWT bearer tokens and negotiate's connection tokens."""
+"""Credentials at the hub: who is calling (authenticate), JWT bearer tokens, and
+negotiate's connection tokens."""
 
 import time
 from datetime import timedelta
@@ -9,13 +10,11 @@ import jwt
 from django.core import signing
 
 from messenger_realtime.conf.settings import HubOptions
+from messenger_realtime.contracts.port import get_domain_port
+from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.uuid7 import uuid7
 
 _CONNECTION_SALT = "messenger_realtime.hub.connection"
-
-
-class InvalidToken(Exception):
-    """Why a credential was refused (safe to show: never contains the token)."""
 
 
 def mint_access_token(user_id: UUID, options: HubOptions, lifetime: float | None = None) -> str:
@@ -60,7 +59,8 @@ def bearer_token(headers: dict[bytes, bytes] | None, query: dict[str, list[str]]
     """The access token from `Authorization: Bearer` or the `access_token` query parameter.
 
     Browsers cannot set headers on a WebSocket, so the official clients put the token in
-    the query string there; it is scrubbed from access logs (see hub/logging.py).
+    the query string there; it is scrubbed from every log line (ops/logging.py) and from
+    Daphne's access log (hub/daphne.py).
     """
     if headers:
         value = headers.get(b"authorization", b"").decode("latin-1")
@@ -89,3 +89,21 @@ def check_connection_token(token: str, user_id: UUID, max_age: float) -> str:
     if data.get("u") != str(user_id):
         raise InvalidToken("connection id belongs to another user")
     return str(data["c"])
+
+
+def authenticate(token: str | None, session_user: Any, options: HubOptions) -> UUID:
+    """The active user behind a connection or request (synchronous: reads the domain).
+
+    A bearer token wins; otherwise the Django session's user, whom the caller has already
+    checked against cross-site use (same origin for WebSockets, CSRF for forms).
+    Raises InvalidToken with a reason that is safe to show.
+    """
+    if token is not None:
+        user_id = verify_access_token(token, options)
+    elif session_user is not None and session_user.is_authenticated:
+        user_id = UUID(str(session_user.pk))
+    else:
+        raise InvalidToken("no credentials")
+    if not get_domain_port().user_exists(user_id):
+        raise InvalidToken("unknown user")
+    return user_id

@@ -1,9 +1,9 @@
 """The /hubs/messenger WebSocket consumer: SignalR JSON hub protocol over Channels.
 
-Thin by design: framing and messages live in protocol.py, credentials in tokens.py, group
-names in groups.py. The consumer authenticates, speaks the handshake, joins the groups
-the user may receive (decided here, from the domain port, never by the client), forwards
-dispatcher events and keeps the connection alive.
+Thin by design: framing and messages live in protocol.py, credentials in auth.py, media
+credentials in media.py, group names in transport/groups.py. The consumer authenticates,
+speaks the handshake, joins the groups the user may receive (decided here, from the domain
+port, never by the client), forwards dispatcher events and keeps the connection alive.
 """
 
 import asyncio
@@ -19,28 +19,21 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.contracts.media import MEDIA_INVITES
+from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
+from messenger_realtime.exceptions import HandshakeError, InvalidToken, ProtocolError
 from messenger_realtime.hub import protocol
-from messenger_realtime.hub.auth import (
-    InvalidToken,
-    bearer_token,
-    check_connection_token,
-    verify_access_token,
-)
+from messenger_realtime.hub.auth import authenticate, bearer_token, check_connection_token
 from messenger_realtime.hub.invocations import HubInvocations
 from messenger_realtime.hub.media import media_join
-from messenger_realtime.hub.protocol import HandshakeError, ProtocolError
 from messenger_realtime.ops import metrics
-from messenger_realtime.outbox.enums import event_name
-from messenger_realtime.transport.groups import chat_group, layer_group, user_group
+from messenger_realtime.ops.logging import Field
+from messenger_realtime.transport.groups import layer_group
 from messenger_realtime.uuid7 import uuid7
 
 logger = logging.getLogger(__name__)
 
-MEDIA_INVITE_EVENTS = {event_name(kind) for kind in MEDIA_INVITES}
-
-# Open connections of this process, for the shutdown Close (see hub/shutdown.py).
+# Open connections of this process, for the shutdown Close (hub/daphne.py).
 LIVE_CONNECTIONS: "weakref.WeakSet[HubConsumer]" = weakref.WeakSet()
 
 
@@ -52,6 +45,7 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
     # even when connect() refused it early.
     handshaken = False
     chats: set[UUID] = frozenset()  # type: ignore[assignment]
+    chat_keys: frozenset[str] = frozenset()  # the same chats as strings, as events name them
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """As Channels' own, minus the close_old_connections() it runs in a thread before
@@ -69,6 +63,7 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
         self.options = load_hub_options()
         self.handshaken = False
         self.chats: set[UUID] = set()
+        self.chat_keys = frozenset()
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         try:
             self.user_id = await self._authenticate(query)
@@ -94,19 +89,13 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
     async def _authenticate(self, query: dict[str, list[str]]) -> UUID:
         headers = dict(self.scope.get("headers", []))
         token = bearer_token(headers, query)
-        if token is not None:
-            user_id = verify_access_token(token, self.options)
-        else:
-            user = self.scope.get("user")  # the Django session (the project's own pages)
-            if user is None or not user.is_authenticated:
-                raise InvalidToken("no credentials")
-            if not self._same_site(headers):
-                # A cookie rides along with any page's WebSocket: only our own pages (or
-                # configured origins) may use the session (cross-site WebSocket hijacking).
-                raise InvalidToken("origin not allowed for session authentication")
-            user_id = UUID(str(user.pk))
-        if not await database_sync_to_async(get_domain_port().user_exists)(user_id):
-            raise InvalidToken("unknown user")
+        user = self.scope.get("user")  # the Django session (the project's own pages)
+        session = token is None and user is not None and user.is_authenticated
+        if session and not self._same_site(headers):
+            # A cookie rides along with any page's WebSocket: only our own pages (or
+            # configured origins) may use the session (cross-site WebSocket hijacking).
+            raise InvalidToken("origin not allowed for session authentication")
+        user_id: UUID = await database_sync_to_async(authenticate)(token, user, self.options)
         return user_id
 
     def _same_site(self, headers: dict[bytes, bytes]) -> bool:
@@ -166,7 +155,7 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
         await self._send(protocol.HANDSHAKE_OK)
         logger.info(
             "hub connected",
-            extra={"action": "connected", "UserId": self.user_id, "chats": len(self.chats)},
+            extra={"action": "connected", Field.USER_ID: self.user_id, "chats": len(self.chats)},
         )
         return True
 
@@ -174,17 +163,17 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def realtime_event(self, message: dict[str, Any]) -> None:
         """A dispatcher event for one of this connection's groups."""
-        group = message["group"]
-        if group.startswith("chat:") and UUID(group[5:]) not in self.chats:
+        chat = message.get("chat")
+        if chat is not None and chat not in self.chat_keys:
             # Defence in depth: a stale layer membership never leaks another chat's events.
             return
         payload = message["payload"]
-        if message["event"] in MEDIA_INVITE_EVENTS and "media" in payload:
+        if message.get("per_recipient") and "media" in payload:
             # Minted here, per recipient, at delivery: never stored, queued or logged.
             room = payload["media"]["roomName"]
             payload = {**payload, "media": media_join(room, self.user_id, self.options)}
         await self._send(protocol.invocation(message["event"], [payload]))
-        if group == user_group(self.user_id) and message["event"] == "chat_updated":
+        if chat is None and message["event"] == "chat_updated":
             await self._sync_groups()  # membership of this user may have changed
 
     async def realtime_membership(self, message: dict[str, Any]) -> None:
@@ -200,21 +189,24 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
     async def _sync_groups(self) -> None:
         if not self.handshaken:
             await self.channel_layer.group_add(
-                layer_group(user_group(self.user_id)), self.channel_name
+                layer_group(HubTarget.user(self.user_id)), self.channel_name
             )
         current = set(await database_sync_to_async(get_domain_port().active_chat_ids)(self.user_id))
         left, joined = self.chats - current, current - self.chats
-        self.chats = current  # stop forwarding a left chat before anything else
+        # Stop forwarding a left chat before anything else.
+        self.chats, self.chat_keys = current, frozenset(str(c) for c in current)
         for chat_id in left:
             await self.channel_layer.group_discard(
-                layer_group(chat_group(chat_id)), self.channel_name
+                layer_group(HubTarget.chat(chat_id)), self.channel_name
             )
         for chat_id in joined:
-            await self.channel_layer.group_add(layer_group(chat_group(chat_id)), self.channel_name)
+            await self.channel_layer.group_add(
+                layer_group(HubTarget.chat(chat_id)), self.channel_name
+            )
 
     def _layer_groups(self, chats: set[UUID]) -> list[str]:
-        groups = [user_group(self.user_id), *(chat_group(c) for c in chats)]
-        return [layer_group(g) for g in groups]
+        targets = [HubTarget.user(self.user_id), *(HubTarget.chat(c) for c in chats)]
+        return [layer_group(t) for t in targets]
 
     async def _send(self, text: str) -> None:
         self.last_sent = asyncio.get_running_loop().time()

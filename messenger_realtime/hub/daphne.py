@@ -12,39 +12,13 @@ replaces such values with [redacted].
 import asyncio
 import logging
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from channels.layers import get_channel_layer
-
-from messenger_realtime.conf.settings import load_options
-from messenger_realtime.dispatch.dispatcher import Dispatcher
 from messenger_realtime.hub.consumer import LIVE_CONNECTIONS, HubConsumer
 from messenger_realtime.ops.logging import scrub_query_secrets
-from messenger_realtime.transport.publisher import ChannelLayerPublisher
 
 logger = logging.getLogger(__name__)
-
-
-class _InProcessDispatcher:
-    """Single-process mode (REALTIME_BACKPLANE_ENABLED=false): the in-memory channel
-    layer cannot leave this process, so the dispatcher runs here, on Daphne's loop."""
-
-    def __init__(self) -> None:
-        from twisted.internet import reactor
-
-        self.dispatcher = Dispatcher(load_options(), ChannelLayerPublisher(get_channel_layer()))
-        self.task: asyncio.Task[None] | None = None
-        reactor.callWhenRunning(self._start)
-
-    def _start(self) -> None:
-        self.task = asyncio.ensure_future(self.dispatcher.run())
-        logger.info("dispatcher running inside Daphne", extra={"action": "in_process"})
-
-    async def stop(self) -> None:
-        """Stop between rows; the dispatcher records outcomes and releases its lock."""
-        self.dispatcher.stop.set()
-        if self.task is not None:
-            await self.task
 
 
 async def close_all_connections() -> int:
@@ -73,23 +47,25 @@ async def _let_applications_finish(timeout: float) -> None:
         await asyncio.wait(stragglers, timeout=1.0)
 
 
-async def _shutdown(in_process: _InProcessDispatcher | None) -> None:
+async def _shutdown(also_stop: Callable[[], Awaitable[None]] | None) -> None:
     HubConsumer.accepting = False  # clients told to reconnect must go to another process
     closed = await close_all_connections()
-    if in_process is not None:
-        await in_process.stop()
+    if also_stop is not None:
+        await also_stop()
     await _let_applications_finish(timeout=2.0)
     logger.info("hub shutdown", extra={"action": "shutdown", "closed": closed})
 
 
-def install_daphne_integration() -> None:
-    """Call from the ASGI module when served by Daphne (Twisted's reactor is loaded)."""
+def install_daphne_integration(also_stop: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Call from the ASGI module when served by Daphne (Twisted's reactor is loaded).
+
+    also_stop: awaited after the connections are closed and before Daphne exits (the
+    in-process dispatcher's stop in single-process mode).
+    """
     from twisted.internet import defer, reactor
 
-    in_process = None if load_options().realtime_backplane_enabled else _InProcessDispatcher()
-
     def before_shutdown() -> Any:
-        return defer.Deferred.fromFuture(asyncio.ensure_future(_shutdown(in_process)))
+        return defer.Deferred.fromFuture(asyncio.ensure_future(_shutdown(also_stop)))
 
     reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)  # type: ignore[arg-type]
 

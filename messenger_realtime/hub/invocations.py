@@ -8,11 +8,11 @@ import logging
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.hub import protocol
 from messenger_realtime.hub.protocol import MessageType
-from messenger_realtime.transport.groups import chat_group, user_group
 
-logger = logging.getLogger("messenger_realtime.hub.consumer")
+logger = logging.getLogger(__name__)
 
 
 class HubInvocations:
@@ -80,7 +80,8 @@ class HubInvocations:
 
     async def get_groups(self) -> list[str]:
         """The hub groups this connection is in (decided by the server)."""
-        return [user_group(self.user_id), *sorted(chat_group(c) for c in self.chats)]
+        chats = sorted(str(HubTarget.chat(c)) for c in self.chats)
+        return [str(HubTarget.user(self.user_id)), *chats]
 
     hub_methods = {"GetGroups": get_groups}
 

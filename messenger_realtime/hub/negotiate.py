@@ -9,13 +9,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.contracts.port import get_domain_port
-from messenger_realtime.hub.auth import (
-    InvalidToken,
-    bearer_token,
-    new_connection_token,
-    verify_access_token,
-)
+from messenger_realtime.exceptions import InvalidToken
+from messenger_realtime.hub.auth import authenticate, bearer_token, new_connection_token
 
 logger = logging.getLogger(__name__)
 
@@ -41,15 +36,7 @@ def _cors(request: HttpRequest, response: HttpResponse) -> HttpResponse:
 def _authenticate(request: HttpRequest) -> UUID:
     headers = {b"authorization": request.headers.get("Authorization", "").encode("latin-1")}
     token = bearer_token(headers, parse_qs(request.META.get("QUERY_STRING", "")))
-    if token is not None:
-        user_id = verify_access_token(token, load_hub_options())
-    elif request.user.is_authenticated:
-        user_id = UUID(str(request.user.pk))
-    else:
-        raise InvalidToken("no credentials")
-    if not get_domain_port().user_exists(user_id):
-        raise InvalidToken("unknown user")
-    return user_id
+    return authenticate(token, request.user, load_hub_options())
 
 
 @csrf_exempt

@@ -10,6 +10,8 @@ import json
 from enum import IntEnum
 from typing import Any
 
+from messenger_realtime.exceptions import HandshakeError, ProtocolError
+
 RS = "\x1e"
 SUPPORTED_PROTOCOL = "json"
 # ASP.NET's JSON protocol accepts versions up to 2: signalrcore sends 0 (its negotiate
@@ -27,14 +29,6 @@ class MessageType(IntEnum):
     CLOSE = 7
     ACK = 8
     SEQUENCE = 9
-
-
-class HandshakeError(Exception):
-    """A handshake the hub refuses; str() is sent to the client as {"error": ...}."""
-
-
-class ProtocolError(Exception):
-    """A message that breaks the protocol; the connection is closed with this reason."""
 
 
 class RecordBuffer:

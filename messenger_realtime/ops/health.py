@@ -3,53 +3,65 @@
 
 live:  the dispatch loop showed a sign of life recently (it beats at least every
        POLLING_INTERVAL, or every batch during a long pass).
-ready: the loop is alive and this worker either leads (last pass recent) or stands by
-       with a working database session (it will take over if the leader goes).
+ready: the loop is alive and this worker either leads or stands by with a working
+       database session (it will take over if the leader goes), and is not stopping.
+
+The worker reports into a Liveness object; this module knows nothing of the worker.
 """
 
 import json
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from messenger_realtime.dispatch.dispatcher import Dispatcher
+
+@dataclass
+class Liveness:
+    """Signs of life a worker reports, read by the probes from another thread."""
+
+    stale_after: float  # seconds without a beat before the worker counts as stuck
+    stopping: Callable[[], bool] = lambda: False
+    leading: bool = False
+    connected: bool = False  # a working database session (leading or standing by)
+    heartbeat: float = field(default_factory=time.monotonic)
+
+    def beat(self) -> None:
+        self.heartbeat = time.monotonic()
+
+    def state(self) -> tuple[bool, bool, dict[str, Any]]:
+        """(live, ready, details) as the probes report them."""
+        age = time.monotonic() - self.heartbeat
+        live = age <= self.stale_after
+        ready = live and self.connected and not self.stopping()
+        details = {
+            "leading": self.leading,
+            "database": self.connected,
+            "heartbeatAgeSeconds": round(age, 3),
+        }
+        return live, ready, details
 
 
-def stale_after(dispatcher: Dispatcher) -> float:
-    """How long without a heartbeat before the worker counts as stuck."""
-    o = dispatcher.options
-    return max(10.0, 3 * o.polling_interval + o.max_run_duration + o.publish_timeout)
+class HealthHandler(BaseHTTPRequestHandler):
+    """GET /metrics, /health/live and /health/ready for one Liveness."""
 
-
-def health(dispatcher: Dispatcher) -> tuple[bool, bool, dict[str, Any]]:
-    age = time.monotonic() - dispatcher.heartbeat
-    live = age <= stale_after(dispatcher)
-    ready = live and dispatcher.connected and not dispatcher.stop.is_set()
-    state = {
-        "leading": dispatcher.leading,
-        "database": dispatcher.connected,
-        "heartbeatAgeSeconds": round(age, 3),
-    }
-    return live, ready, state
-
-
-class _Handler(BaseHTTPRequestHandler):
-    dispatcher: Dispatcher
+    liveness: Liveness  # set on the server's handler subclass by serve()
 
     def do_GET(self) -> None:
         if self.path == "/metrics":
             self._reply(200, generate_latest(), CONTENT_TYPE_LATEST)
             return
-        live, ready, state = health(self.dispatcher)
+        live, ready, details = self.liveness.state()
         checks = {"/health/live": live, "/health/ready": ready}
         if self.path not in checks:
             self._reply(404, b'{"error": "not found"}', "application/json")
             return
         ok = checks[self.path]
-        body = json.dumps({"status": "ok" if ok else "unavailable", **state}).encode()
+        body = json.dumps({"status": "ok" if ok else "unavailable", **details}).encode()
         self._reply(200 if ok else 503, body, "application/json")
 
     def _reply(self, status: int, body: bytes, content_type: str) -> None:
@@ -63,8 +75,13 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # probes every few seconds would drown the worker's log
 
 
-def serve(dispatcher: Dispatcher, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
-    handler = type("Handler", (_Handler,), {"dispatcher": dispatcher})
-    server = ThreadingHTTPServer((host, port), handler)
+def serve(liveness: Liveness, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
+    """Serve the endpoints on a daemon thread; shutdown() the returned server to stop."""
+
+    class Handler(HealthHandler):
+        pass
+
+    Handler.liveness = liveness
+    server = ThreadingHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="worker-http", daemon=True).start()
     return server

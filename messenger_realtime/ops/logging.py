@@ -7,11 +7,27 @@ whole line, whoever logged it.
 
 import logging
 import re
+from enum import StrEnum
 from uuid import UUID
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 _PLAIN = (str, int, float, bool, UUID, type(None))
 _SECRET_QUERY = re.compile(r"((?:access_token|id)=)[^&\s\"']*")
+
+
+class Field(StrEnum):
+    """Structured log field names, spelled as the spec's log lines spell them."""
+
+    ENTRY_ID = "EntryId"
+    KIND = "Kind"
+    CHAT_ID = "ChatId"
+    TARGET_USER_ID = "TargetUserId"
+    USER_ID = "UserId"
+    SEQ = "Seq"
+    ATTEMPTS = "Attempts"
+    ERROR_CODE = "errorCode"  # describe_error(): class and code, never a message
+    DURATION_MS = "DurationMs"
+    JOB_RUN_ID = "jobRunId"
 
 
 def scrub_query_secrets(text: str) -> str:

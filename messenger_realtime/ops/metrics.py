@@ -4,9 +4,9 @@ The worker serves them on its own port (messenger_realtime/health.py); Daphne se
 process's registry (hub connection metrics) through django-prometheus at /metrics.
 """
 
-from prometheus_client import Counter, Gauge, Histogram
+from collections.abc import Iterable
 
-from messenger_realtime.outbox.enums import RealtimeDispatchKind
+from prometheus_client import Counter, Gauge, Histogram
 
 # Dense around the 1 s persist->push SLO.
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0, 10.0, 30.0, 60.0)
@@ -38,8 +38,11 @@ channel_overruns = Counter(
 hub_connections = Gauge("messenger_realtime_hub_connections", "Open hub connections.")
 hub_disconnects = Counter("messenger_realtime_hub_disconnects", "Closed hub connections.")
 
-# Every kind's series exists from the start, so the first increment is an increase that
-# rate()/increase() can see (a series born at 1 would hide the first quarantine).
-for _kind in RealtimeDispatchKind.values:
-    for _counter in (dispatched, retried, quarantined):
-        _counter.labels(kind=_kind)
+
+def create_kind_series(kinds: Iterable[str]) -> None:
+    """Create every kind's series at 0 (the worker calls it at start), so the first
+    increment is an increase that rate()/increase() can see: a series born at 1 would
+    hide the first quarantine."""
+    for kind in kinds:
+        for counter in (dispatched, retried, quarantined):
+            counter.labels(kind=kind)

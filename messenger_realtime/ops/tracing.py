@@ -6,12 +6,12 @@ created, so tracing costs nothing.
 """
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from opentelemetry import trace
 
-from messenger_realtime.dispatch.store import ClaimedRow
+from messenger_realtime.ops.logging import Field
 
 _tracer = trace.get_tracer("messenger_realtime.dispatch.dispatcher")
 
@@ -32,7 +32,7 @@ def pass_span(job_run_id: str) -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def row_spans(rows: list[ClaimedRow]) -> Iterator[None]:
+def row_spans(rows: Sequence[Any]) -> Iterator[None]:
     """A child span per row around one push of those rows (one row, or a pipelined chunk)."""
     if not enabled():
         yield
@@ -44,11 +44,11 @@ def row_spans(rows: list[ClaimedRow]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _detached_row_span(row: ClaimedRow) -> Iterator[Any]:
-    attributes: dict[str, str | int] = {"Kind": row.kind, "EntryId": str(row.id)}
-    attributes["Attempts"] = row.attempts
+def _detached_row_span(row: Any) -> Iterator[Any]:
+    attributes: dict[str, str | int] = {Field.KIND: row.kind, Field.ENTRY_ID: str(row.id)}
+    attributes[Field.ATTEMPTS] = row.attempts
     if row.chat_id is not None:
-        attributes["ChatId"] = str(row.chat_id)
+        attributes[Field.CHAT_ID] = str(row.chat_id)
     span = _tracer.start_span("realtime_dispatch.row", attributes=attributes)
     try:
         yield span

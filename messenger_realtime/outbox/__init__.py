@@ -12,11 +12,7 @@ Also here: the enums every part shares (enums.py), the model (models.py), the on
 (notify.py), the state changes people make (operations.py) and the quarantine signal.
 """
 
-from messenger_realtime.outbox.intents import (
-    OutboxIntent,
-    TransactionRequired,
-    enqueue,
-    enqueue_many,
-)
+from messenger_realtime.exceptions import TransactionRequired
+from messenger_realtime.outbox.intents import OutboxIntent, enqueue, enqueue_many
 
 __all__ = ["OutboxIntent", "TransactionRequired", "enqueue", "enqueue_many"]

@@ -15,13 +15,10 @@ from uuid import UUID
 
 from django.db import transaction
 
+from messenger_realtime.exceptions import TransactionRequired
 from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind, SessionKind
 from messenger_realtime.outbox.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.notify import notify
-
-
-class TransactionRequired(RuntimeError):
-    """enqueue() was called outside the owner's transaction.atomic()."""
 
 
 @dataclass(frozen=True)

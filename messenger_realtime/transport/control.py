@@ -3,8 +3,8 @@
 Live membership: owners call membership_changed() inside the transaction that adds or removes a
 participant. After commit, each affected user's connections re-read their memberships
 through the domain port. This is the fast path; the durable one is the ChatUpdated row the
-owner also writes for that user, which the consumer treats the same way. Either alone
-suffices; a failure here is logged and never fails the owner.
+owner also writes for that user, which the consumer treats the same way. A failure here
+is logged and never fails the owner.
 """
 
 import logging
@@ -14,7 +14,10 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from messenger_realtime.transport.groups import layer_group, user_group
+from messenger_realtime.contracts.events import HubTarget
+from messenger_realtime.exceptions import describe_error
+from messenger_realtime.ops.logging import Field
+from messenger_realtime.transport.groups import layer_group
 
 logger = logging.getLogger(__name__)
 MEMBERSHIP_EVENT = "realtime.membership"
@@ -30,12 +33,16 @@ def membership_changed(*user_ids: UUID, using: str = "default") -> None:
         for user_id in targets:
             try:
                 async_to_sync(layer.group_send)(
-                    layer_group(user_group(user_id)), {"type": MEMBERSHIP_EVENT}
+                    layer_group(HubTarget.user(user_id)), {"type": MEMBERSHIP_EVENT}
                 )
             except Exception as exc:  # the outbox row covers this user anyway
                 logger.warning(
                     "membership fast path failed",
-                    extra={"action": "membership", "UserId": user_id, "error": type(exc).__name__},
+                    extra={
+                        "action": "membership",
+                        Field.USER_ID: user_id,
+                        Field.ERROR_CODE: describe_error(exc),
+                    },
                 )
 
     transaction.on_commit(send, using=using)
@@ -45,4 +52,6 @@ def disconnect_user(user_id: UUID) -> None:
     """Close the user's connections now with allowReconnect: clients reconnect, which
     re-authenticates them (a revoked user is refused) and rebuilds their groups."""
     layer = get_channel_layer()
-    async_to_sync(layer.group_send)(layer_group(user_group(user_id)), {"type": DISCONNECT_EVENT})
+    async_to_sync(layer.group_send)(
+        layer_group(HubTarget.user(user_id)), {"type": DISCONNECT_EVENT}
+    )

@@ -48,17 +48,15 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
 
     async def receive_single(self, channel: str) -> tuple[Any, Any]:
         if not channel.endswith("!"):  # a general (non-process) channel: unchanged
-            return await self._receive_one(channel)
+            received: tuple[Any, Any] = await super().receive_single(channel)
+            return received
         waiting = self._received.setdefault(channel, collections.deque())
         if not waiting:
             await self._pop_batch(channel, waiting)
         if waiting:
             return waiting.popleft()
-        return await self._receive_one(channel)  # nothing queued: block as before
-
-    async def _receive_one(self, channel: str) -> tuple[Any, Any]:
-        target, message = await super().receive_single(channel)
-        return target, message
+        received = await super().receive_single(channel)  # nothing queued: block as before
+        return received
 
     async def _pop_batch(self, channel: str, into: collections.deque[tuple[Any, Any]]) -> None:
         assert self.require_valid_channel_name(channel, receive=True), "Channel name invalid"

@@ -76,7 +76,7 @@ async def group_send_many(
     """Send each (event, channels message) to its group; returns channel overruns."""
     connection = layer.connection(0)
     now = int(time.time())
-    event_groups = [layer._group_key(layer_group(event.group)) for event, _ in events]
+    event_groups = [layer._group_key(layer_group(event.target)) for event, _ in events]
     groups = list(dict.fromkeys(event_groups))
     replies = await connection.eval(READ_GROUPS_LUA, len(groups), *groups, now - layer.group_expiry)
     found = zip(groups, replies, strict=True)

@@ -1,11 +1,13 @@
-"""The seam between the dispatcher and the hub: push events to hub groups.
+"""The seam between the dispatcher and the hub: push events to hub targets.
 
-A publisher has publish(event); it may also have publish_many(events), one result per
-event, which the dispatcher then uses for whole chunks (messenger_realtime/push.py).
+A Publisher pushes one event; a BatchPublisher also pushes a whole chunk in one go (the
+channel layer's pipelined path), and the dispatcher then hands it chunks
+(dispatch/push.py). Accepted by the layer counts as delivered; any layer or Redis error
+is transient and the row is retried.
 """
 
 import logging
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.ops import metrics
@@ -23,11 +25,14 @@ class Publisher(Protocol):
         """Hand the event to the hub; raise on failure (the row is then retried)."""
 
 
-class ChannelLayerPublisher:
-    """Publishes through a Channels layer (channels-redis across processes).
+@runtime_checkable
+class BatchPublisher(Publisher, Protocol):
+    async def publish_many(self, events: list[OutgoingEvent]) -> list[BaseException | None]:
+        """Hand a chunk to the hub: per event None (accepted) or the error (retried)."""
 
-    Accepted by the layer counts as delivered; any layer or Redis error is transient.
-    """
+
+class ChannelLayerPublisher:
+    """Publishes through a Channels layer (channels-redis across processes)."""
 
     def __init__(self, layer: Any) -> None:
         if layer is None:
@@ -36,7 +41,7 @@ class ChannelLayerPublisher:
         self.scores = pipeline.ScoreClock()
 
     async def publish(self, event: OutgoingEvent) -> None:
-        await self.layer.group_send(layer_group(event.group), _message(event))
+        await self.layer.group_send(layer_group(event.target), layer_message(event))
 
     async def publish_many(self, events: list[OutgoingEvent]) -> list[BaseException | None]:
         """The whole chunk in two pipelined round trips when the layer allows it; a
@@ -51,7 +56,7 @@ class ChannelLayerPublisher:
                     results.append(exc)
             return results
         overruns = await pipeline.group_send_many(
-            self.layer, [(e, _message(e)) for e in events], self.scores
+            self.layer, [(e, layer_message(e)) for e in events], self.scores
         )
         if overruns:
             # channels-redis drops a message for a full channel: count it, never silently.
@@ -63,16 +68,15 @@ class ChannelLayerPublisher:
         return [None] * len(events)
 
 
-def _message(event: OutgoingEvent) -> dict[str, Any]:
-    return {"type": EVENT_TYPE, "group": event.group, "event": event.name, "payload": event.payload}
+def layer_message(event: OutgoingEvent) -> dict[str, Any]:
+    """The Channels message the hub consumer receives (HubConsumer.realtime_event).
 
-
-def describe_error(exc: BaseException) -> str:
-    """`last_error` text: exception class and code only, never a message that may hold PII."""
-    name = f"{type(exc).__module__}.{type(exc).__qualname__}"
-    code: object = None
-    cause: BaseException | None = exc
-    while code is None and cause is not None:  # e.g. redis wraps the socket's errno
-        code = getattr(cause, "errno", None) or getattr(cause, "code", None)
-        cause = cause.__cause__ or cause.__context__
-    return (f"{name} (code {code})" if code else name)[:512]
+    `chat` names the chat of a chat-group event (the consumer re-checks membership with
+    it) and is absent for a user event; `per_recipient` asks for media credentials.
+    """
+    message: dict[str, Any] = {"type": EVENT_TYPE, "event": event.name, "payload": event.payload}
+    if event.target.kind == "chat":
+        message["chat"] = str(event.target.id)
+    if event.per_recipient:
+        message["per_recipient"] = True
+    return message

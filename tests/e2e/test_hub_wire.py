@@ -517,7 +517,7 @@ def test_a_client_that_stops_reading_is_dropped_and_others_keep_receiving(
                     f"chat.{chat.id}",
                     {
                         "type": "realtime.event",
-                        "group": f"chat:{chat.id}",
+                        "chat": str(chat.id),
                         "event": "message_received",
                         "payload": {"seq": seq, "pad": body},
                     },

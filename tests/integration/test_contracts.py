@@ -7,7 +7,7 @@ import pytest
 from django.db import transaction
 
 from messenger_realtime import outbox
-from messenger_realtime.contracts import CONTRACTS
+from messenger_realtime.contracts.build import CONTRACTS
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox import OutboxIntent
 from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind, SessionKind
@@ -64,10 +64,13 @@ def test_session_kind_routes_direct_to_the_callee_and_conference_to_the_chat() -
     publisher, entries = dispatch(direct, group)
     assert [e.status for e in entries] == ["Done", "Done"]
     to_bob, to_team = publisher.events
-    assert (to_bob.group, to_bob.payload["sessionKind"]) == (f"user:{bob.id}", "Direct")
+    assert (str(to_bob.target), to_bob.payload["sessionKind"]) == (f"user:{bob.id}", "Direct")
     assert to_bob.payload["callId"] == str(call.id)
     assert to_bob.payload["media"] == {"roomName": call.room_name}  # secrets come later
-    assert (to_team.group, to_team.payload["sessionKind"]) == (f"chat:{team.id}", "Conference")
+    assert (str(to_team.target), to_team.payload["sessionKind"]) == (
+        f"chat:{team.id}",
+        "Conference",
+    )
     assert to_team.payload["conferenceId"] == str(conference.id)
 
 

@@ -13,7 +13,7 @@ from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch.dispatcher import Dispatcher, PassResult
-from messenger_realtime.dispatch.store import EXHAUSTED_ERROR
+from messenger_realtime.dispatch.sql import EXHAUSTED_ERROR
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.signals import realtime_dispatch_quarantined
 from messenger_realtime.transport.publisher import ChannelLayerPublisher
@@ -81,7 +81,7 @@ def test_pending_message_is_pushed_to_its_chat_group_and_marked_done(redis_url: 
     result, message = run(scenario())
     assert message["type"] == "realtime.event"
     assert message["event"] == "message_received"
-    assert message["group"] == f"chat:{chat}"
+    assert message["chat"] == str(chat)
     payload = message["payload"]
     assert (payload["chatId"], payload["messageId"], payload["seq"]) == (
         str(chat),

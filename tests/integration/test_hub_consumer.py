@@ -40,7 +40,7 @@ def test_an_event_reaches_the_socket_without_a_database_round(
     monkeypatch.setattr(channels.db, "close_old_connections", lambda: hops.append(1))
     chat = uuid.uuid4()
     consumer = HubConsumer()
-    consumer.user_id, consumer.chats = uuid.uuid4(), {chat}
+    consumer.user_id, consumer.chats, consumer.chat_keys = uuid.uuid4(), {chat}, {str(chat)}
     consumer.options = load_hub_options()
     sent: list[dict[str, Any]] = []
 
@@ -48,7 +48,7 @@ def test_an_event_reaches_the_socket_without_a_database_round(
         sent.append(message)
 
     consumer.base_send = base_send
-    event = {"group": f"chat:{chat}", "event": "message_received", "payload": {"seq": 7}}
+    event = {"chat": str(chat), "event": "message_received", "payload": {"seq": 7}}
     run(consumer.dispatch({"type": "realtime.event", **event}))
     assert hops == []
     assert [json.loads(m["text"].rstrip("\x1e")) for m in sent] == [

@@ -10,8 +10,9 @@ from django.db import transaction
 
 from messenger_realtime import outbox
 from messenger_realtime.dispatch import connections as db
+from messenger_realtime.exceptions import TransactionRequired
 from messenger_realtime.models import RealtimeOutboxEntry
-from messenger_realtime.outbox import OutboxIntent, TransactionRequired
+from messenger_realtime.outbox import OutboxIntent
 from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind, SessionKind
 
 

@@ -6,14 +6,14 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from messenger_realtime.contracts.events import OutgoingEvent
+from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.transport.publisher import ChannelLayerPublisher
 from tests.support.helpers import layer, receive, subscribe
 from tests.support.runtime import run
 
 
 def event(chat: uuid.UUID, seq: int) -> OutgoingEvent:
-    return OutgoingEvent(f"chat:{chat}", "message_received", {"seq": seq})
+    return OutgoingEvent(HubTarget.chat(chat), "message_received", {"seq": seq})
 
 
 def test_a_pipelined_chunk_reaches_every_member_in_order(redis_url: str) -> None:
@@ -24,7 +24,7 @@ def test_a_pipelined_chunk_reaches_every_member_in_order(redis_url: str) -> None
         first, second = await subscribe(channel_layer, chat), await subscribe(channel_layer, chat)
         third = await subscribe(channel_layer, other)
         events = [event(chat, n) for n in range(50)] + [event(other, 99)]
-        events.append(OutgoingEvent(f"chat:{uuid.uuid4()}", "chat_updated", {}))  # no members
+        events.append(OutgoingEvent(HubTarget.chat(uuid.uuid4()), "chat_updated", {}))  # no members
         results = await ChannelLayerPublisher(channel_layer).publish_many(events)
         assert results == [None] * len(events)
         got = [

@@ -10,10 +10,10 @@ from django.db import connection, transaction
 
 from messenger_realtime import outbox
 from messenger_realtime.conf.settings import RealtimeDispatchOptions, load_options
-from messenger_realtime.contracts.events import OutgoingEvent
+from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind
-from messenger_realtime.transport.groups import chat_group, layer_group
+from messenger_realtime.transport.groups import layer_group
 from messenger_realtime.transport.layer import BatchReceiveRedisChannelLayer
 from messenger_realtime.uuid7 import uuid7
 from project.messenger.models import Chat, Message, User
@@ -68,7 +68,7 @@ def layer(url: str) -> RedisChannelLayer:
 async def subscribe(channel_layer: RedisChannelLayer, chat_id: UUID) -> str:
     """Join the chat's layer group with a plain channel (any layer instance can read it)."""
     channel = f"test.{uuid4().hex}"
-    await channel_layer.group_add(layer_group(chat_group(chat_id)), channel)
+    await channel_layer.group_add(layer_group(HubTarget.chat(chat_id)), channel)
     return channel
 
 

@@ -30,5 +30,5 @@ def test_backoff_follows_configured_base_factor_cap() -> None:
 
 
 def test_delay_table_covers_every_attempt_up_to_max_plus_one() -> None:
-    table = delay_table(options(max_attempts=3, backoff_jitter=0.0), lambda: 0.0)
+    table = delay_table(options(max_attempts=3, backoff_jitter=0.0))
     assert table == [2.0, 4.0, 8.0, 16.0]

@@ -8,16 +8,16 @@ import pytest
 from django.core import signing
 
 from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.exceptions import HandshakeError, InvalidToken, ProtocolError
 from messenger_realtime.hub import protocol
 from messenger_realtime.hub.auth import (
-    InvalidToken,
     bearer_token,
     check_connection_token,
     mint_access_token,
     new_connection_token,
     verify_access_token,
 )
-from messenger_realtime.hub.protocol import HandshakeError, ProtocolError, RecordBuffer
+from messenger_realtime.hub.protocol import RecordBuffer
 from messenger_realtime.ops.logging import scrub_query_secrets
 
 

@@ -8,7 +8,10 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from messenger_realtime.conf.checks import check_realtime_settings
+from django.core.checks import CheckMessage, run_checks
+
+from messenger_realtime.conf.checks import HUB_TAG, WORKER_TAG
+from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.conf.settings import load_hub_options, load_options
 from tests.support.runtime import manage
 
@@ -18,8 +21,14 @@ def realtime(configured: dict[str, object]) -> override_settings:
     return override_settings(MESSENGER_REALTIME={**settings.MESSENGER_REALTIME, **configured})
 
 
-def check_ids() -> list[str]:
-    return [e.id for e in check_realtime_settings()]
+def check_realtime_settings(tags: list[str] | None = None) -> list[CheckMessage]:
+    """The app's system check messages (all roles, or the given roles' tags)."""
+    found = run_checks(tags=tags)
+    return [m for m in found if str(m.id).startswith("messenger_realtime.")]
+
+
+def check_ids(tags: list[str] | None = None) -> list[str]:
+    return [str(e.id) for e in check_realtime_settings(tags)]
 
 
 def test_defaults_are_the_specs() -> None:
@@ -84,7 +93,14 @@ def test_invalid_setting_is_an_error_naming_the_key(
         assert [e.id for e in errors] == [check_id]
         assert key in errors[0].msg
         with pytest.raises(ImproperlyConfigured, match=key):
-            load_options()
+            if key == "DOMAIN_PORT":
+                get_domain_port.__wrapped__()  # uncached: both roles build the port
+            elif key == "JWT_SIGNING_KEY" or key in ("KEEPALIVE_INTERVAL", "CLIENT_TIMEOUT"):
+                load_hub_options()
+            elif key in ("CORS_ALLOWED_ORIGINS", "MAX_MESSAGE_SIZE"):
+                load_hub_options()
+            else:
+                load_options()
 
 
 def test_invalid_environment_value_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,3 +134,26 @@ def test_hub_options_carry_the_key_but_never_show_it() -> None:
     options = load_hub_options()
     assert len(options.jwt_signing_key) >= 32
     assert options.jwt_signing_key not in repr(options)
+
+
+def test_a_hub_only_setting_never_stops_the_worker_and_the_reverse() -> None:
+    with realtime({"TURN_SHARED_SECRET": "short"}):
+        assert check_ids([WORKER_TAG]) == []
+        assert check_ids([HUB_TAG]) == ["messenger_realtime.E012"]
+        assert load_options().batch_size == 200
+        with pytest.raises(ImproperlyConfigured, match="TURN_SHARED_SECRET"):
+            load_hub_options()
+    with realtime({"BATCH_SIZE": 0}):
+        assert check_ids([HUB_TAG]) == []
+        assert load_hub_options().max_message_size == 32 * 1024
+        with pytest.raises(ImproperlyConfigured, match="BATCH_SIZE"):
+            load_options()
+
+
+def test_options_are_cached_until_the_setting_changes() -> None:
+    assert load_options() is load_options()
+    assert load_hub_options() is load_hub_options()
+    before = load_options()
+    with realtime({"BATCH_SIZE": 7}):
+        assert load_options().batch_size == 7
+    assert load_options() is not before and load_options().batch_size == 200

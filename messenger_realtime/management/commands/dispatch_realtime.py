@@ -5,8 +5,10 @@ import signal
 from typing import Any
 
 from channels.layers import get_channel_layer
+from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from messenger_realtime.conf.checks import WORKER_TAG
 from messenger_realtime.conf.settings import load_options
 from messenger_realtime.dispatch.dispatcher import Dispatcher
 from messenger_realtime.ops.health import serve
@@ -15,6 +17,9 @@ from messenger_realtime.transport.publisher import ChannelLayerPublisher
 
 class Command(BaseCommand):
     help = "Dispatch messenger.realtime_outbox rows to the hub (persist-then-push worker)."
+    # The models and the worker's own settings only: a hub-only setting (say a short
+    # TURN_SHARED_SECRET) must not stop the worker.
+    requires_system_checks = [Tags.models, WORKER_TAG]
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -43,7 +48,9 @@ class Command(BaseCommand):
         publisher = ChannelLayerPublisher(get_channel_layer())
         dispatcher = Dispatcher(options, publisher, use_lock=use_lock)
         try:
-            server = serve(dispatcher, options.metrics_port) if options.metrics_port else None
+            server = (
+                serve(dispatcher.liveness, options.metrics_port) if options.metrics_port else None
+            )
         except OSError as exc:
             raise CommandError(
                 f"cannot serve /metrics on METRICS_PORT {options.metrics_port}: {exc.strerror}"

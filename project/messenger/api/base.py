@@ -11,7 +11,8 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.hub.auth import InvalidToken, bearer_token, verify_access_token
+from messenger_realtime.exceptions import InvalidToken
+from messenger_realtime.hub.auth import bearer_token, verify_access_token
 
 from ..models import User
 from ..services.errors import DomainError

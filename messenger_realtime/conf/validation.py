@@ -1,0 +1,58 @@
+"""The rules every MESSENGER_REALTIME value must meet, as a pure function.
+
+Shared by the system checks (checks.py, one stable id per rule) and the option loaders
+(settings.py), so a process never starts on a value its checks would refuse.
+"""
+
+from typing import Any
+
+POSITIVE_DURATIONS = (
+    "POLLING_INTERVAL",
+    "MAX_RUN_DURATION",
+    "RETENTION_DONE",
+    "RETENTION_INTERVAL",
+    "LOCK_TTL",
+    "PUBLISH_TIMEOUT",
+    "JWT_LIFETIME",
+    "CONNECTION_TOKEN_TTL",
+    "KEEPALIVE_INTERVAL",
+    "CLIENT_TIMEOUT",
+    "HANDSHAKE_TIMEOUT",
+    "MEDIA_TOKEN_TTL",
+    "TURN_TTL",
+)
+MIN_JWT_KEY_BYTES = 32  # RFC 7518: an HS256 key at least as long as the hash
+
+
+def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(check id, key, problem) for every rule the merged values break."""
+    found: list[tuple[str, str, str]] = []
+
+    def rule(check_id: str, key: str, ok: bool, problem: str) -> None:
+        if key in values and not ok:
+            found.append((check_id, key, problem))
+
+    rule("E003", "BATCH_SIZE", values.get("BATCH_SIZE", 1) > 0, "must be > 0")
+    rule("E004", "MAX_ATTEMPTS", values.get("MAX_ATTEMPTS", 1) > 0, "must be > 0")
+    for key in ("BACKOFF_BASE", "BACKOFF_CAP"):
+        rule("E005", key, values.get(key, 1) > 0, "must be > 0")
+    rule("E005", "BACKOFF_FACTOR", values.get("BACKOFF_FACTOR", 1) >= 1, "must be >= 1.0")
+    base, cap = values.get("BACKOFF_BASE", 0), values.get("BACKOFF_CAP", 0)
+    rule("E006", "BACKOFF_CAP", base <= 0 or cap <= 0 or cap >= base, "must be >= BACKOFF_BASE")
+    for key in POSITIVE_DURATIONS:
+        rule("E007", key, values.get(key, 1) > 0, "must be > 0 seconds")
+    jitter = values.get("BACKOFF_JITTER", 0)
+    rule("E008", "BACKOFF_JITTER", 0 <= jitter < 1, "must be in [0, 1)")
+    rule("E009", "LOCK_KEY", bool(str(values.get("LOCK_KEY", "x")).strip()), "must not be empty")
+    rule("E010", "RETENTION_BATCH", values.get("RETENTION_BATCH", 1) > 0, "must be > 0")
+    rule("E010", "MAX_MESSAGE_SIZE", values.get("MAX_MESSAGE_SIZE", 1) > 0, "must be > 0")
+    port = values.get("METRICS_PORT", 0)
+    rule("E010", "METRICS_PORT", 0 <= port <= 65535, "must be 0 (off) or a TCP port")
+    for secret in ("JWT_SIGNING_KEY", "MEDIA_JWT_SIGNING_KEY", "TURN_SHARED_SECRET"):
+        key = str(values.get(secret, "x" * MIN_JWT_KEY_BYTES))
+        ok = len(key.encode()) >= MIN_JWT_KEY_BYTES
+        rule("E012", secret, ok, f"must be set, at least {MIN_JWT_KEY_BYTES} bytes")
+    urls = [str(u) for u in values.get("ICE_SERVERS", [])]
+    ok = all(u.startswith(("stun:", "turn:", "turns:")) for u in urls)
+    rule("E014", "ICE_SERVERS", ok, "every entry must be a stun:, turn: or turns: URL")
+    return found

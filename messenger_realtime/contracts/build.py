@@ -1,0 +1,60 @@
+"""build_events(): a claimed batch's rows become typed events, one domain read per entity.
+
+Synchronous (the domain port is): the dispatcher runs it off the event loop.
+"""
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+from uuid import UUID
+
+from messenger_realtime.contracts import chat, media, people
+from messenger_realtime.contracts.base import Contract
+from messenger_realtime.contracts.events import HubTarget, OutboxRow, OutgoingEvent
+from messenger_realtime.contracts.port import DomainPort
+from messenger_realtime.exceptions import InvalidRow
+from messenger_realtime.outbox.enums import RealtimeTargetKind, event_name
+
+CONTRACTS: Mapping[str, Contract] = {**chat.CONTRACTS, **people.CONTRACTS, **media.CONTRACTS}
+
+
+def build_events(rows: Sequence[OutboxRow], port: DomainPort) -> list[OutgoingEvent | InvalidRow]:
+    """One event, or the InvalidRow that quarantines the row, per row and in row order.
+
+    Loads every entity the batch refers to with one DomainPort call per entity type.
+    """
+    wanted: dict[str, set[UUID]] = defaultdict(set)
+    for row in rows:
+        contract = CONTRACTS[row.kind]
+        reference = getattr(row, contract.reference)
+        if reference is not None:
+            wanted[contract.entity].add(reference)
+    loaded: dict[str, Mapping[UUID, Any]] = {
+        entity: getattr(port, entity)(refs) for entity, refs in wanted.items()
+    }
+    return [_build(row, loaded) for row in rows]
+
+
+def hub_target(row: OutboxRow) -> HubTarget:
+    """The group a row is pushed to: chat:{ChatId} or user:{TargetUserId}."""
+    if row.target_kind == RealtimeTargetKind.CHAT_GROUP and row.chat_id is not None:
+        return HubTarget.chat(row.chat_id)
+    if row.target_kind == RealtimeTargetKind.USER and row.target_user_id is not None:
+        return HubTarget.user(row.target_user_id)
+    raise InvalidRow(f"InvalidTarget: no hub group for target_kind={row.target_kind!r}")
+
+
+def _build(row: OutboxRow, loaded: Mapping[str, Mapping[UUID, Any]]) -> OutgoingEvent | InvalidRow:
+    contract = CONTRACTS[row.kind]
+    reference = getattr(row, contract.reference)
+    try:
+        if reference is None:
+            raise InvalidRow(f"MissingReference: {row.kind} needs {contract.reference}")
+        view = loaded.get(contract.entity, {}).get(reference)
+        if view is None:
+            raise InvalidRow(f"EntityNotFound: {row.kind} refers to a missing {contract.entity}")
+        payload = contract.build(row, view)
+        target = hub_target(row)
+    except InvalidRow as exc:
+        return exc
+    return OutgoingEvent(target, event_name(row.kind), payload, contract.per_recipient)

@@ -1,0 +1,60 @@
+"""Every error the app raises on purpose, under one root, and how errors are recorded.
+
+RealtimeError
+├── TransactionRequired   enqueue() outside the owner's transaction.atomic()
+├── InvalidRow            a row that can never be delivered (quarantined at once)
+├── LeadershipLost        the worker no longer holds the single-runner lock
+├── InvalidToken          a credential the hub or the API refuses
+└── HubProtocolError
+    ├── HandshakeError    a handshake the hub refuses
+    └── ProtocolError     a message that breaks the SignalR protocol
+"""
+
+
+class RealtimeError(Exception):
+    """Root of the errors messenger_realtime raises on purpose."""
+
+
+class TransactionRequired(RealtimeError, RuntimeError):
+    """enqueue() was called outside the owner's transaction.atomic()."""
+
+
+class InvalidRow(RealtimeError, ValueError):
+    """A row that can never be delivered; str() is its `last_error` ("Code: detail").
+
+    The rule: a row whose referenced entity does not exist, or whose Kind / target /
+    SessionKind combination breaks its contract, is quarantined at once. Retrying cannot
+    fix it (entities are never re-created under the same id, rows are immutable), and
+    every retry would only delay the alert that someone must look at it.
+    """
+
+
+class LeadershipLost(RealtimeError):
+    """The single-runner advisory lock is no longer held by this worker."""
+
+
+class InvalidToken(RealtimeError):
+    """Why a credential was refused (safe to show: never contains the token)."""
+
+
+class HubProtocolError(RealtimeError):
+    """A client broke the SignalR hub protocol."""
+
+
+class HandshakeError(HubProtocolError):
+    """A handshake the hub refuses; str() is sent to the client as {"error": ...}."""
+
+
+class ProtocolError(HubProtocolError):
+    """A message that breaks the protocol; the connection is closed with this reason."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """`last_error` text: exception class and code only, never a message that may hold PII."""
+    name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    code: object = None
+    cause: BaseException | None = exc
+    while code is None and cause is not None:  # e.g. redis wraps the socket's errno
+        code = getattr(cause, "errno", None) or getattr(cause, "code", None)
+        cause = cause.__cause__ or cause.__context__
+    return (f"{name} (code {code})" if code else name)[:512]
