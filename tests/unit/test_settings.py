@@ -5,15 +5,22 @@ import subprocess
 
 import pytest
 from django.conf import settings
+from django.core.checks import CheckMessage, run_checks
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from django.core.checks import CheckMessage, run_checks
-
 from messenger_realtime.conf.checks import HUB_TAG, WORKER_TAG
-from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.conf.settings import load_hub_options, load_options
+from messenger_realtime.contracts.port import get_domain_port
 from tests.support.runtime import manage
+
+HUB_ONLY = {
+    "JWT_SIGNING_KEY",
+    "KEEPALIVE_INTERVAL",
+    "CLIENT_TIMEOUT",
+    "CORS_ALLOWED_ORIGINS",
+    "MAX_MESSAGE_SIZE",
+}
 
 
 def realtime(configured: dict[str, object]) -> override_settings:
@@ -95,9 +102,7 @@ def test_invalid_setting_is_an_error_naming_the_key(
         with pytest.raises(ImproperlyConfigured, match=key):
             if key == "DOMAIN_PORT":
                 get_domain_port.__wrapped__()  # uncached: both roles build the port
-            elif key == "JWT_SIGNING_KEY" or key in ("KEEPALIVE_INTERVAL", "CLIENT_TIMEOUT"):
-                load_hub_options()
-            elif key in ("CORS_ALLOWED_ORIGINS", "MAX_MESSAGE_SIZE"):
+            elif key in HUB_ONLY:
                 load_hub_options()
             else:
                 load_options()
