@@ -7,7 +7,7 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib import admin, messages
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -42,14 +42,10 @@ class IncidentFilter(admin.SimpleListFilter):
     parameter_name = "incident"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        quarantined = RealtimeOutboxEntry.objects.filter(status=Status.QUARANTINED)
-        groups = (
-            services.with_fingerprint(quarantined)
-            .values("fingerprint")  # type: ignore[misc]
-            .annotate(rows=Count("id"))
-            .order_by("-rows")[:50]
-        )
-        return [(g["fingerprint"], f"{g['fingerprint'] or '(none)'} ({g['rows']})") for g in groups]
+        return [
+            (i.fingerprint, f"{i.fingerprint or '(none)'} ({i.rows})")
+            for i in services.incidents(limit=50)
+        ]
 
     def queryset(self, request: HttpRequest, queryset: Entries) -> Entries:
         if self.value() is None:
@@ -58,36 +54,57 @@ class IncidentFilter(admin.SimpleListFilter):
         return rows.filter(fingerprint=self.value())  # type: ignore[misc]
 
 
-def _confirmed_action(
-    verb: str, eligible: str, change: Callable[[list[UUID]], int]
-) -> Callable[[Any, HttpRequest, Entries], TemplateResponse | None]:
-    def action(
-        model_admin: Any, request: HttpRequest, queryset: Entries
-    ) -> TemplateResponse | None:
-        rows = list(queryset.order_by("id"))
-        if request.POST.get("post") != "yes":
-            context = {
-                **model_admin.admin_site.each_context(request),
-                "title": f"{verb} {len(rows)} realtime outbox entries?",
-                "verb": verb,
-                "eligible": eligible,
-                "rows": rows,
-                "ineligible": [r for r in rows if r.status != eligible],
-                "action": request.POST.get("action"),
-                "opts": model_admin.model._meta,
-            }
-            return TemplateResponse(
-                request, "admin/messenger_realtime/confirm_action.html", context
-            )
-        changed = change([r.id for r in rows if r.status == eligible])
-        left = len(rows) - changed
-        text = f"{verb}d {changed} of {len(rows)} selected rows."
-        if left:
-            text += f" {left} not {eligible} (or changed meanwhile) were left alone."
-        model_admin.message_user(request, text, messages.SUCCESS if changed else messages.WARNING)
-        return None
+def _confirm_then_apply(
+    modeladmin: "RealtimeOutboxEntryAdmin",
+    request: HttpRequest,
+    queryset: Entries,
+    verb: str,
+    eligible: Status,
+    change: Callable[[list[UUID]], int],
+) -> TemplateResponse | None:
+    """Confirmation page on the first POST; on post=yes, `change` the eligible rows and report."""
+    rows = list(queryset.order_by("id"))
+    if request.POST.get("post") != "yes":
+        context = {
+            **modeladmin.admin_site.each_context(request),
+            "title": f"{verb} {len(rows)} realtime outbox entries?",
+            "verb": verb,
+            "eligible": eligible,
+            "rows": rows,
+            "ineligible": [r for r in rows if r.status != eligible],
+            "action": request.POST.get("action"),
+            "opts": modeladmin.model._meta,
+        }
+        return TemplateResponse(request, "admin/messenger_realtime/confirm_action.html", context)
+    changed = change([r.id for r in rows if r.status == eligible])
+    left = len(rows) - changed
+    text = f"{verb}d {changed} of {len(rows)} selected rows."
+    if left:
+        text += f" {left} not {eligible} (or changed meanwhile) were left alone."
+    modeladmin.message_user(request, text, messages.SUCCESS if changed else messages.WARNING)
+    return None
 
-    return action
+
+@admin.action(
+    permissions=["requeue"], description="Requeue (Quarantined → Pending, attempts 0, due now)"
+)
+def requeue(
+    modeladmin: "RealtimeOutboxEntryAdmin", request: HttpRequest, queryset: Entries
+) -> TemplateResponse | None:
+    """Requeue the selected Quarantined rows, once confirmed."""
+    return _confirm_then_apply(
+        modeladmin, request, queryset, "Requeue", Status.QUARANTINED, services.requeue
+    )
+
+
+@admin.action(permissions=["quarantine"], description="Quarantine (Pending → Quarantined)")
+def quarantine(
+    modeladmin: "RealtimeOutboxEntryAdmin", request: HttpRequest, queryset: Entries
+) -> TemplateResponse | None:
+    """Set the selected Pending rows aside, once confirmed."""
+    return _confirm_then_apply(
+        modeladmin, request, queryset, "Quarantine", Status.PENDING, services.quarantine
+    )
 
 
 @admin.register(RealtimeOutboxEntry)
@@ -106,7 +123,7 @@ class RealtimeOutboxEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     search_fields = ("kind", "last_error")
     search_help_text = "Any id (row, chat, user, message, reference), a kind, or error text."
     ordering = ("-id",)
-    actions = ["requeue", "quarantine"]
+    actions = [requeue, quarantine]
     list_per_page = 100
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
@@ -136,11 +153,3 @@ class RealtimeOutboxEntryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return super().get_search_results(request, queryset, search_term)
         match = Q(id=value) | Q(chat_id=value) | Q(target_user_id=value)
         return queryset.filter(match | Q(message_id=value) | Q(ref_id=value)), False
-
-    requeue = admin.action(
-        description="Requeue (Quarantined → Pending, attempts 0, due now)",
-        permissions=["requeue"],
-    )(_confirmed_action("Requeue", Status.QUARANTINED, services.requeue))
-    quarantine = admin.action(
-        description="Quarantine (Pending → Quarantined)", permissions=["quarantine"]
-    )(_confirmed_action("Quarantine", Status.PENDING, services.quarantine))

@@ -6,7 +6,7 @@ from typing import Any
 from uuid import UUID
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 
 from messenger_realtime.outbox import operations as services
 from messenger_realtime.outbox.enums import RealtimeDispatchKind
@@ -31,15 +31,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, operation: str, **opts: Any) -> None:
         if operation == "incidents":
-            quarantined = RealtimeOutboxEntry.objects.filter(status=Status.QUARANTINED)
-            groups = (
-                services.with_fingerprint(quarantined)
-                .values("fingerprint")  # type: ignore[misc]
-                .annotate(rows=Count("id"))
-                .order_by("-rows")
-            )
-            for group in groups:
-                self.stdout.write(f"{group['rows']:>8}  {group['fingerprint'] or '(none)'}")
+            for incident in services.incidents():
+                self.stdout.write(f"{incident.rows:>8}  {incident.fingerprint or '(none)'}")
             return
         eligible = Status.QUARANTINED if operation == "requeue" else Status.PENDING
         rows = self._filtered(RealtimeOutboxEntry.objects.filter(status=eligible), opts)
