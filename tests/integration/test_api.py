@@ -10,7 +10,9 @@ from django.test import Client
 
 from messenger_realtime.models import RealtimeOutboxEntry
 from project.messenger import services
+from project.messenger.api.base import STATUS_OF_ERROR, BadRequest, CsrfRefused, status_of
 from project.messenger.models import Chat, Message, Participant
+from project.messenger.services import errors
 from tests.support.hub_helpers import make_user, token_for
 
 pytestmark = pytest.mark.django_db
@@ -101,7 +103,10 @@ def test_a_non_participant_gets_404_and_learns_nothing(people: Any) -> None:
         ("POST", "/api/chats/{chat}/read", {"seq": True}, None, 400, "integer"),
         ("PUT", "/api/chats/{chat}", {}, None, 405, "method not allowed"),
         ("POST", "/api/contacts", {"userId": "{alice}"}, None, 400, "yourself"),
-        ("POST", "/api/calls/{chat}/fly", {}, None, 400, "unknown call action"),
+        ("POST", "/api/calls/{chat}/fly", {}, None, 400, "unknown call action 'fly'"),
+        ("POST", "/api/calls/{chat}/fly", None, "{nope", 400, "not valid JSON"),
+        ("POST", "/api/calls/{chat}/answer", None, "{nope", 400, "not valid JSON"),
+        ("GET", "/api/calls/{chat}/answer", None, None, 405, "use POST"),
         ("POST", "/api/chats/{chat}/conferences", None, "x" * 70_000, 400, "over 65536"),
     ],
 )
@@ -202,3 +207,27 @@ def test_blocking_is_idempotent_and_an_empty_unblock_writes_nothing(people: Any)
     ]
     alice("DELETE", path)
     assert RealtimeOutboxEntry.objects.count() == 2
+
+
+def _subclasses(cls: type[errors.DomainError]) -> set[type[errors.DomainError]]:
+    direct = set(cls.__subclasses__())
+    return direct.union(*(_subclasses(sub) for sub in direct))
+
+
+def test_the_status_table_maps_every_domain_error_class_and_nothing_else() -> None:
+    domain = {
+        value
+        for value in vars(errors).values()
+        if isinstance(value, type) and issubclass(value, errors.DomainError)
+    }
+    assert set(STATUS_OF_ERROR) == domain - {errors.DomainError}
+    assert {cls: status_of(cls("x")) for cls in _subclasses(errors.DomainError)} == {
+        errors.InvalidInput: 400,
+        errors.Forbidden: 403,
+        errors.NotFound: 404,
+        errors.Conflict: 409,
+        BadRequest: 400,
+        CsrfRefused: 403,
+    }
+    with pytest.raises(TypeError, match="no HTTP status for DomainError"):
+        status_of(errors.DomainError("unclassified"))
