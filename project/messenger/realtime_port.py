@@ -31,32 +31,42 @@ from .models import (
     User,
 )
 
-MESSAGE_FIELDS = (
-    "id",
-    "chat_id",
-    "seq",
-    "sender_id",
-    "kind",
-    "sent_at",
-    "body",
-    "file_meta",
-    "card_text",
-    "edited_at",
-    "deleted_at",
-)  # MessageView's order
-
-
-META = MESSAGE_FIELDS.index("file_meta")
-MESSAGES_SQL = (
-    f"SELECT {', '.join(MESSAGE_FIELDS)} FROM {Message._meta.db_table} WHERE id = ANY(%s::uuid[])"
+# MessageView field -> messenger_message column. The SELECT names each column after its
+# field, and rows become views by those names (cursor.description), never by position.
+MESSAGE_VIEW_COLUMNS = {
+    "id": "id",
+    "chat_id": "chat_id",
+    "seq": "seq",
+    "sender_user_id": "sender_id",
+    "kind": "kind",
+    "sent_at": "sent_at",
+    "body": "body",
+    "file_meta": "file_meta",
+    "card_text": "card_text",
+    "edited_at": "edited_at",
+    "deleted_at": "deleted_at",
+}
+MESSAGES_SQL = "SELECT {} FROM {} WHERE id = ANY(%s::uuid[])".format(
+    ", ".join(f"{column} AS {field}" for field, column in MESSAGE_VIEW_COLUMNS.items()),
+    Message._meta.db_table,
 )
 
 
 def _call_view(c: CallSession) -> CallView:
     return CallView(
-        c.id, c.session_kind, c.chat_id, c.room_name, c.status, c.initiator_id, c.callee_id,
-        c.invited_user_id, c.ended_by_id, c.created_at, c.answered_at, c.ended_at,
-    )  # fmt: skip
+        id=c.id,
+        session_kind=c.session_kind,
+        chat_id=c.chat_id,
+        room_name=c.room_name,
+        status=c.status,
+        initiator_user_id=c.initiator_id,
+        callee_user_id=c.callee_id,
+        invited_user_id=c.invited_user_id,
+        ended_by_user_id=c.ended_by_id,
+        created_at=c.created_at,
+        answered_at=c.answered_at,
+        ended_at=c.ended_at,
+    )
 
 
 class HostDomainPort(DomainPort):
@@ -73,38 +83,63 @@ class HostDomainPort(DomainPort):
         # placeholders for every batch.
         with connection.cursor() as cursor:
             cursor.execute(MESSAGES_SQL, [list(ids)])
+            names = [column.name for column in cursor.description]
             rows = cursor.fetchall()
         views = {}
         for row in rows:
-            values = list(row)
-            if isinstance(values[META], str):  # Django reads jsonb as text (see JSONField)
-                values[META] = json.loads(values[META])
-            views[row[0]] = MessageView(*values)
+            values = dict(zip(names, row, strict=True))
+            if isinstance(values["file_meta"], str):  # Django reads jsonb as text (JSONField)
+                values["file_meta"] = json.loads(values["file_meta"])
+            views[values["id"]] = MessageView(**values)
         return views
 
     def participants(self, ids: Ids) -> Mapping[UUID, ParticipantView]:
         return {
-            p.id: ParticipantView(p.id, p.chat_id, p.user_id, p.is_active, p.last_read_seq)
+            p.id: ParticipantView(
+                id=p.id,
+                chat_id=p.chat_id,
+                user_id=p.user_id,
+                is_active=p.is_active,
+                last_read_seq=p.last_read_seq,
+            )
             for p in Participant.objects.filter(id__in=ids)
         }
 
     def chat_events(self, ids: Ids) -> Mapping[UUID, ChatEventView]:
         return {
             e.id: ChatEventView(
-                e.id, e.chat_id, e.kind, e.actor_id, e.subject_user_id, e.title, e.created_at
+                id=e.id,
+                chat_id=e.chat_id,
+                kind=e.kind,
+                actor_user_id=e.actor_id,
+                subject_user_id=e.subject_user_id,
+                title=e.title,
+                created_at=e.created_at,
             )
             for e in ChatEvent.objects.filter(id__in=ids)
         }
 
     def contacts(self, ids: Ids) -> Mapping[UUID, ContactView]:
         return {
-            c.id: ContactView(c.id, c.requester_id, c.addressee_id, c.status, c.updated_at)
+            c.id: ContactView(
+                id=c.id,
+                requester_user_id=c.requester_id,
+                addressee_user_id=c.addressee_id,
+                status=c.status,
+                updated_at=c.updated_at,
+            )
             for c in Contact.objects.filter(id__in=ids)
         }
 
     def blacklist_entries(self, ids: Ids) -> Mapping[UUID, BlacklistView]:
         return {
-            b.id: BlacklistView(b.id, b.owner_id, b.blocked_user_id, b.is_active, b.updated_at)
+            b.id: BlacklistView(
+                id=b.id,
+                owner_user_id=b.owner_id,
+                blocked_user_id=b.blocked_user_id,
+                is_active=b.is_active,
+                updated_at=b.updated_at,
+            )
             for b in BlacklistEntry.objects.filter(id__in=ids)
         }
 
@@ -115,7 +150,12 @@ class HostDomainPort(DomainPort):
         rows = CallParticipant.objects.filter(id__in=ids).select_related("call")
         return {
             p.id: CallParticipantView(
-                p.id, _call_view(p.call), p.user_id, p.joined_at, p.left_at, p.screen_sharing
+                id=p.id,
+                call=_call_view(p.call),
+                user_id=p.user_id,
+                joined_at=p.joined_at,
+                left_at=p.left_at,
+                screen_sharing=p.screen_sharing,
             )
             for p in rows
         }
@@ -124,14 +164,14 @@ class HostDomainPort(DomainPort):
         rows = Recording.objects.filter(id__in=ids).select_related("call")
         return {
             r.id: RecordingView(
-                r.id,
-                _call_view(r.call),
-                r.status,
-                r.started_by_id,
-                r.file_url,
-                r.failure_code,
-                r.started_at,
-                r.stopped_at,
+                id=r.id,
+                call=_call_view(r.call),
+                status=r.status,
+                started_by_user_id=r.started_by_id,
+                file_url=r.file_url,
+                failure_code=r.failure_code,
+                started_at=r.started_at,
+                stopped_at=r.stopped_at,
             )
             for r in rows
         }

@@ -10,7 +10,9 @@ from django.test import Client
 
 from messenger_realtime.models import RealtimeOutboxEntry
 from project.messenger import services
+from project.messenger.api.base import STATUS_OF_ERROR, BadRequest, CsrfRefused, status_of
 from project.messenger.models import Chat, Message, Participant
+from project.messenger.services import errors
 from tests.support.hub_helpers import make_user, token_for
 
 pytestmark = pytest.mark.django_db
@@ -101,7 +103,10 @@ def test_a_non_participant_gets_404_and_learns_nothing(people: Any) -> None:
         ("POST", "/api/chats/{chat}/read", {"seq": True}, None, 400, "integer"),
         ("PUT", "/api/chats/{chat}", {}, None, 405, "method not allowed"),
         ("POST", "/api/contacts", {"userId": "{alice}"}, None, 400, "yourself"),
-        ("POST", "/api/calls/{chat}/fly", {}, None, 400, "unknown call action"),
+        ("POST", "/api/calls/{chat}/fly", {}, None, 400, "unknown call action 'fly'"),
+        ("POST", "/api/calls/{chat}/fly", None, "{nope", 400, "not valid JSON"),
+        ("POST", "/api/calls/{chat}/answer", None, "{nope", 400, "not valid JSON"),
+        ("GET", "/api/calls/{chat}/answer", None, None, 405, "use POST"),
         ("POST", "/api/chats/{chat}/conferences", None, "x" * 70_000, 400, "over 65536"),
     ],
 )
@@ -202,3 +207,87 @@ def test_blocking_is_idempotent_and_an_empty_unblock_writes_nothing(people: Any)
     ]
     alice("DELETE", path)
     assert RealtimeOutboxEntry.objects.count() == 2
+
+
+def test_list_chats_takes_the_same_three_queries_for_one_chat_and_for_five(
+    django_assert_num_queries: Any,
+) -> None:
+    alice, bob, carol, dave = (make_user(n) for n in ("alice", "bob", "carol", "dave"))
+    services.create_chat(alice.id, [bob.id])
+    as_alice = As(alice)
+    with django_assert_num_queries(3):  # the caller, the chats, all their participants
+        assert len(as_alice("GET", "/api/chats")[1]["chats"]) == 1
+    for n in range(4):
+        services.create_chat(alice.id, [bob.id, carol.id, dave.id], title=f"team {n}")
+    with django_assert_num_queries(3):
+        status, got = as_alice("GET", "/api/chats")
+    assert status == 200
+    assert sorted(
+        (c["title"], sorted(p["displayName"] for p in c["participants"])) for c in got["chats"]
+    ) == [("", ["alice", "bob"])] + [
+        (f"team {n}", ["alice", "bob", "carol", "dave"]) for n in range(4)
+    ]
+
+
+def test_each_call_action_path_runs_its_own_use_case(people: Any) -> None:
+    alice, bob, _eve, chat = people
+
+    def act(who: As, call: dict[str, Any], action: str, data: Any = None) -> Any:
+        return who("POST", f"/api/calls/{call['callId']}/{action}", data)
+
+    ring = f"/api/chats/{chat.id}/calls"
+    declined = act(bob, alice("POST", ring)[1], "decline")
+    cancelled = act(alice, alice("POST", ring)[1], "cancel")
+    call = alice("POST", ring)[1]
+    answered, ended = act(bob, call, "answer"), act(alice, call, "end")
+    conference = alice("POST", f"/api/chats/{chat.id}/conferences")[1]
+    invited = act(alice, conference, "invite", {"userId": str(bob.user.id)})
+    joined = act(bob, conference, "join")
+    shared = act(bob, conference, "screen-share", {"active": True})
+    recording = act(alice, conference, "recordings")
+    left = act(bob, conference, "leave")
+    assert [
+        (declined[0], declined[1]["status"]),
+        (cancelled[0], cancelled[1]["status"]),
+        (answered[0], answered[1]["status"], "media" in answered[1]),
+        (ended[0], ended[1]["status"], "media" in ended[1]),
+        (invited[0], invited[1]["callId"]),
+        (joined[0], joined[1]["callId"], "media" in joined[1]),
+        (shared[0], shared[1]["userId"], shared[1]["screenSharing"]),
+        (recording[0], recording[1]["status"]),
+        (left[0], left[1]["userId"]),
+    ] == [
+        (200, "Declined"),
+        (200, "Cancelled"),
+        (200, "Active", True),
+        (200, "Ended", False),
+        (200, conference["callId"]),
+        (200, conference["callId"], True),
+        (200, str(bob.user.id), True),
+        (201, "Recording"),
+        (200, str(bob.user.id)),
+    ]
+
+
+def _subclasses(cls: type[errors.DomainError]) -> set[type[errors.DomainError]]:
+    direct = set(cls.__subclasses__())
+    return direct.union(*(_subclasses(sub) for sub in direct))
+
+
+def test_the_status_table_maps_every_domain_error_class_and_nothing_else() -> None:
+    domain = {
+        value
+        for value in vars(errors).values()
+        if isinstance(value, type) and issubclass(value, errors.DomainError)
+    }
+    assert set(STATUS_OF_ERROR) == domain - {errors.DomainError}
+    assert {cls: status_of(cls("x")) for cls in _subclasses(errors.DomainError)} == {
+        errors.InvalidInput: 400,
+        errors.Forbidden: 403,
+        errors.NotFound: 404,
+        errors.Conflict: 409,
+        BadRequest: 400,
+        CsrfRefused: 403,
+    }
+    with pytest.raises(TypeError, match="no HTTP status for DomainError"):
+        status_of(errors.DomainError("unclassified"))

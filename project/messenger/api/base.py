@@ -15,17 +15,34 @@ from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub.auth import bearer_token, verify_access_token
 
 from ..models import User
-from ..services.errors import DomainError
+from ..services.errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
 
 MAX_BODY_BYTES = 64 * 1024
 
 
-class BadRequest(DomainError):
-    status = 400
+class BadRequest(InvalidInput):
+    """The request itself is malformed: not JSON, a field missing or of the wrong type."""
 
 
-class CsrfRefused(DomainError):
-    status = 403
+class CsrfRefused(Forbidden):
+    """A session-authenticated request without Django's CSRF token."""
+
+
+# The one place a refusal becomes an HTTP status; subclasses answer as their base class.
+STATUS_OF_ERROR: dict[type[DomainError], int] = {
+    InvalidInput: 400,
+    Forbidden: 403,
+    NotFound: 404,
+    Conflict: 409,
+}
+
+
+def status_of(error: DomainError) -> int:
+    """The HTTP status for a refusal (its nearest class in STATUS_OF_ERROR)."""
+    for cls in type(error).__mro__:
+        if cls in STATUS_OF_ERROR:
+            return STATUS_OF_ERROR[cls]
+    raise TypeError(f"no HTTP status for {type(error).__name__}; add it to STATUS_OF_ERROR")
 
 
 def _no_response(request: HttpRequest) -> HttpResponse:
@@ -95,7 +112,7 @@ def endpoint(**methods: Handler) -> Callable[..., HttpResponse]:
     """A view dispatching by HTTP method to handlers(user_id, request, **url_kwargs).
 
     A handler returns (status, payload) or a payload (200). Refusals become JSON
-    {"error": reason} with the status of the DomainError; nothing is written then,
+    {"error": reason} with the status of the DomainError's class; nothing is written then,
     since every use case runs in one transaction.
     """
 
@@ -110,7 +127,7 @@ def endpoint(**methods: Handler) -> Callable[..., HttpResponse]:
         try:
             user_id = caller(request)
         except CsrfRefused as exc:
-            return JsonResponse({"error": str(exc)}, status=exc.status)
+            return JsonResponse({"error": str(exc)}, status=status_of(exc))
         except InvalidToken as exc:
             response = JsonResponse({"error": f"Unauthorized: {exc}"}, status=401)
             response["WWW-Authenticate"] = 'Bearer realm="messenger"'
@@ -120,7 +137,7 @@ def endpoint(**methods: Handler) -> Callable[..., HttpResponse]:
                 raise BadRequest(f"request body over {MAX_BODY_BYTES} bytes")
             result = handler(user_id, request, **kwargs)
         except DomainError as exc:
-            return JsonResponse({"error": str(exc)}, status=exc.status)
+            return JsonResponse({"error": str(exc)}, status=status_of(exc))
         status, payload = result if isinstance(result, tuple) else (200, result)
         if payload is None:
             return HttpResponse(status=204)

@@ -1,23 +1,34 @@
 from django.urls import path
 
-from . import views as v
+from . import views
 
-C = "api/chats/<uuid:chat_id>"
+CHAT = "api/chats/<uuid:chat_id>"
+CALL = "api/calls/<uuid:call_id>"
 urlpatterns = [
-    path("api/chats", v.chats),
-    path(C, v.chat),
-    path(f"{C}/messages", v.messages),
-    path(f"{C}/messages/<uuid:message_id>", v.message),
-    path(f"{C}/read", v.read),
-    path(f"{C}/participants", v.participants),
-    path(f"{C}/participants/<uuid:user_id>", v.participant),
-    path(f"{C}/calls", v.calls),
-    path(f"{C}/conferences", v.conferences),
-    path("api/calls/<uuid:call_id>/<slug:action>", v.call),
-    path("api/recordings/<uuid:recording_id>/stop", v.recording_stop),
-    path("api/contacts", v.contacts),
-    path("api/contacts/<uuid:contact_id>", v.contact),
-    path("api/contacts/<uuid:contact_id>/accept", v.contact_accept),
-    path("api/blacklist", v.blacklist),
-    path("api/blacklist/<uuid:user_id>", v.blacklist_entry),
+    path("api/chats", views.chats),
+    path(CHAT, views.chat),
+    path(f"{CHAT}/messages", views.messages),
+    path(f"{CHAT}/messages/<uuid:message_id>", views.message),
+    path(f"{CHAT}/read", views.read),
+    path(f"{CHAT}/participants", views.participants),
+    path(f"{CHAT}/participants/<uuid:user_id>", views.participant),
+    path(f"{CHAT}/calls", views.calls),
+    path(f"{CHAT}/conferences", views.conferences),
+    path(f"{CALL}/answer", views.call_answer),
+    path(f"{CALL}/decline", views.call_decline),
+    path(f"{CALL}/cancel", views.call_cancel),
+    path(f"{CALL}/end", views.call_end),
+    path(f"{CALL}/invite", views.call_invite),
+    path(f"{CALL}/join", views.call_join),
+    path(f"{CALL}/leave", views.call_leave),
+    path(f"{CALL}/screen-share", views.call_screen_share),
+    path(f"{CALL}/recordings", views.call_recordings),
+    # Any other action: the JSON 400 it got before each action had a route (not HTML 404).
+    path(f"{CALL}/<slug:action>", views.call_unknown),
+    path("api/recordings/<uuid:recording_id>/stop", views.recording_stop),
+    path("api/contacts", views.contacts),
+    path("api/contacts/<uuid:contact_id>", views.contact),
+    path("api/contacts/<uuid:contact_id>/accept", views.contact_accept),
+    path("api/blacklist", views.blacklist),
+    path("api/blacklist/<uuid:user_id>", views.blacklist_entry),
 ]

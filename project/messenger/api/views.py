@@ -1,18 +1,20 @@
 """REST endpoints (JSON, camelCase). Each write is one owner use case: the domain change
 and its outbox rows commit together. docs/api.md lists them all."""
 
+import functools
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
-from django.http import HttpRequest
+from django.db.models import Prefetch, QuerySet
+from django.http import HttpRequest, HttpResponse
 
 from .. import services
 from ..models import Chat, Message, Participant
-from . import serializers as out
+from . import serializers
 from .base import BadRequest, body, endpoint, int_of, text_of, uuid_of
 
 MAX_PAGE = 200
-R = HttpRequest
 
 
 def _members(data: dict[str, Any]) -> list[UUID]:
@@ -22,43 +24,51 @@ def _members(data: dict[str, Any]) -> list[UUID]:
     return [uuid_of({"memberIds": item}, "memberIds") for item in raw]
 
 
+def _chats_with_participants() -> QuerySet[Chat]:
+    """Chats whose participants (and their names) come in one more query for all of them."""
+    participants = Participant.objects.select_related("user")
+    return Chat.objects.prefetch_related(Prefetch("participants", queryset=participants))
+
+
 def _chat_out(chat_id: UUID) -> dict[str, Any]:
-    chat = Chat.objects.get(id=chat_id)
-    return out.chat(chat, list(Participant.objects.filter(chat_id=chat_id).select_related("user")))
+    chat = _chats_with_participants().get(id=chat_id)
+    return serializers.chat(chat, list(chat.participants.all()))
 
 
-def list_chats(user: UUID, request: R) -> Any:
+def list_chats(user: UUID, request: HttpRequest) -> Any:
+    """The caller's chats in a fixed number of queries, however many there are."""
     chat_ids = Participant.objects.filter(user_id=user, is_active=True).values("chat_id")
-    return {"chats": [_chat_out(c.id) for c in Chat.objects.filter(id__in=chat_ids)]}
+    chats = _chats_with_participants().filter(id__in=chat_ids)
+    return {"chats": [serializers.chat(c, list(c.participants.all())) for c in chats]}
 
 
-def create_chat(user: UUID, request: R) -> Any:
+def create_chat(user: UUID, request: HttpRequest) -> Any:
     data = body(request)
     chat = services.create_chat(user, _members(data), title=text_of(data, "title", ""))
     return 201, _chat_out(chat.id)
 
 
-def get_chat(user: UUID, request: R, chat_id: UUID) -> Any:
+def get_chat(user: UUID, request: HttpRequest, chat_id: UUID) -> Any:
     services.chats.active_participant(chat_id, user)
     return _chat_out(chat_id)
 
 
-def rename_chat(user: UUID, request: R, chat_id: UUID) -> Any:
+def rename_chat(user: UUID, request: HttpRequest, chat_id: UUID) -> Any:
     services.rename_chat(user, chat_id, text_of(body(request), "title"))
     return _chat_out(chat_id)
 
 
-def list_messages(user: UUID, request: R, chat_id: UUID) -> Any:
+def list_messages(user: UUID, request: HttpRequest, chat_id: UUID) -> Any:
     services.chats.active_participant(chat_id, user)
     after = int_of(dict(request.GET.items()), "afterSeq", 0)
     limit = int_of(dict(request.GET.items()), "limit", 50)
     if after < 0 or not 1 <= limit <= MAX_PAGE:
         raise BadRequest(f"afterSeq must be >= 0 and limit 1-{MAX_PAGE}")
     page = Message.objects.filter(chat_id=chat_id, seq__gt=after).order_by("seq")[:limit]
-    return {"messages": [out.message(m) for m in page]}
+    return {"messages": [serializers.message(m) for m in page]}
 
 
-def post_message(user: UUID, request: R, chat_id: UUID) -> Any:
+def post_message(user: UUID, request: HttpRequest, chat_id: UUID) -> Any:
     data = body(request)
     file_meta = data.get("fileMeta")
     message = services.post_message(
@@ -69,95 +79,128 @@ def post_message(user: UUID, request: R, chat_id: UUID) -> Any:
         file_meta=file_meta,
         card_text=text_of(data, "cardText", ""),
     )
-    return 201, out.message(message)
+    return 201, serializers.message(message)
 
 
-def edit_message(user: UUID, request: R, chat_id: UUID, message_id: UUID) -> Any:
+def edit_message(user: UUID, request: HttpRequest, chat_id: UUID, message_id: UUID) -> Any:
     message = services.edit_message(user, chat_id, message_id, text_of(body(request), "body"))
-    return out.message(message)
+    return serializers.message(message)
 
 
-def delete_message(user: UUID, request: R, chat_id: UUID, message_id: UUID) -> Any:
+def delete_message(user: UUID, request: HttpRequest, chat_id: UUID, message_id: UUID) -> Any:
     services.delete_message(user, chat_id, message_id)
     return None
 
 
-def mark_read(user: UUID, request: R, chat_id: UUID) -> Any:
+def mark_read(user: UUID, request: HttpRequest, chat_id: UUID) -> Any:
     participant = services.mark_read(user, chat_id, int_of(body(request), "seq"))
-    return out.participant(Participant.objects.select_related("user").get(id=participant.id))
+    return serializers.participant(
+        Participant.objects.select_related("user").get(id=participant.id)
+    )
 
 
-def add_participant(user: UUID, request: R, chat_id: UUID) -> Any:
+def add_participant(user: UUID, request: HttpRequest, chat_id: UUID) -> Any:
     services.add_participant(user, chat_id, uuid_of(body(request), "userId"))
     return 201, _chat_out(chat_id)
 
 
-def remove_participant(user: UUID, request: R, chat_id: UUID, user_id: UUID) -> Any:
+def remove_participant(user: UUID, request: HttpRequest, chat_id: UUID, user_id: UUID) -> Any:
     services.remove_participant(user, chat_id, user_id)
     return None
 
 
-def request_contact(user: UUID, request: R) -> Any:
-    return 201, out.contact(services.request_contact(user, uuid_of(body(request), "userId")))
+def request_contact(user: UUID, request: HttpRequest) -> Any:
+    return 201, serializers.contact(
+        services.request_contact(user, uuid_of(body(request), "userId"))
+    )
 
 
-def accept_contact(user: UUID, request: R, contact_id: UUID) -> Any:
-    return out.contact(services.accept_contact(user, contact_id))
+def accept_contact(user: UUID, request: HttpRequest, contact_id: UUID) -> Any:
+    return serializers.contact(services.accept_contact(user, contact_id))
 
 
-def remove_contact(user: UUID, request: R, contact_id: UUID) -> Any:
-    return out.contact(services.remove_contact(user, contact_id))
+def remove_contact(user: UUID, request: HttpRequest, contact_id: UUID) -> Any:
+    return serializers.contact(services.remove_contact(user, contact_id))
 
 
-def block(user: UUID, request: R) -> Any:
+def block(user: UUID, request: HttpRequest) -> Any:
     blocked = uuid_of(body(request), "userId")
     services.set_blocked(user, blocked, True)
     return 201, {"blockedUserId": str(blocked), "blocked": True}
 
 
-def unblock(user: UUID, request: R, user_id: UUID) -> Any:
+def unblock(user: UUID, request: HttpRequest, user_id: UUID) -> Any:
     services.set_blocked(user, user_id, False)
     return None
 
 
-def start_call(user: UUID, request: R, chat_id: UUID) -> Any:
-    return 201, out.call_with_media(services.start_call(user, chat_id), user)
+def start_call(user: UUID, request: HttpRequest, chat_id: UUID) -> Any:
+    return 201, serializers.call_with_media(services.start_call(user, chat_id), user)
 
 
-def start_conference(user: UUID, request: R, chat_id: UUID) -> Any:
-    return 201, out.call_with_media(services.start_conference(user, chat_id), user)
+def start_conference(user: UUID, request: HttpRequest, chat_id: UUID) -> Any:
+    return 201, serializers.call_with_media(services.start_conference(user, chat_id), user)
 
 
-def call_action(user: UUID, request: R, call_id: UUID, action: str) -> Any:
-    data = body(request)
-    simple = {
-        "answer": services.answer_call,
-        "decline": services.decline_call,
-        "cancel": services.cancel_call,
-        "end": services.end_session,
-    }
-    if action in simple:
-        call = simple[action](user, call_id)
-        return out.call_with_media(call, user) if action == "answer" else out.call(call)
-    if action == "join":
-        participant = services.join(user, call_id)
-        return out.call_with_media(participant.call, user)
-    if action == "leave":
-        return out.call_participant(services.leave(user, call_id))
-    if action == "invite":
-        return out.call(services.invite(user, call_id, uuid_of(data, "userId")))
-    if action == "screen-share":
-        active = data.get("active")
-        if not isinstance(active, bool):
-            raise BadRequest("active must be true or false")
-        return out.call_participant(services.set_screen_share(user, call_id, active))
-    if action == "recordings":
-        return 201, out.recording(services.start_recording(user, call_id))
+CallHandler = Callable[[UUID, dict[str, Any], UUID], Any]
+
+
+def call_action(handler: CallHandler) -> Callable[..., HttpResponse]:
+    """A POST view for one call action: handler(user, body, call_id). Every action reads
+    the body, so a malformed one is refused alike whether or not the action uses it."""
+
+    def with_body(user: UUID, request: HttpRequest, call_id: UUID) -> Any:
+        return handler(user, body(request), call_id)
+
+    return endpoint(post=functools.wraps(handler)(with_body))
+
+
+def answer_call(user: UUID, data: dict[str, Any], call_id: UUID) -> Any:
+    return serializers.call_with_media(services.answer_call(user, call_id), user)
+
+
+def decline_call(user: UUID, data: dict[str, Any], call_id: UUID) -> Any:
+    return serializers.call(services.decline_call(user, call_id))
+
+
+def cancel_call(user: UUID, data: dict[str, Any], call_id: UUID) -> Any:
+    return serializers.call(services.cancel_call(user, call_id))
+
+
+def end_session(user: UUID, data: dict[str, Any], call_id: UUID) -> Any:
+    return serializers.call(services.end_session(user, call_id))
+
+
+def invite(user: UUID, data: dict[str, Any], call_id: UUID) -> Any:
+    return serializers.call(services.invite(user, call_id, uuid_of(data, "userId")))
+
+
+def join(user: UUID, data: dict[str, Any], call_id: UUID) -> Any:
+    return serializers.call_with_media(services.join(user, call_id).call, user)
+
+
+def leave(user: UUID, data: dict[str, Any], call_id: UUID) -> Any:
+    return serializers.call_participant(services.leave(user, call_id))
+
+
+def set_screen_share(user: UUID, data: dict[str, Any], call_id: UUID) -> Any:
+    active = data.get("active")
+    if not isinstance(active, bool):
+        raise BadRequest("active must be true or false")
+    return serializers.call_participant(services.set_screen_share(user, call_id, active))
+
+
+def start_recording(user: UUID, data: dict[str, Any], call_id: UUID) -> Any:
+    return 201, serializers.recording(services.start_recording(user, call_id))
+
+
+def unknown_call_action(user: UUID, request: HttpRequest, call_id: UUID, action: str) -> Any:
+    body(request)  # a malformed body is refused first, as for the known actions
     raise BadRequest(f"unknown call action {action!r}")
 
 
-def stop_recording(user: UUID, request: R, recording_id: UUID) -> Any:
-    return out.recording(services.stop_recording(user, recording_id))
+def stop_recording(user: UUID, request: HttpRequest, recording_id: UUID) -> Any:
+    return serializers.recording(services.stop_recording(user, recording_id))
 
 
 chats = endpoint(get=list_chats, post=create_chat)
@@ -174,5 +217,14 @@ blacklist = endpoint(post=block)
 blacklist_entry = endpoint(delete=unblock)
 calls = endpoint(post=start_call)
 conferences = endpoint(post=start_conference)
-call = endpoint(post=call_action)
+call_answer = call_action(answer_call)
+call_decline = call_action(decline_call)
+call_cancel = call_action(cancel_call)
+call_end = call_action(end_session)
+call_invite = call_action(invite)
+call_join = call_action(join)
+call_leave = call_action(leave)
+call_screen_share = call_action(set_screen_share)
+call_recordings = call_action(start_recording)
+call_unknown = endpoint(post=unknown_call_action)
 recording_stop = endpoint(post=stop_recording)

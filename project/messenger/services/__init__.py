@@ -20,13 +20,14 @@ from .conferences import (
     stop_recording,
 )
 from .contacts import accept_contact, remove_contact, request_contact, set_blocked
-from .errors import Conflict, DomainError, Forbidden, NotFound
+from .errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
 from .messages import delete_message, edit_message, post_message
 
 __all__ = [
     "Conflict",
     "DomainError",
     "Forbidden",
+    "InvalidInput",
     "NotFound",
     "accept_contact",
     "add_participant",

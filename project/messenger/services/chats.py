@@ -8,12 +8,11 @@ from django.db.models.functions import Now
 
 from messenger_realtime import outbox
 from messenger_realtime.outbox import OutboxIntent
-from messenger_realtime.outbox.enums import RealtimeDispatchKind as Kind
-from messenger_realtime.outbox.enums import RealtimeTargetKind as Target
+from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind
 from messenger_realtime.transport.control import membership_changed
 
 from ..models import Chat, ChatEvent, Participant, User
-from .errors import DomainError, NotFound
+from .errors import InvalidInput, NotFound
 
 MAX_TITLE = 200
 
@@ -39,10 +38,21 @@ def _chat_updated(
     event = ChatEvent.objects.create(
         chat_id=chat_id, kind=kind, actor_id=actor_id, subject_user_id=subject_id, title=title
     )
-    intents = [OutboxIntent(Kind.CHAT_UPDATED, Target.CHAT_GROUP, chat_id=chat_id, ref_id=event.id)]
+    intents = [
+        OutboxIntent(
+            RealtimeDispatchKind.CHAT_UPDATED,
+            RealtimeTargetKind.CHAT_GROUP,
+            chat_id=chat_id,
+            ref_id=event.id,
+        )
+    ]
     intents += [
         OutboxIntent(
-            Kind.CHAT_UPDATED, Target.USER, chat_id=chat_id, target_user_id=uid, ref_id=event.id
+            RealtimeDispatchKind.CHAT_UPDATED,
+            RealtimeTargetKind.USER,
+            chat_id=chat_id,
+            target_user_id=uid,
+            ref_id=event.id,
         )
         for uid in notify
     ]
@@ -55,16 +65,16 @@ def _existing_users(user_ids: Iterable[UUID]) -> list[UUID]:
     found = set(User.objects.filter(id__in=wanted, is_active=True).values_list("id", flat=True))
     missing = [str(u) for u in wanted if u not in found]
     if missing:
-        raise DomainError(f"unknown users: {', '.join(missing)}")
+        raise InvalidInput(f"unknown users: {', '.join(missing)}")
     return wanted
 
 
 def create_chat(creator_id: UUID, member_ids: Iterable[UUID], title: str = "") -> Chat:
     if len(title) > MAX_TITLE:
-        raise DomainError(f"title is longer than {MAX_TITLE} characters")
+        raise InvalidInput(f"title is longer than {MAX_TITLE} characters")
     members = _existing_users([creator_id, *member_ids])
     if len(members) < 2:
-        raise DomainError("a chat needs at least one other member")
+        raise InvalidInput("a chat needs at least one other member")
     kind = Chat.Kind.DIRECT if len(members) == 2 and not title else Chat.Kind.GROUP
     with transaction.atomic():
         chat = Chat.objects.create(title=title, kind=kind)
@@ -76,7 +86,7 @@ def create_chat(creator_id: UUID, member_ids: Iterable[UUID], title: str = "") -
 
 def rename_chat(actor_id: UUID, chat_id: UUID, title: str) -> Chat:
     if not title.strip() or len(title) > MAX_TITLE:
-        raise DomainError(f"title must be 1-{MAX_TITLE} characters")
+        raise InvalidInput(f"title must be 1-{MAX_TITLE} characters")
     with transaction.atomic():
         active_participant(chat_id, actor_id)
         Chat.objects.filter(id=chat_id).update(title=title, kind=Chat.Kind.GROUP, updated_at=Now())
@@ -127,13 +137,16 @@ def mark_read(user_id: UUID, chat_id: UUID, seq: int) -> Participant:
         participant = active_participant(chat_id, user_id)
         last_seq = Chat.objects.values_list("last_seq", flat=True).get(id=chat_id)
         if not 0 <= seq <= last_seq:
-            raise DomainError(f"seq must be between 0 and {last_seq}")
+            raise InvalidInput(f"seq must be between 0 and {last_seq}")
         moved = Participant.objects.filter(id=participant.id, last_read_seq__lt=seq).update(
             last_read_seq=seq
         )
         if moved:
             participant.last_read_seq = seq
             outbox.enqueue(
-                Kind.READ_RECEIPT_UPDATED, chat_id=chat_id, ref_id=participant.id, seq=None
+                RealtimeDispatchKind.READ_RECEIPT_UPDATED,
+                chat_id=chat_id,
+                ref_id=participant.id,
+                seq=None,
             )
     return participant

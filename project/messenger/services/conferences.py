@@ -6,16 +6,23 @@ from uuid import UUID
 from django.db import transaction
 from django.db.models.functions import Now
 
-from messenger_realtime.outbox.enums import RealtimeDispatchKind as Kind
+from messenger_realtime.outbox.enums import RealtimeDispatchKind
 from messenger_realtime.uuid7 import uuid7
 
 from ..models import CallParticipant, CallSession, Participant, Recording
-from .calls import CONFERENCE, S, media_event, no_live_call, session_of
+from .calls import media_event, no_live_call, require_status, session_of
 from .chats import active_participant
-from .errors import Conflict, DomainError, NotFound
+from .errors import Conflict, InvalidInput, NotFound
 
 # Failure codes are machine words from the media server, shown to clients as is.
 FAILURE_CODE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def _is_active_conference(call: CallSession) -> bool:
+    return (
+        call.session_kind == CallSession.Kind.CONFERENCE
+        and call.status == CallSession.Status.ACTIVE
+    )
 
 
 def start_conference(user_id: UUID, chat_id: UUID) -> CallSession:
@@ -23,43 +30,43 @@ def start_conference(user_id: UUID, chat_id: UUID) -> CallSession:
         active_participant(chat_id, user_id)
         no_live_call(chat_id)
         call = CallSession.objects.create(
-            session_kind=CONFERENCE,
+            session_kind=CallSession.Kind.CONFERENCE,
             chat_id=chat_id,
             room_name=f"conf-{uuid7().hex}",
-            status=S.ACTIVE,
+            status=CallSession.Status.ACTIVE,
             initiator_id=user_id,
         )
         CallParticipant.objects.create(call=call, user_id=user_id)
-        media_event(call, Kind.CONFERENCE_STARTED, call.id)
+        media_event(call, RealtimeDispatchKind.CONFERENCE_STARTED, call.id)
     return call
 
 
 def invite(user_id: UUID, call_id: UUID, invitee_id: UUID) -> CallSession:
     with transaction.atomic():
         call = session_of(user_id, call_id)
-        if call.session_kind != CONFERENCE or call.status != S.ACTIVE:
+        if not _is_active_conference(call):
             raise Conflict("only an active conference takes invitations")
         if not Participant.objects.filter(
             chat_id=call.chat_id, user_id=invitee_id, is_active=True
         ).exists():
-            raise DomainError("the invitee is not a member of this chat")
+            raise InvalidInput("the invitee is not a member of this chat")
         CallSession.objects.filter(id=call.id).update(invited_user_id=invitee_id)
         call.refresh_from_db()
-        media_event(call, Kind.CONFERENCE_INVITED, call.id)
+        media_event(call, RealtimeDispatchKind.CONFERENCE_INVITED, call.id)
     return call
 
 
 def join(user_id: UUID, call_id: UUID) -> CallParticipant:
     with transaction.atomic():
         call = session_of(user_id, call_id)
-        if call.session_kind != CONFERENCE or call.status != S.ACTIVE:
+        if not _is_active_conference(call):
             raise Conflict("only an active conference can be joined")
         if CallParticipant.objects.filter(
             call=call, user_id=user_id, left_at__isnull=True
         ).exists():
             raise Conflict("already in the conference")
         participant = CallParticipant.objects.create(call=call, user_id=user_id)
-        media_event(call, Kind.CONFERENCE_PARTICIPANT_JOINED, participant.id)
+        media_event(call, RealtimeDispatchKind.CONFERENCE_PARTICIPANT_JOINED, participant.id)
     return participant
 
 
@@ -75,27 +82,28 @@ def _present(user_id: UUID, call: CallSession) -> CallParticipant:
 def leave(user_id: UUID, call_id: UUID) -> CallParticipant:
     with transaction.atomic():
         call = session_of(user_id, call_id)
-        if call.session_kind != CONFERENCE:
-            raise DomainError("hang up a 1:1 call instead")
+        if call.session_kind != CallSession.Kind.CONFERENCE:
+            raise InvalidInput("hang up a 1:1 call instead")
         participant = _present(user_id, call)
         CallParticipant.objects.filter(id=participant.id).update(
             left_at=Now(), screen_sharing=False
         )
-        media_event(call, Kind.CONFERENCE_PARTICIPANT_LEFT, participant.id)
+        media_event(call, RealtimeDispatchKind.CONFERENCE_PARTICIPANT_LEFT, participant.id)
     return participant
 
 
 def set_screen_share(user_id: UUID, call_id: UUID, active: bool) -> CallParticipant:
     with transaction.atomic():
         call = session_of(user_id, call_id)
-        if call.status != S.ACTIVE:
-            raise Conflict(f"the call is {call.status}")
+        require_status(call, CallSession.Status.ACTIVE)
         participant = _present(user_id, call)
         if participant.screen_sharing == active:
             return participant
         CallParticipant.objects.filter(id=participant.id).update(screen_sharing=active)
-        kind = Kind.SCREEN_SHARE_STARTED if active else Kind.SCREEN_SHARE_STOPPED
-        media_event(call, kind, participant.id)
+        if active:
+            media_event(call, RealtimeDispatchKind.SCREEN_SHARE_STARTED, participant.id)
+        else:
+            media_event(call, RealtimeDispatchKind.SCREEN_SHARE_STOPPED, participant.id)
     participant.refresh_from_db()
     return participant
 
@@ -103,12 +111,11 @@ def set_screen_share(user_id: UUID, call_id: UUID, active: bool) -> CallParticip
 def start_recording(user_id: UUID, call_id: UUID) -> Recording:
     with transaction.atomic():
         call = session_of(user_id, call_id)
-        if call.status != S.ACTIVE:
-            raise Conflict(f"the call is {call.status}")
+        require_status(call, CallSession.Status.ACTIVE)
         if call.recordings.filter(status=Recording.Status.RECORDING).exists():
             raise Conflict("already recording")
         recording = Recording.objects.create(call=call, started_by_id=user_id)
-        media_event(call, Kind.RECORDING_STARTED, recording.id)
+        media_event(call, RealtimeDispatchKind.RECORDING_STARTED, recording.id)
     return recording
 
 
@@ -128,7 +135,7 @@ def stop_recording(user_id: UUID, recording_id: UUID) -> Recording:
         Recording.objects.filter(id=recording.id).update(
             status=Recording.Status.STOPPED, stopped_at=Now()
         )
-        media_event(recording.call, Kind.RECORDING_STOPPED, recording.id)
+        media_event(recording.call, RealtimeDispatchKind.RECORDING_STOPPED, recording.id)
     recording.refresh_from_db()
     return recording
 
@@ -139,11 +146,11 @@ def finalize_recording(
     """The media server's verdict on a stopped recording: Available (with its URL) or
     Failed (with a code) -> RecordingAvailable / RecordingFailed."""
     if bool(file_url) == bool(failure_code):
-        raise DomainError("give exactly one of a file URL or a failure code")
+        raise InvalidInput("give exactly one of a file URL or a failure code")
     if failure_code and not FAILURE_CODE.match(failure_code):
-        raise DomainError("a failure code is 1-64 letters, digits, '_', '.' or '-'")
+        raise InvalidInput("a failure code is 1-64 letters, digits, '_', '.' or '-'")
     if file_url and not file_url.startswith(("https://", "http://")):
-        raise DomainError("the file URL must be http(s)")
+        raise InvalidInput("the file URL must be http(s)")
     with transaction.atomic():
         recording = _recording(recording_id)
         if recording.status not in (Recording.Status.RECORDING, Recording.Status.STOPPED):
@@ -155,7 +162,9 @@ def finalize_recording(
             failure_code=failure_code,
             stopped_at=recording.stopped_at or Now(),
         )
-        kind = Kind.RECORDING_AVAILABLE if file_url else Kind.RECORDING_FAILED
-        media_event(recording.call, kind, recording.id)
+        if file_url:
+            media_event(recording.call, RealtimeDispatchKind.RECORDING_AVAILABLE, recording.id)
+        else:
+            media_event(recording.call, RealtimeDispatchKind.RECORDING_FAILED, recording.id)
     recording.refresh_from_db()
     return recording

@@ -7,11 +7,10 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from messenger_realtime import outbox
-from messenger_realtime.outbox.enums import RealtimeDispatchKind as Kind
-from messenger_realtime.outbox.enums import RealtimeTargetKind as Target
+from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind
 
 from ..models import BlacklistEntry, Contact, User
-from .errors import Conflict, DomainError, Forbidden, NotFound
+from .errors import Conflict, Forbidden, InvalidInput, NotFound
 
 
 def _user(user_id: UUID) -> User:
@@ -29,7 +28,7 @@ def _blocked(owner_id: UUID, other_id: UUID) -> bool:
 
 def request_contact(requester_id: UUID, addressee_id: UUID) -> Contact:
     if requester_id == addressee_id:
-        raise DomainError("you cannot add yourself")
+        raise InvalidInput("you cannot add yourself")
     _user(addressee_id)
     with transaction.atomic():
         live = Contact.objects.filter(
@@ -42,8 +41,8 @@ def request_contact(requester_id: UUID, addressee_id: UUID) -> Contact:
         contact = Contact.objects.create(requester_id=requester_id, addressee_id=addressee_id)
         if not _blocked(addressee_id, requester_id):  # a blocked requester stays unheard
             outbox.enqueue(
-                Kind.CONTACT_REQUEST_RECEIVED,
-                target_kind=Target.USER,
+                RealtimeDispatchKind.CONTACT_REQUEST_RECEIVED,
+                target_kind=RealtimeTargetKind.USER,
                 target_user_id=addressee_id,
                 ref_id=contact.id,
             )
@@ -71,8 +70,8 @@ def accept_contact(addressee_id: UUID, contact_id: UUID) -> Contact:
             status=Contact.Status.ACCEPTED, updated_at=Now()
         )
         outbox.enqueue(
-            Kind.CONTACT_REQUEST_ACCEPTED,
-            target_kind=Target.USER,
+            RealtimeDispatchKind.CONTACT_REQUEST_ACCEPTED,
+            target_kind=RealtimeTargetKind.USER,
             target_user_id=contact.requester_id,
             ref_id=contact.id,
         )
@@ -90,7 +89,10 @@ def remove_contact(user_id: UUID, contact_id: UUID) -> Contact:
         )
         other = contact.addressee_id if user_id == contact.requester_id else contact.requester_id
         outbox.enqueue(
-            Kind.CONTACT_REMOVED, target_kind=Target.USER, target_user_id=other, ref_id=contact.id
+            RealtimeDispatchKind.CONTACT_REMOVED,
+            target_kind=RealtimeTargetKind.USER,
+            target_user_id=other,
+            ref_id=contact.id,
         )
     contact.refresh_from_db()
     return contact
@@ -100,7 +102,7 @@ def set_blocked(owner_id: UUID, user_id: UUID, blocked: bool) -> BlacklistEntry 
     """Block or unblock; BlacklistChanged goes to the owner's own devices only. A no-op
     (blocking twice, unblocking someone never blocked) writes nothing and sends nothing."""
     if owner_id == user_id:
-        raise DomainError("you cannot block yourself")
+        raise InvalidInput("you cannot block yourself")
     _user(user_id)
     with transaction.atomic():
         entry = (
@@ -117,8 +119,8 @@ def set_blocked(owner_id: UUID, user_id: UUID, blocked: bool) -> BlacklistEntry 
         else:
             BlacklistEntry.objects.filter(id=entry.id).update(is_active=blocked, updated_at=Now())
         outbox.enqueue(
-            Kind.BLACKLIST_CHANGED,
-            target_kind=Target.USER,
+            RealtimeDispatchKind.BLACKLIST_CHANGED,
+            target_kind=RealtimeTargetKind.USER,
             target_user_id=owner_id,
             ref_id=entry.id,
         )

@@ -1,19 +1,24 @@
-"""Use-case refusals; the REST layer maps them to 4xx responses with the reason."""
+"""Use-case refusals, named by what went wrong; the message is the reason shown to the caller.
+
+They know nothing of HTTP: the REST layer (api/base.py) maps each class to a status.
+"""
 
 
 class DomainError(Exception):
-    status = 400
+    """A use case refused; catch this to handle every refusal alike."""
+
+
+class InvalidInput(DomainError):
+    """A value breaks a rule: a length, a range, a kind, an unknown user."""
 
 
 class NotFound(DomainError):
     """Missing, or not visible to the caller (a non-participant learns nothing)."""
 
-    status = 404
-
 
 class Forbidden(DomainError):
-    status = 403
+    """The caller may see the thing but not do this to it."""
 
 
 class Conflict(DomainError):
-    status = 409
+    """The thing's current state does not allow this (already done, not live)."""

@@ -8,11 +8,11 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from messenger_realtime import outbox
-from messenger_realtime.outbox.enums import RealtimeDispatchKind as Kind
+from messenger_realtime.outbox.enums import RealtimeDispatchKind
 
 from ..models import Chat, Message
 from .chats import active_participant
-from .errors import DomainError, Forbidden, NotFound
+from .errors import Forbidden, InvalidInput, NotFound
 
 EDIT_WINDOW = timedelta(seconds=60)
 MAX_BODY = 10_000
@@ -21,17 +21,17 @@ MAX_BODY = 10_000
 def _content(kind: str, body: str, file_meta: Any, card_text: str) -> dict[str, Any]:
     if kind == Message.Kind.TEXT:
         if not body.strip() or len(body) > MAX_BODY:
-            raise DomainError(f"body must be 1-{MAX_BODY} characters")
+            raise InvalidInput(f"body must be 1-{MAX_BODY} characters")
         return {"body": body}
     if kind == Message.Kind.FILE:
         if not isinstance(file_meta, dict) or not file_meta.get("name"):
-            raise DomainError("fileMeta must be an object with at least a name")
+            raise InvalidInput("fileMeta must be an object with at least a name")
         return {"file_meta": file_meta}
     if kind == Message.Kind.CARD:
         if not card_text.strip() or len(card_text) > MAX_BODY:
-            raise DomainError(f"cardText must be 1-{MAX_BODY} characters")
+            raise InvalidInput(f"cardText must be 1-{MAX_BODY} characters")
         return {"card_text": card_text}
-    raise DomainError(f"kind must be one of {', '.join(Message.Kind.values)}")
+    raise InvalidInput(f"kind must be one of {', '.join(Message.Kind.values)}")
 
 
 def post_message(
@@ -54,7 +54,10 @@ def post_message(
             chat=chat, seq=chat.last_seq, sender_id=sender_id, kind=kind, **content
         )
         outbox.enqueue(
-            Kind.MESSAGE_RECEIVED, chat_id=chat_id, message_id=message.id, seq=message.seq
+            RealtimeDispatchKind.MESSAGE_RECEIVED,
+            chat_id=chat_id,
+            message_id=message.id,
+            seq=message.seq,
         )
     return message
 
@@ -77,7 +80,7 @@ def edit_message(sender_id: UUID, chat_id: UUID, message_id: UUID, body: str) ->
     with transaction.atomic():
         message = _own_message(sender_id, chat_id, message_id)
         if message.kind != Message.Kind.TEXT:
-            raise DomainError("only text messages can be edited")
+            raise InvalidInput("only text messages can be edited")
         # The window is measured on the database clock, like sent_at itself.
         edited = Message.objects.filter(id=message.id, sent_at__gte=Now() - EDIT_WINDOW).update(
             body=content["body"], edited_at=Now()
@@ -85,7 +88,12 @@ def edit_message(sender_id: UUID, chat_id: UUID, message_id: UUID, body: str) ->
         if not edited:
             raise Forbidden("messages can be edited within 60 seconds of sending")
         message.refresh_from_db()
-        outbox.enqueue(Kind.MESSAGE_EDITED, chat_id=chat_id, message_id=message.id, seq=message.seq)
+        outbox.enqueue(
+            RealtimeDispatchKind.MESSAGE_EDITED,
+            chat_id=chat_id,
+            message_id=message.id,
+            seq=message.seq,
+        )
     return message
 
 
@@ -98,6 +106,9 @@ def delete_message(sender_id: UUID, chat_id: UUID, message_id: UUID) -> Message:
         )
         message.refresh_from_db()
         outbox.enqueue(
-            Kind.MESSAGE_DELETED, chat_id=chat_id, message_id=message.id, seq=message.seq
+            RealtimeDispatchKind.MESSAGE_DELETED,
+            chat_id=chat_id,
+            message_id=message.id,
+            seq=message.seq,
         )
     return message
