@@ -12,9 +12,8 @@ from django.views.decorators.csrf import csrf_exempt
 
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub.auth import bearer_token, verify_access_token
+from messenger_realtime.hub.auth import authenticate, bearer_token
 
-from ..models import User
 from ..services.errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
 
 MAX_BODY_BYTES = 64 * 1024
@@ -50,22 +49,15 @@ def _no_response(request: HttpRequest) -> HttpResponse:
 
 
 def caller(request: HttpRequest) -> UUID:
-    """The user behind a request: the same JWT as the hub, or the Django session."""
+    """The user behind a request: the same JWT as the hub (header only), or the session."""
     headers = {b"authorization": request.headers.get("Authorization", "").encode("latin-1")}
     token = bearer_token(headers, {})
-    if token is not None:
-        user_id = verify_access_token(token, load_hub_options())
-    elif request.user.is_authenticated:
-        # A cookie rides along with any site's form post: session callers must pass
-        # Django's CSRF check (bearer tokens cannot be forged by another site).
-        if CsrfViewMiddleware(_no_response).process_view(request, _no_response, (), {}):
-            raise CsrfRefused("CSRF check failed for a session-authenticated request")
-        return UUID(str(request.user.pk))
-    else:
-        raise InvalidToken("no credentials")
-    if not User.objects.filter(id=user_id, is_active=True).exists():
-        raise InvalidToken("unknown user")
-    return user_id
+    session = token is None and request.user.is_authenticated
+    # A cookie rides along with any site's form post: session callers must pass Django's
+    # CSRF check (bearer tokens cannot be forged by another site).
+    if session and CsrfViewMiddleware(_no_response).process_view(request, _no_response, (), {}):
+        raise CsrfRefused("CSRF check failed for a session-authenticated request")
+    return authenticate(token, request.user, load_hub_options())
 
 
 def body(request: HttpRequest) -> dict[str, Any]:
