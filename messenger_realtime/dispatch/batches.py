@@ -122,6 +122,7 @@ async def _build_after(
         next_claim = _spawn(spawned, ctx.claim())
     if not ctx.stop.is_set():  # rows about to be released need no build
         await build(outcomes, ctx.port)
+        logger.debug("batch built", extra={"action": "build", "rows": len(outcomes)})
     return Batch(outcomes, next_claim)
 
 

@@ -136,6 +136,7 @@ class Dispatcher:
                 last_retention = time.monotonic()
             if once:
                 return
+            logger.debug("idle; waiting for NOTIFY or the next poll", extra={"action": "idle"})
             notified = await self.leader.wait_for_wake(self.options.polling_interval, self.stop)
             logger.debug(
                 "woke", extra={"action": "wake", "reason": "notify" if notified else "poll"}

@@ -12,7 +12,7 @@ from django.db import connection
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch.leader import advisory_key
 from messenger_realtime.dispatch.push import PIPELINE_CHUNK
-from messenger_realtime.dispatch.store import CLAIM_SQL
+from messenger_realtime.dispatch.sql import CLAIM
 from messenger_realtime.models import RealtimeOutboxEntry
 from tests.support.helpers import enqueue_message, receive_sync, subscribe_sync
 from tests.support.runtime import PrivateRedis, wait_until
@@ -140,14 +140,14 @@ def test_crash_between_claim_and_outcome_loses_nothing(
 def test_skip_locked_never_hands_one_row_to_two_claimers(transactional_db: None) -> None:
     for seq in range(30):
         enqueue_message(seq=seq)
-    params = {"limit": 20, "delays": [1.0], "max_attempts": 8, "exhausted": "x"}
+    params = {"limit": 20, "delays": [1.0], "jitter": 0.0, "max_attempts": 8, "exhausted": "x"}
     with (
         psycopg.connect(db.conninfo()) as first,
         psycopg.connect(db.conninfo(), autocommit=True) as second,
     ):
         # The first claimer's transaction stays open (rows locked) while the second claims.
-        first_ids = {r[0] for r in first.execute(CLAIM_SQL, params).fetchall()}
-        second_ids = {r[0] for r in second.execute(CLAIM_SQL, params).fetchall()}
+        first_ids = {r[0] for r in first.execute(CLAIM, params).fetchall()}
+        second_ids = {r[0] for r in second.execute(CLAIM, params).fetchall()}
         first.commit()
     assert len(first_ids) == 20 and len(second_ids) == 10
     assert first_ids.isdisjoint(second_ids)

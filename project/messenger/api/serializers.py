@@ -1,15 +1,11 @@
 """camelCase JSON for the REST API (the same field names as the realtime contracts)."""
 
-from datetime import datetime
 from typing import Any
 
+from messenger_realtime.contracts.base import iso
 from messenger_realtime.hub.media import media_join
 
 from ..models import CallParticipant, CallSession, Chat, Contact, Message, Participant, Recording
-
-
-def iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
 
 
 def message(m: Message) -> dict[str, Any]:
