@@ -43,6 +43,12 @@ def redis_url() -> str:
     return str(settings.REDIS_URL)
 
 
+@pytest.fixture
+def dead_redis_url() -> str:
+    """A Redis URL where nothing listens (a free loopback port)."""
+    return f"redis://127.0.0.1:{free_port()}/0"
+
+
 @pytest.fixture(scope="session")
 def live_env(django_db_setup: None) -> dict[str, str]:
     """Environment for subprocesses (workers, Daphne) on the test database and Redis."""

@@ -10,8 +10,14 @@ from tests.support.hub_helpers import token_for
 
 
 @pytest.fixture
-def hub(worker_env: dict[str, str]) -> Iterator[Hub]:
-    server = Hub(worker_env)
+def hub_env(worker_env: dict[str, str]) -> dict[str, str]:
+    """The hub's environment; a module overrides this fixture to change settings."""
+    return worker_env
+
+
+@pytest.fixture
+def hub(hub_env: dict[str, str]) -> Iterator[Hub]:
+    server = Hub(hub_env)
     yield server
     server.close()
 

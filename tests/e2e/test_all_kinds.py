@@ -6,7 +6,7 @@ import base64
 import hashlib
 import hmac
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import jwt
@@ -17,19 +17,21 @@ from django.db import connection
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.outbox.enums import RealtimeDispatchKind, event_name
 from tests.support.api_client import Api
+from tests.support.factories import UserFactory
 from tests.support.hub_clients import Hub, HubClient
-from tests.support.hub_helpers import make_user, token_for
+from tests.support.hub_helpers import token_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
 
 
 class Person:
-    def __init__(self, hub: Hub, name: str) -> None:
-        self.user = make_user(name)
+    """A user with a REST client and a connected @microsoft/signalr client."""
+
+    def __init__(self, hub: Hub, clients: Callable[[Any], HubClient], name: str) -> None:
+        self.user = UserFactory(name=name)
         self.id = str(self.user.id)
         self.api = Api(hub.daphne.http, token_for(self.user.id))
-        self.client = HubClient("@microsoft/signalr", hub.url, token_for(self.user.id), hub.env)
-        self.client.next("state", "connected")
+        self.client = clients(self.user)
 
     def event(self, name: str, **match: Any) -> dict[str, Any]:
         """The next `name` event whose payload has the `match` items."""
@@ -42,19 +44,12 @@ class Person:
         return dict(json.loads(self.client.wait_line(accept, name, timeout=20))["payload"])
 
 
-@pytest.fixture
-def hub(worker_env: dict[str, str]) -> Iterator[Hub]:
-    server = Hub(worker_env)
-    yield server
-    server.close()
-
-
 def keys(payload: dict[str, Any]) -> set[str]:
     return set(payload)
 
 
-def test_every_kind_reaches_its_recipients_with_its_contract(hub: Hub) -> None:
-    alice, bob, carol = (Person(hub, n) for n in ("alice", "bob", "carol"))
+def test_every_kind_reaches_its_recipients_with_its_contract(hub: Hub, clients: Any) -> None:
+    alice, bob, carol = (Person(hub, clients, n) for n in ("alice", "bob", "carol"))
     seen: dict[str, dict[str, Any]] = {}
 
     # Chats and messages -------------------------------------------------------------

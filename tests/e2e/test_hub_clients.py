@@ -11,8 +11,9 @@ import pytest
 from django.core.management import call_command
 
 from project.messenger import services
+from tests.support.factories import UserFactory
 from tests.support.hub_clients import Hub, HubClient
-from tests.support.hub_helpers import make_user, token_for
+from tests.support.hub_helpers import token_for
 from tests.support.workers import DaphneProcess, WorkerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
@@ -20,7 +21,7 @@ LIBRARIES = ["@microsoft/signalr", "pysignalr", "signalrcore"]
 
 
 def conversation() -> tuple[Any, Any, Any]:
-    alice, bob = make_user("alice"), make_user("bob")
+    alice, bob = UserFactory(name="alice"), UserFactory(name="bob")
     return alice, bob, services.create_chat(alice.id, [bob.id])
 
 
@@ -64,7 +65,7 @@ def test_official_client_reconnects_across_a_server_restart(hub: Hub, clients: A
 
 def test_a_non_participant_receives_nothing_of_the_chat(clients: Any) -> None:
     alice, bob, chat = conversation()
-    mallory = make_user("mallory")
+    mallory = UserFactory(name="mallory")
     mallorys_chat = services.create_chat(mallory.id, [alice.id])
     outsider, member = clients(mallory), clients(bob)
     private = services.post_message(alice.id, chat.id, "private to bob")
@@ -91,7 +92,7 @@ def test_a_removed_participant_receives_nothing_sent_after_the_removal(clients: 
 
 def test_an_added_participant_starts_receiving_without_reconnecting(clients: Any) -> None:
     alice, bob, _chat = conversation()
-    carol = make_user("carol")
+    carol = UserFactory(name="carol")
     group = services.create_chat(alice.id, [bob.id], title="team")
     client = clients(carol)
     assert client.groups() == [f"user:{carol.id}"]

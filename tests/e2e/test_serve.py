@@ -2,7 +2,6 @@
 
 import os
 import signal
-import urllib.request
 from collections.abc import Iterator
 
 import psycopg
@@ -10,6 +9,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from tests.support.api_client import http_get
 from tests.support.runtime import ROOT, free_port, wait_until
 from tests.support.workers import LoggedProcess
 
@@ -27,14 +27,6 @@ def serve_database(django_db_setup: None) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def http_status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return int(response.status)
-    except OSError:
-        return 0
-
-
 def test_serve_runs_daphne_and_the_worker_and_ctrl_c_stops_both(serve_database: str) -> None:
     port = free_port()
     env = dict(os.environ, DATABASE_URL=serve_database, REDIS_URL=settings.REDIS_URL)
@@ -44,12 +36,12 @@ def test_serve_runs_daphne_and_the_worker_and_ctrl_c_stops_both(serve_database: 
     try:
         serve.wait_for("dispatching", timeout=120)  # the worker leads
         wait_until(
-            lambda: http_status(f"http://127.0.0.1:{port}/admin/login/") == 200,
+            lambda: http_get(f"http://127.0.0.1:{port}/admin/login/", timeout=2)[0] == 200,
             what="Daphne to answer",
         )
         os.killpg(serve.proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         assert serve.wait(timeout=30) == 0
-        assert http_status(f"http://127.0.0.1:{port}/admin/login/") == 0
+        assert http_get(f"http://127.0.0.1:{port}/admin/login/", timeout=2)[0] == 0
         with pytest.raises(ProcessLookupError):  # Daphne and the worker are gone too
             os.killpg(serve.proc.pid, 0)
     finally:

@@ -3,28 +3,19 @@
 import json
 import re
 import signal
-import urllib.error
-import urllib.request
 
 import pytest
+from websockets.sync.client import connect
 
 from messenger_realtime.models import RealtimeOutboxEntry
-from tests.support.helpers import enqueue_message
+from tests.support.api_client import http_get
+from tests.support.factories import LONG_AGO, OutboxEntryFactory, UserFactory
+from tests.support.hub_helpers import token_for
 from tests.support.proxy import TcpProxy
 from tests.support.runtime import PrivateRedis, free_port, wait_until
 from tests.support.workers import DaphneProcess, WorkerProcess
 
 pytestmark = pytest.mark.slow
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-    except OSError:
-        return 0, ""
 
 
 def sample(text: str, name: str, **labels: str) -> float:
@@ -40,8 +31,7 @@ def test_metrics_move_as_the_worker_dispatches_retries_and_quarantines(
 ) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    for seq in range(3):
-        enqueue_message(seq=seq)
+    OutboxEntryFactory.create_batch(3)
     worker = WorkerProcess(worker_env, polling_interval=0.2, metrics_port=port)
     try:
         wait_until(
@@ -50,7 +40,7 @@ def test_metrics_move_as_the_worker_dispatches_retries_and_quarantines(
         )
 
         def metrics() -> str:
-            return get(f"{url}/metrics")[1]
+            return http_get(f"{url}/metrics")[1]
 
         wait_until(
             lambda: (
@@ -65,13 +55,13 @@ def test_metrics_move_as_the_worker_dispatches_retries_and_quarantines(
         assert sample(text, "messenger_realtime_quarantined_total", kind="CallInvited") == 0
         assert sample(text, "messenger_realtime_last_pass_timestamp_seconds") > 1.7e9
         wait_until(lambda: sample(metrics(), "messenger_realtime_pending") == 0, what="0")
-        assert json.loads(get(f"{url}/health/ready")[1])["leading"] is True
-        assert get(f"{url}/health/live")[0] == 200
+        assert json.loads(http_get(f"{url}/health/ready")[1])["leading"] is True
+        assert http_get(f"{url}/health/live")[0] == 200
     finally:
         worker.kill()
 
     # A dead channel layer: retries, a growing backlog, then quarantine at MAX_ATTEMPTS.
-    entry = enqueue_message(seq=9)
+    entry = OutboxEntryFactory()
     private_redis.process.kill()
     private_redis.process.wait()
     env = dict(worker_env, REDIS_URL=private_redis.url)
@@ -90,7 +80,7 @@ def test_metrics_move_as_the_worker_dispatches_retries_and_quarantines(
             timeout=30,
             what="quarantine",
         )
-        text = get(f"{url}/metrics")[1]
+        text = http_get(f"{url}/metrics")[1]
         assert sample(text, "messenger_realtime_retried_total", kind="MessageReceived") == 1
         assert sample(text, "messenger_realtime_quarantined_total", kind="MessageReceived") == 1
         worker.signal(signal.SIGTERM)
@@ -101,16 +91,14 @@ def test_metrics_move_as_the_worker_dispatches_retries_and_quarantines(
 
 def test_pending_gauge_and_oldest_age_report_a_backlog(worker_env: dict[str, str]) -> None:
     port = free_port()
-    for seq in range(4):
-        enqueue_message(seq=seq)
-    RealtimeOutboxEntry.objects.update(created_at="2000-01-01T00:00:00Z")
-    # A standby cannot dispatch; the leader here holds rows back with a far NextAttemptAt.
-    RealtimeOutboxEntry.objects.update(next_attempt_at="2999-01-01T00:00:00Z")
+    # A standby cannot dispatch; the leader here holds rows back with a later NextAttemptAt.
+    OutboxEntryFactory.create_batch(4, long_ago=True, due_later=True)
     worker = WorkerProcess(worker_env, polling_interval=0.2, metrics_port=port)
     try:
         url = f"http://127.0.0.1:{port}/metrics"
-        wait_until(lambda: sample(get(url)[1], "messenger_realtime_pending") == 4, what="4")
-        assert sample(get(url)[1], "messenger_realtime_oldest_pending_age_seconds") > 8e8
+        wait_until(lambda: sample(http_get(url)[1], "messenger_realtime_pending") == 4, what="4")
+        age = sample(http_get(url)[1], "messenger_realtime_oldest_pending_age_seconds")
+        assert LONG_AGO.total_seconds() <= age < LONG_AGO.total_seconds() + 60
     finally:
         worker.kill()
 
@@ -128,13 +116,13 @@ def test_worker_readiness_follows_its_database(worker_env: dict[str, str]) -> No
     worker = WorkerProcess(env, polling_interval=0.2, metrics_port=port)
     url = f"http://127.0.0.1:{port}/health"
     try:
-        wait_until(lambda: get(f"{url}/ready")[0] == 200, what="ready")
+        wait_until(lambda: http_get(f"{url}/ready")[0] == 200, what="ready")
         proxy.cut()  # PostgreSQL unreachable for this worker
-        wait_until(lambda: get(f"{url}/ready")[0] == 503, what="not ready")
-        assert json.loads(get(f"{url}/ready")[1])["database"] is False
-        assert get(f"{url}/live")[0] == 200  # alive and retrying: no restart needed
+        wait_until(lambda: http_get(f"{url}/ready")[0] == 503, what="not ready")
+        assert json.loads(http_get(f"{url}/ready")[1])["database"] is False
+        assert http_get(f"{url}/live")[0] == 200  # alive and retrying: no restart needed
         proxy.restore()
-        wait_until(lambda: get(f"{url}/ready")[0] == 200, what="ready again")
+        wait_until(lambda: http_get(f"{url}/ready")[0] == 200, what="ready again")
     finally:
         worker.kill()
         proxy.close()
@@ -152,23 +140,23 @@ def test_web_readiness_follows_postgresql_and_redis(live_env: dict[str, str]) ->
     daphne = DaphneProcess(env)
     url = f"{daphne.http}/health"
     try:
-        assert get(f"{url}/live")[0] == 200
-        assert json.loads(get(f"{url}/ready")[1]) == {
+        assert http_get(f"{url}/live")[0] == 200
+        assert json.loads(http_get(f"{url}/ready")[1]) == {
             "status": "ok",
             "database": True,
             "channelLayer": True,
         }
         redis.cut()
-        status, body = get(f"{url}/ready")
+        status, body = http_get(f"{url}/ready")
         assert (status, json.loads(body)["channelLayer"]) == (503, False)
         redis.restore()
-        wait_until(lambda: get(f"{url}/ready")[0] == 200, what="redis back")
+        wait_until(lambda: http_get(f"{url}/ready")[0] == 200, what="redis back")
         db.cut()
-        status, body = get(f"{url}/ready")
+        status, body = http_get(f"{url}/ready")
         assert (status, json.loads(body)["database"]) == (503, False)
-        assert get(f"{url}/live")[0] == 200
+        assert http_get(f"{url}/live")[0] == 200
         db.restore()
-        wait_until(lambda: get(f"{url}/ready")[0] == 200, what="database back")
+        wait_until(lambda: http_get(f"{url}/ready")[0] == 200, what="database back")
     finally:
         daphne.kill()
         db.close()
@@ -176,22 +164,19 @@ def test_web_readiness_follows_postgresql_and_redis(live_env: dict[str, str]) ->
 
 
 def test_daphne_metrics_count_hub_connections(worker_env: dict[str, str]) -> None:
-    from websockets.sync.client import connect
-
-    from tests.support.hub_helpers import make_user, token_for
-
-    user = make_user()
+    user = UserFactory()
     daphne = DaphneProcess(worker_env)
     url = f"{daphne.http}/metrics"
     try:
         with connect(f"{daphne.ws}/hubs/messenger?access_token={token_for(user.id)}") as ws:
             ws.send('{"protocol":"json","version":1}\x1e')
             assert ws.recv(timeout=5) == "{}\x1e"
-            assert sample(get(url)[1], "messenger_realtime_hub_connections") == 1
+            assert sample(http_get(url)[1], "messenger_realtime_hub_connections") == 1
         wait_until(
-            lambda: sample(get(url)[1], "messenger_realtime_hub_connections") == 0, what="closed"
+            lambda: sample(http_get(url)[1], "messenger_realtime_hub_connections") == 0,
+            what="closed",
         )
-        assert sample(get(url)[1], "messenger_realtime_hub_disconnects_total") == 1
-        assert "django_http_requests_total_by_method_total" in get(url)[1]
+        assert sample(http_get(url)[1], "messenger_realtime_hub_disconnects_total") == 1
+        assert "django_http_requests_total_by_method_total" in http_get(url)[1]
     finally:
         daphne.kill()

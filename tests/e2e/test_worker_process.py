@@ -1,7 +1,6 @@
 """The real `dispatch_realtime` command as separate processes: lock, wake, crash, SIGTERM."""
 
 import signal
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,7 +13,8 @@ from messenger_realtime.dispatch.leader import advisory_key
 from messenger_realtime.dispatch.push import PIPELINE_CHUNK
 from messenger_realtime.dispatch.sql import CLAIM
 from messenger_realtime.models import RealtimeOutboxEntry
-from tests.support.helpers import enqueue_message, receive_sync, subscribe_sync
+from tests.support.factories import ChatFactory, MessageFactory, OutboxEntryFactory
+from tests.support.helpers import commit_message_received, receive_sync, subscribe_sync
 from tests.support.runtime import PrivateRedis, wait_until
 from tests.support.workers import WorkerProcess
 
@@ -49,8 +49,10 @@ def lock_holders() -> list[int]:
         return [pid for (pid,) in cur.fetchall()]
 
 
-def row(entry_id: uuid.UUID) -> RealtimeOutboxEntry:
-    return RealtimeOutboxEntry.objects.get(id=entry_id)
+def state(entry: RealtimeOutboxEntry) -> tuple[str, int]:
+    """The row's status and attempts as stored now."""
+    entry.refresh_from_db()
+    return entry.status, entry.attempts
 
 
 def test_notify_wakes_an_idle_worker_long_before_the_polling_interval(
@@ -58,14 +60,15 @@ def test_notify_wakes_an_idle_worker_long_before_the_polling_interval(
 ) -> None:
     worker = start_worker(polling_interval=60)
     worker.wait_for("idle; waiting")
-    chat = uuid.uuid4()
-    channel = subscribe_sync(redis_url, chat)
-    entry = enqueue_message(chat)
+    message = MessageFactory()
+    channel = subscribe_sync(redis_url, message.chat_id)
+    commit_message_received(message)
     # Far inside the 60 s polling interval: only the NOTIFY can have woken it.
-    message = receive_sync(redis_url, channel, timeout=10)
-    assert message["payload"]["messageId"] == str(entry.message_id)
+    got = receive_sync(redis_url, channel, timeout=10)
+    assert got["payload"]["messageId"] == str(message.id)
     assert "reason=notify" in worker.wait_for("woke")
-    wait_until(lambda: row(entry.id).status == "Done", what="Done")
+    entry = RealtimeOutboxEntry.objects.get(message_id=message.id)
+    wait_until(lambda: state(entry) == ("Done", 1), what="Done")
 
 
 def test_second_instance_skips_the_run_while_the_first_holds_the_lock(
@@ -75,7 +78,7 @@ def test_second_instance_skips_the_run_while_the_first_holds_the_lock(
     leader.wait_for("dispatching")
     holders = lock_holders()
     assert len(holders) == 1
-    enqueue_message()
+    OutboxEntryFactory()
     second = start_worker("--once")
     assert second.wait() == 0
     assert any("dispatch lock busy; skipping run" in line for line in second.lines)
@@ -91,9 +94,9 @@ def test_standby_takes_over_when_the_leader_dies(
     standby.wait_for("dispatch lock busy")
     leader.proc.kill()  # kill -9: the lock dies with its session
     standby.wait_for("dispatching", timeout=30)  # within LOCK_TTL
-    chat = uuid.uuid4()
-    channel = subscribe_sync(redis_url, chat)
-    entry = enqueue_message(chat)
+    chat = ChatFactory()
+    channel = subscribe_sync(redis_url, chat.id)
+    entry = OutboxEntryFactory(message__chat=chat)
     assert receive_sync(redis_url, channel)["payload"]["messageId"] == str(entry.message_id)
 
 
@@ -105,11 +108,13 @@ def test_leader_whose_session_is_killed_reconnects_relocks_and_catches_up(
     (pid,) = lock_holders()
     with connection.cursor() as cur:
         cur.execute("SELECT pg_terminate_backend(%s)", [pid])
-    chat = uuid.uuid4()
-    channel = subscribe_sync(redis_url, chat)
-    entry = enqueue_message(chat)  # its NOTIFY may reach nobody: the catch-up pass finds it
+    message = MessageFactory()
+    channel = subscribe_sync(redis_url, message.chat_id)
+    # Committed by the owner, NOTIFY and all: if the worker is back and listening it wakes
+    # now; if its NOTIFY reached nobody, the catch-up pass after reconnecting finds it.
+    commit_message_received(message)
     worker.wait_for("reconnecting")
-    assert receive_sync(redis_url, channel)["payload"]["messageId"] == str(entry.message_id)
+    assert receive_sync(redis_url, channel)["payload"]["messageId"] == str(message.id)
     assert len(lock_holders()) == 1 and lock_holders() != [pid]
 
 
@@ -119,27 +124,25 @@ def test_crash_between_claim_and_outcome_loses_nothing(
     private_redis: PrivateRedis,
 ) -> None:
     env = dict(worker_env, REDIS_URL=private_redis.url)
-    chat = uuid.uuid4()
-    channel = subscribe_sync(private_redis.url, chat)
+    entry = OutboxEntryFactory()
+    channel = subscribe_sync(private_redis.url, entry.chat_id)
     private_redis.freeze()  # the push will hang after the claim has committed
-    entry = enqueue_message(chat)
     doomed = start_worker(env=env, backoff_base=0.5, backoff_jitter=0, publish_timeout=60)
-    wait_until(lambda: row(entry.id).attempts == 1, what="the claim to commit")
+    wait_until(lambda: state(entry) == ("Pending", 1), what="the claim to commit")
     doomed.proc.kill()  # kill -9 between claim and outcome
     doomed.proc.wait()
-    assert (row(entry.id).status, row(entry.id).attempts) == ("Pending", 1)
+    assert state(entry) == ("Pending", 1)
 
     private_redis.thaw()
     start_worker(env=env, polling_interval=0.2)
     message = receive_sync(private_redis.url, channel)
     assert message["payload"]["messageId"] == str(entry.message_id)
-    wait_until(lambda: row(entry.id).status == "Done", what="Done after the retry")
-    assert row(entry.id).attempts == 2
+    wait_until(lambda: state(entry)[0] == "Done", what="Done after the retry")
+    assert state(entry) == ("Done", 2)
 
 
 def test_skip_locked_never_hands_one_row_to_two_claimers(transactional_db: None) -> None:
-    for seq in range(30):
-        enqueue_message(seq=seq)
+    OutboxEntryFactory.create_batch(30)
     params = {"limit": 20, "delays": [1.0], "jitter": 0.0, "max_attempts": 8, "exhausted": "x"}
     with (
         psycopg.connect(db.conninfo()) as first,
@@ -156,7 +159,7 @@ def test_skip_locked_never_hands_one_row_to_two_claimers(transactional_db: None)
 def test_two_workers_without_the_lock_claim_each_row_once(
     start_worker: Callable[..., WorkerProcess],
 ) -> None:
-    entries = [enqueue_message(seq=seq) for seq in range(600)]
+    entries = OutboxEntryFactory.create_batch(600, message__chat=ChatFactory())
     workers = [start_worker("--once", "--no-lock", batch_size=20) for _ in range(2)]
     assert [w.wait(timeout=60) for w in workers] == [0, 0]
     attempts = RealtimeOutboxEntry.objects.filter(id__in=[e.id for e in entries])
@@ -168,9 +171,7 @@ def test_sigterm_stops_between_chunks_keeps_progress_and_releases_the_lock(
     worker_env: dict[str, str],
     private_redis: PrivateRedis,
 ) -> None:
-    rows = PIPELINE_CHUNK + 20
-    for seq in range(rows):
-        enqueue_message(seq=seq)
+    OutboxEntryFactory.create_batch(PIPELINE_CHUNK + 20, message__chat=ChatFactory())
     private_redis.freeze()  # the first chunk's push hangs: the worker is mid-push
     worker = start_worker(env=dict(worker_env, REDIS_URL=private_redis.url), publish_timeout=60)
     worker.wait_for("batch built")  # claimed and built; the first chunk now hangs

@@ -13,8 +13,8 @@ from messenger_realtime.outbox import OutboxIntent
 from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind, SessionKind
 from project.messenger import services
 from tests.support.dispatch import one_pass
+from tests.support.factories import UserFactory
 from tests.support.helpers import RecordingPublisher, options
-from tests.support.hub_helpers import make_user
 from tests.support.runtime import run
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
@@ -33,7 +33,7 @@ def dispatch(*intents: OutboxIntent) -> tuple[RecordingPublisher, list[RealtimeO
 
 
 def chat_with_call() -> tuple[Any, Any, Any, Any]:
-    alice, bob = make_user("alice"), make_user("bob")
+    alice, bob = UserFactory(name="alice"), UserFactory(name="bob")
     chat = services.create_chat(alice.id, [bob.id])
     call = services.start_call(alice.id, chat.id)
     RealtimeOutboxEntry.objects.all().delete()  # only the rows under test from here
@@ -92,7 +92,7 @@ def test_a_row_that_can_never_be_built_is_quarantined_at_once(case: str, error: 
     alice, bob, chat, call = chat_with_call()
     message = services.post_message(alice.id, chat.id, "secret body")
     contact = services.request_contact(alice.id, bob.id)
-    stranger = make_user("stranger")
+    stranger = UserFactory(name="stranger")
     RealtimeOutboxEntry.objects.all().delete()
     user, group = RealtimeTargetKind.USER, RealtimeTargetKind.CHAT_GROUP
     intent = {

@@ -49,6 +49,8 @@ def test_an_idle_channel_blocks_until_a_message_arrives(private_redis: PrivateRe
             if (await admin.info("clients"))["blocked_clients"] >= 1:
                 break
             await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the receive never blocked in Redis")
         await admin.aclose()
         assert not waiting.done()
         await sender.send(channel, {"type": "x", "n": 1})

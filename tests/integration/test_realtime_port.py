@@ -9,7 +9,7 @@ from messenger_realtime.contracts.port import MessageView
 from project.messenger import services
 from project.messenger.models import Message
 from project.messenger.realtime_port import MESSAGE_VIEW_COLUMNS, HostDomainPort
-from tests.support.hub_helpers import make_user
+from tests.support.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 def test_the_port_reads_messages_by_column_name_in_one_statement(
     django_assert_num_queries: Any,
 ) -> None:
-    alice, bob = make_user("alice"), make_user("bob")
+    alice, bob = UserFactory(name="alice"), UserFactory(name="bob")
     chat = services.create_chat(alice.id, [bob.id])
     assert list(MESSAGE_VIEW_COLUMNS) == [f.name for f in dataclasses.fields(MessageView)]
     sent = services.post_message(alice.id, chat.id, kind="File", file_meta={"name": "a.png"})

@@ -69,7 +69,8 @@ def test_raw_insert_gets_spec_defaults_from_the_database() -> None:
     raw_insert()
     entry = RealtimeOutboxEntry.objects.get()
     assert (entry.status, entry.attempts, entry.row_version) == ("Pending", 0, 0)
-    assert entry.next_attempt_at is not None and entry.created_at is not None
+    # All three from the database's clock at the INSERT: due at once.
+    assert entry.next_attempt_at == entry.created_at == entry.updated_at
 
 
 @pytest.mark.parametrize(

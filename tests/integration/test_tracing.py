@@ -9,7 +9,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from messenger_realtime.ops import tracing
 from tests.support.dispatch import one_pass
-from tests.support.helpers import RecordingPublisher, enqueue_message, options
+from tests.support.factories import OutboxEntryFactory
+from tests.support.helpers import RecordingPublisher, options
 from tests.support.runtime import run
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
@@ -18,11 +19,14 @@ pytestmark = pytest.mark.usefixtures("transactional_db")
 def test_without_an_sdk_no_span_is_made() -> None:
     if tracing.enabled():
         pytest.fail("an SDK provider is already configured in this process")
-    row = enqueue_message()
-    run(one_pass(options(), RecordingPublisher()))
-    assert row.id  # the pass ran; with tracing off the context managers yield None
+    row = OutboxEntryFactory()
+    publisher = RecordingPublisher()
+    result = run(one_pass(options(), publisher))
+    # The pass ran its traced path (pass and row spans) without an SDK, and delivered.
+    assert result.dispatched == 1
+    assert [e.payload["messageId"] for e in publisher.events] == [str(row.message_id)]
     with tracing.pass_span("x") as span:
-        assert span is None
+        assert span is None  # with tracing off the context managers yield None
 
 
 def test_a_pass_span_holds_one_child_per_row() -> None:
@@ -30,7 +34,7 @@ def test_a_pass_span_holds_one_child_per_row() -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)  # once per process; later tests keep it
-    rows = [enqueue_message(seq=seq) for seq in range(2)]
+    rows = OutboxEntryFactory.create_batch(2)
     run(one_pass(options(), RecordingPublisher()))
     spans = exporter.get_finished_spans()
     (pass_span,) = [s for s in spans if s.name == "realtime_dispatch.pass"]

@@ -1,9 +1,20 @@
-"""A tiny JSON client for the REST API over real HTTP (urllib)."""
+"""Plain HTTP over real sockets (urllib): a GET for probes, a tiny JSON client for the API."""
 
 import json
 import urllib.error
 import urllib.request
 from typing import Any
+
+
+def http_get(url: str, timeout: float = 5) -> tuple[int, str]:
+    """Status and text of a GET; (0, "") when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except OSError:
+        return 0, ""
 
 
 class Api:

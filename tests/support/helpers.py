@@ -7,6 +7,7 @@ from uuid import UUID, uuid4
 from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models.functions import Now
 
 from messenger_realtime import outbox
 from messenger_realtime.conf.settings import RealtimeDispatchOptions, load_options
@@ -15,26 +16,22 @@ from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind
 from messenger_realtime.transport.groups import layer_group
 from messenger_realtime.transport.layer import BatchReceiveRedisChannelLayer
-from messenger_realtime.uuid7 import uuid7
-from project.messenger.models import Chat, Message, User
+from project.messenger.models import Message
 
 
 def options(**overrides: Any) -> RealtimeDispatchOptions:
     return load_options(**overrides)
 
 
-def enqueue_message(chat_id: UUID | None = None, seq: int = 1) -> RealtimeOutboxEntry:
-    """Commit a message (in chat `chat_id`, made if new) and its MessageReceived intent."""
+def commit_message_received(message: Message) -> RealtimeOutboxEntry:
+    """The owner's MessageReceived write for `message`: enqueue, committed, with its NOTIFY."""
     with transaction.atomic():
-        chat, _ = Chat.objects.get_or_create(id=chat_id or uuid7(), defaults={"last_seq": seq})
-        sender = User.objects.create(username=f"sender-{uuid4().hex}")
-        message = Message.objects.create(chat=chat, seq=seq, sender=sender, body=f"body {seq}")
         return outbox.enqueue(
             RealtimeDispatchKind.MESSAGE_RECEIVED,
             target_kind=RealtimeTargetKind.CHAT_GROUP,
-            chat_id=chat.id,
+            chat_id=message.chat_id,
             message_id=message.id,
-            seq=seq,
+            seq=message.seq,
         )
 
 
@@ -49,13 +46,9 @@ def db_now_offset(entry_id: UUID) -> float:
         return float(cur.fetchone()[0])
 
 
-def make_due(*entry_ids: UUID) -> None:
+def make_due(*entries: RealtimeOutboxEntry) -> None:
     """Bring rows' next attempt to the database's now (skip the backoff wait)."""
-    with connection.cursor() as cur:
-        cur.execute(
-            "UPDATE messenger.realtime_outbox SET next_attempt_at = now() WHERE id = ANY(%s)",
-            [list(entry_ids)],
-        )
+    RealtimeOutboxEntry.objects.filter(id__in=[e.id for e in entries]).update(next_attempt_at=Now())
 
 
 def layer(url: str) -> RedisChannelLayer:
