@@ -62,10 +62,16 @@ class RealtimeOutboxEntry(models.Model):
             models.Index(fields=["chat_id"], name="ix_rto_chat"),
             # The claim walks Pending rows in id order; Done and Quarantined rows stay out
             # of this index so the hot path does not wade through history.
-            models.Index(fields=["id"], name="ix_rto_pending_id", condition=Q(status="Pending")),
+            models.Index(
+                fields=["id"],
+                name="ix_rto_pending_id",
+                condition=Q(status=RealtimeOutboxStatus.PENDING),
+            ),
             # Retention deletes old Done rows in bounded batches without a table scan.
             models.Index(
-                fields=["updated_at"], name="ix_rto_done_updated", condition=Q(status="Done")
+                fields=["updated_at"],
+                name="ix_rto_done_updated",
+                condition=Q(status=RealtimeOutboxStatus.DONE),
             ),
         ]
         constraints = [
