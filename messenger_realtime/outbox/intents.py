@@ -60,7 +60,14 @@ def enqueue(
     seq: int | None = None,
     using: str = "default",
 ) -> RealtimeOutboxEntry:
-    """Write one intent in the current transaction and wake the worker at commit."""
+    """Write one intent in the current transaction and wake the worker at commit.
+
+    Args: the spec's reference ids (never a body): a ChatGroup push needs chat_id, a User
+    push target_user_id; `using` is the owner's database alias.
+    Returns: the new RealtimeOutboxEntry (Pending, due now by the database clock).
+    Raises: TransactionRequired outside transaction.atomic(); ValueError naming the
+    inconsistent field (unknown kind, missing target id).
+    """
     intent = OutboxIntent(
         kind, target_kind, chat_id, target_user_id, message_id, ref_id, session_kind, seq
     )
@@ -70,7 +77,10 @@ def enqueue(
 def enqueue_many(
     intents: Iterable[OutboxIntent], *, using: str = "default"
 ) -> list[RealtimeOutboxEntry]:
-    """Write several intents with one INSERT and one NOTIFY, in the current transaction."""
+    """Write several intents with one INSERT and one NOTIFY, in the current transaction.
+
+    Returns the new entries in order; raises as enqueue() does, before writing anything.
+    """
     if not transaction.get_connection(using).in_atomic_block:
         raise TransactionRequired(
             "messenger_realtime.outbox.enqueue must run inside the owner's "
