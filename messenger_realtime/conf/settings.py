@@ -41,6 +41,15 @@ DEFAULTS: dict[str, Any] = {
     "LOCK_KEY": "job:scheduled:messenger-realtime-dispatch",
     "REALTIME_BACKPLANE_ENABLED": True,
     "METRICS_PORT": 9108,  # the worker's /metrics and /health/*; 0 turns it off
+    "BUILD_TIMEOUT": 5.0,  # a batch's domain read not done by then: its rows retried alone
+    # Seconds after which a time-critical event is not pushed any more (kind -> seconds).
+    "DELIVERY_DEADLINES": {
+        "CallInvited": 45.0,
+        "ConferenceInvited": 300.0,
+        "ConferenceStarted": 300.0,
+    },
+    "HUB_BACKLOG_LIMIT": 500,  # messages queued for one hub process before pushes wait
+    "HUB_BACKLOG_WAIT": 1.0,  # the longest a push waits for a hub to catch up
     # The hub (/hubs/messenger) and the host's domain port.
     "DOMAIN_PORT": "",  # dotted path of the host's DomainPort implementation
     "JWT_SIGNING_KEY": "",  # HS256 key; a secret: never logged
@@ -75,6 +84,8 @@ _KINDS: dict[str, type] = {
     "CORS_ALLOWED_ORIGINS": list,
     "MAX_MESSAGE_SIZE": int,
     "METRICS_PORT": int,
+    "DELIVERY_DEADLINES": dict,
+    "HUB_BACKLOG_LIMIT": int,
     "MEDIA_JWT_SIGNING_KEY": str,
     "MEDIA_JWT_ISSUER": str,
     "MEDIA_JWT_AUDIENCE": str,
@@ -103,6 +114,10 @@ class RealtimeDispatchOptions:
     lock_key: str
     realtime_backplane_enabled: bool
     metrics_port: int
+    build_timeout: float
+    delivery_deadlines: dict[str, float]
+    hub_backlog_limit: int
+    hub_backlog_wait: float
 
 
 @dataclass(frozen=True)
@@ -139,6 +154,8 @@ def _coerce(key: str, value: Any) -> Any:
         if value.strip().lower() not in _BOOL_WORDS:
             raise ValueError(f"not a boolean (use one of {sorted(_BOOL_WORDS)})")
         return value.strip().lower() in environ.Env.BOOLEAN_TRUE_STRINGS
+    if kind is dict:
+        return _deadlines(value)
     if kind is list:
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
@@ -154,6 +171,18 @@ def _coerce(key: str, value: Any) -> Any:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
     return value
+
+
+def _deadlines(value: Any) -> dict[str, float]:
+    """{kind: seconds}, from a mapping or "Kind=seconds,Kind=seconds" (the environment)."""
+    if isinstance(value, str):
+        pairs = [item.partition("=") for item in value.split(",") if item.strip()]
+        if any(not sep for _, sep, _ in pairs):
+            raise ValueError("expected Kind=seconds pairs separated by commas")
+        value = {k.strip(): v.strip() for k, _, v in pairs}
+    if not isinstance(value, dict):
+        raise TypeError("expected a mapping of kind to seconds")
+    return {str(k): float(v) for k, v in value.items()}
 
 
 def collect() -> tuple[dict[str, Any], list[tuple[str, str]]]:

@@ -20,6 +20,29 @@ POSITIVE_DURATIONS = (
     "HANDSHAKE_TIMEOUT",
     "MEDIA_TOKEN_TTL",
     "TURN_TTL",
+    "BUILD_TIMEOUT",
+    "HUB_BACKLOG_WAIT",
+)
+# Kinds a delivery deadline may drop: never a message, a receipt or any chat state change
+# (clients rebuild those from REST anyway, but a lost message event is never acceptable).
+EXPIRABLE_KINDS = frozenset(
+    {
+        "CallInvited",
+        "CallAnswered",
+        "CallDeclined",
+        "CallMissed",
+        "CallCancelled",
+        "CallEnded",
+        "ConferenceInvited",
+        "ConferenceStarted",
+        "ConferenceEnded",
+        "ConferenceParticipantJoined",
+        "ConferenceParticipantLeft",
+        "ScreenShareStarted",
+        "ScreenShareStopped",
+        "RecordingStarted",
+        "RecordingStopped",
+    }
 )
 MIN_JWT_KEY_BYTES = 32  # RFC 7518: an HS256 key at least as long as the hash
 
@@ -48,6 +71,21 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
     rule("E010", "MAX_MESSAGE_SIZE", values.get("MAX_MESSAGE_SIZE", 1) > 0, "must be > 0")
     port = values.get("METRICS_PORT", 0)
     rule("E010", "METRICS_PORT", 0 <= port <= 65535, "must be 0 (off) or a TCP port")
+    rule("E010", "HUB_BACKLOG_LIMIT", values.get("HUB_BACKLOG_LIMIT", 1) > 0, "must be > 0")
+    deadlines = values.get("DELIVERY_DEADLINES", {})
+    unknown = sorted(set(deadlines) - EXPIRABLE_KINDS)
+    rule(
+        "E015",
+        "DELIVERY_DEADLINES",
+        not unknown,
+        f"names kinds that may not expire: {', '.join(unknown)} (only media kinds may)",
+    )
+    rule(
+        "E015",
+        "DELIVERY_DEADLINES",
+        all(seconds > 0 for seconds in deadlines.values()),
+        "deadlines must be > 0 seconds",
+    )
     for secret in ("JWT_SIGNING_KEY", "MEDIA_JWT_SIGNING_KEY", "TURN_SHARED_SECRET"):
         key = str(values.get(secret, "x" * MIN_JWT_KEY_BYTES))
         ok = len(key.encode()) >= MIN_JWT_KEY_BYTES

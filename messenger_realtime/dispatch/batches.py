@@ -1,4 +1,9 @@
-"""One dispatch pass as a pipeline of overlapping batches.
+"""One dispatch pass: a pipeline of overlapping fair batches, then suspects one by one.
+
+Suspects (rows whose last attempt never got an outcome: the worker died or hung on them)
+are claimed, built, pushed and recorded one at a time, after the batches, so a row that
+kills the worker takes only itself to MAX_ATTEMPTS and every restart delivers the other
+rows first. The batches:
 
 Claims run back to back on the claim connection, each starting as soon as the one before
 proves full; each claimed batch is built (the domain read, off the event loop) while the
@@ -17,18 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from asgiref.sync import sync_to_async
-from django.db import close_old_connections
 
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
-from messenger_realtime.contracts.build import build_events
-from messenger_realtime.contracts.port import DomainPort
 from messenger_realtime.dispatch import store
+from messenger_realtime.dispatch.building import Builder
 from messenger_realtime.dispatch.outcomes import PassResult, report
 from messenger_realtime.dispatch.push import push
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
-from messenger_realtime.exceptions import InvalidRow, describe_error
-from messenger_realtime.ops.logging import Field
 from messenger_realtime.transport.publisher import Publisher
 
 logger = logging.getLogger(__name__)
@@ -39,14 +39,16 @@ Claim = Callable[[], Coroutine[Any, Any, list[RowOutcome]]]
 
 @dataclass(frozen=True)
 class PassContext:
-    """What a pass needs from its worker: settings, seams, the stop flag, a claim that
-    checks leadership first, and a heartbeat to call while it makes progress."""
+    """What a pass needs from its worker: settings, seams, the stop flag, claims that
+    check leadership first (a fair batch; one suspect), and a heartbeat to call while it
+    makes progress."""
 
     options: RealtimeDispatchOptions
     publisher: Publisher
-    port: DomainPort
+    builder: Builder
     stop: asyncio.Event
     claim: Claim
+    claim_suspect: Claim
     beat: Callable[[], None]
     sender: Any  # the quarantine signal's sender
 
@@ -57,11 +59,35 @@ class Batch:
     next_claim: "asyncio.Task[list[RowOutcome]] | None"  # the batch after, if any
 
 
-async def run_batches(ctx: PassContext, work_conn: Conn, result: PassResult) -> None:
+async def run_pass(ctx: PassContext, work_conn: Conn, result: PassResult) -> None:
+    """Batches while they come back full, then suspects alone, up to MAX_RUN_DURATION."""
+    started = time.monotonic()
+    await run_batches(ctx, work_conn, result, started)
+    await run_suspects(ctx, work_conn, result, started)
+
+
+async def run_suspects(
+    ctx: PassContext, work_conn: Conn, result: PassResult, started: float
+) -> None:
+    """Each due suspect on its own: claim one, build it, push it, record it; next."""
+    while not ctx.stop.is_set() and time.monotonic() - started < ctx.options.max_run_duration:
+        outcomes = await ctx.claim_suspect()
+        if not outcomes:
+            return
+        logger.info("suspect claimed alone", extra={"action": "suspect", "rows": 1})
+        await ctx.builder.build(outcomes)
+        await push(outcomes, ctx.publisher, ctx.stop, ctx.options)
+        await store.record(work_conn, outcomes, ctx.options.max_attempts)
+        await report(outcomes, result, ctx.sender)
+        ctx.beat()
+
+
+async def run_batches(
+    ctx: PassContext, work_conn: Conn, result: PassResult, started: float
+) -> None:
     """Claim and dispatch batches while they come back full, up to MAX_RUN_DURATION."""
     if ctx.stop.is_set():
         return
-    started = time.monotonic()
     spawned: set[asyncio.Task[Any]] = set()  # every stage task, settled before returning
     ahead: asyncio.Task[Batch] | None = _spawn(spawned, _build_after(ctx, None, started, spawned))
     recording: asyncio.Task[None] | None = None
@@ -79,7 +105,7 @@ async def run_batches(ctx: PassContext, work_conn: Conn, result: PassResult) -> 
                     if outcome.undecided:
                         outcome.decide(Fate.RELEASE)
             else:
-                await push(batch.outcomes, ctx.publisher, ctx.stop, ctx.options.publish_timeout)
+                await push(batch.outcomes, ctx.publisher, ctx.stop, ctx.options)
             if recording is not None:
                 await recording  # outcomes are written and reported in batch order
             recording = _spawn(spawned, _record(ctx, work_conn, batch, result))
@@ -121,36 +147,9 @@ async def _build_after(
     if full and in_time and not ctx.stop.is_set():
         next_claim = _spawn(spawned, ctx.claim())
     if not ctx.stop.is_set():  # rows about to be released need no build
-        await build(outcomes, ctx.port)
+        await ctx.builder.build(outcomes)
         logger.debug("batch built", extra={"action": "build", "rows": len(outcomes)})
     return Batch(outcomes, next_claim)
-
-
-async def build(outcomes: list[RowOutcome], port: DomainPort) -> None:
-    """Give each undecided row its event, or decide it: one domain read per entity type,
-    off the loop. An unbuildable row is quarantined (permanent); if reading the domain
-    fails (database trouble) every row of the batch is retried after its backoff."""
-    todo = [o for o in outcomes if o.undecided]
-    if not todo:
-        return
-    try:
-        built = await sync_to_async(_build_with_fresh_connection)(todo, port)
-    except Exception as exc:
-        error = describe_error(exc)
-        logger.warning("payload build failed", extra={"action": "build", Field.ERROR_CODE: error})
-        for outcome in todo:
-            outcome.decide(Fate.RETRY, error)
-        return
-    for outcome, event in zip(todo, built, strict=True):
-        if isinstance(event, InvalidRow):
-            outcome.decide(Fate.QUARANTINE, str(event)[:512])
-        else:
-            outcome.event = event
-
-
-def _build_with_fresh_connection(outcomes: list[RowOutcome], port: DomainPort) -> list[Any]:
-    close_old_connections()  # a long-lived worker must not reuse a broken connection
-    return build_events([o.row for o in outcomes], port)
 
 
 async def _record(ctx: PassContext, conn: Conn, batch: Batch, result: PassResult) -> None:

@@ -10,17 +10,17 @@ import contextlib
 import logging
 import time
 from typing import Any
+from uuid import UUID
 
 import psycopg
-from asgiref.sync import sync_to_async
-from django.db import connections
 
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.contracts.port import DomainPort, get_domain_port
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch import store
 from messenger_realtime.dispatch.backoff import delay_table
-from messenger_realtime.dispatch.batches import PassContext, run_batches
+from messenger_realtime.dispatch.batches import PassContext, run_pass
+from messenger_realtime.dispatch.building import Builder
 from messenger_realtime.dispatch.leader import Leader
 from messenger_realtime.dispatch.outcomes import PassResult
 from messenger_realtime.dispatch.rows import RowOutcome
@@ -34,6 +34,7 @@ from messenger_realtime.uuid7 import uuid7
 
 logger = logging.getLogger(__name__)
 
+NO_TARGET = UUID(int=0)  # the cursor before any target
 RECONNECT_DELAY = 1.0  # seconds between attempts to get a lost database session back
 STATS_INTERVAL = 1.0  # seconds between backlog gauge refreshes
 
@@ -41,7 +42,8 @@ STATS_INTERVAL = 1.0  # seconds between backlog gauge refreshes
 def stale_after(options: RealtimeDispatchOptions) -> float:
     """How long without a heartbeat before the worker counts as stuck."""
     o = options
-    return max(10.0, 3 * o.polling_interval + o.max_run_duration + o.publish_timeout)
+    slowest = o.max_run_duration + o.publish_timeout + o.build_timeout + o.hub_backlog_wait
+    return max(10.0, 3 * o.polling_interval + slowest)
 
 
 class Dispatcher:
@@ -72,7 +74,11 @@ class Dispatcher:
         self.leader = Leader(options.lock_key, options.lock_ttl, alias)
         self.port = port or get_domain_port()
         self.liveness = Liveness(stale_after(options), stopping=self.stop.is_set)
-        self.delays = delay_table(options)
+        self.builder = Builder(self.port, options.build_timeout, options.delivery_deadlines)
+        self.claim_shape = store.Claim(
+            options.batch_size, delay_table(options), options.backoff_jitter, options.max_attempts
+        )
+        self.cursor = NO_TARGET  # fair claims take turns over targets from here
         self.conn: psycopg.AsyncConnection[Any] | None = None  # outcomes, stats, retention
         self.claim_conn: psycopg.AsyncConnection[Any] | None = None  # claims, ahead of pushes
         metrics.create_kind_series(RealtimeDispatchKind.values)
@@ -159,16 +165,27 @@ class Dispatcher:
         async def claim() -> list[RowOutcome]:
             if self.use_lock:
                 await self.leader.ensure_held()
-            o = self.options
-            return await store.claim(
-                claim_conn, o.batch_size, self.delays, o.backoff_jitter, o.max_attempts
-            )
+            targets = await store.walk_targets(claim_conn, self.cursor, self.options.batch_size)
+            self.cursor = targets[-1] if targets else NO_TARGET
+            return await store.claim(claim_conn, self.claim_shape, targets)
+
+        async def claim_suspect() -> list[RowOutcome]:
+            if self.use_lock:
+                await self.leader.ensure_held()
+            return await store.claim(claim_conn, self.claim_shape)
 
         ctx = PassContext(
-            self.options, self.publisher, self.port, self.stop, claim, self.liveness.beat, self
+            self.options,
+            self.publisher,
+            self.builder,
+            self.stop,
+            claim,
+            claim_suspect,
+            self.liveness.beat,
+            self,
         )
         with tracing.pass_span(job_run_id):
-            await run_batches(ctx, conn, result)
+            await run_pass(ctx, conn, result)
         result.duration_ms = round((time.monotonic() - started) * 1000, 1)
         level = logging.INFO if result.batches else logging.DEBUG
         logger.log(
@@ -220,9 +237,9 @@ class Dispatcher:
     async def close(self) -> None:
         """Release the lock and close every session (run() does this on exit)."""
         self.liveness.leading = self.liveness.connected = False
-        # The domain reads' Django connection lives in sync_to_async's thread: close it
-        # there too, so no session outlives the dispatcher.
-        await sync_to_async(connections.close_all)()
+        # The domain reads' Django connection lives in the builder's thread: close it
+        # there, so no session outlives the dispatcher.
+        await self.builder.close()
         await self.leader.close()
         for conn in (self.conn, self.claim_conn):
             if conn is not None and not conn.closed:

@@ -31,6 +31,7 @@ class PassResult:
     retried: int = 0
     quarantined: int = 0
     released: int = 0
+    expired: int = 0
     stale: int = 0
     batches: int = 0
     duration_ms: float = 0.0
@@ -38,8 +39,11 @@ class PassResult:
 
 async def report(outcomes: Sequence[RowOutcome], result: PassResult, sender: Any) -> None:
     """Count, log, measure and signal one recorded batch."""
-    done = [o for o in outcomes if o.recorded is Status.DONE]
-    retried = [o for o in outcomes if o.fate is Fate.RETRY and o.recorded is Status.PENDING]
+    done = [o for o in outcomes if o.fate is Fate.DONE and o.recorded is Status.DONE]
+    expired = [o for o in outcomes if o.fate is Fate.EXPIRE and o.recorded is Status.DONE]
+    retried = [
+        o for o in outcomes if o.fate in (Fate.RETRY, Fate.ISOLATE) and o.recorded is Status.PENDING
+    ]
     quarantined = [o for o in outcomes if o.recorded is Status.QUARANTINED]
     released = [o for o in outcomes if o.fate is Fate.RELEASE and o.recorded is not None]
     stale = sum(o.fate is not None and o.recorded is None for o in outcomes)
@@ -50,7 +54,11 @@ async def report(outcomes: Sequence[RowOutcome], result: PassResult, sender: Any
         metrics.lag.observe(outcome.lag or 0.0)
     for kind, count in Counter(o.row.kind for o in retried).items():
         metrics.retried.labels(kind=kind).inc(count)
+    for outcome in expired:
+        metrics.expired.labels(kind=outcome.row.kind).inc()
+        logger.info("expired", extra={"action": "expired", **_fields(outcome)})
     result.dispatched += len(done)
+    result.expired += len(expired)
     result.retried += len(retried)
     result.released += len(released)
     result.stale += stale
@@ -87,6 +95,6 @@ def _fields(outcome: RowOutcome) -> dict[str, Any]:
         fields[Field.TARGET_USER_ID] = row.target_user_id
     if row.seq is not None:
         fields[Field.SEQ] = row.seq
-    if outcome.error is not None and outcome.recorded is not Status.DONE:
+    if outcome.error is not None and outcome.fate is not Fate.DONE:
         fields[Field.ERROR_CODE] = outcome.error
     return fields

@@ -3,24 +3,37 @@
 A BatchPublisher (the channel layer's pipelined path) gets the batch in chunks of
 PIPELINE_CHUNK and a stop request is honoured between chunks; a plain Publisher gets one
 row at a time and a stop is honoured between rows. Either way a push in flight finishes.
+
+Backpressure: every connection of a hub process shares one queue in Redis, so an event
+pushed behind a burst waits for the whole burst. After each chunk, while a hub process it
+reached holds more than HUB_BACKLOG_LIMIT messages, the push waits (at most
+HUB_BACKLOG_WAIT) so the backlog stays in PostgreSQL, where fair claims let other chats'
+rows go first, instead of in the hub's queue.
 """
 
 import asyncio
+import logging
 from collections.abc import Sequence
 
+from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
 from messenger_realtime.exceptions import describe_error
-from messenger_realtime.ops import tracing
-from messenger_realtime.transport.publisher import BatchPublisher, Publisher
+from messenger_realtime.ops import metrics, tracing
+from messenger_realtime.transport.publisher import BatchPublisher, HubBacklog, Publisher
 
+logger = logging.getLogger(__name__)
 PIPELINE_CHUNK = 100
 
 
 async def push(
-    outcomes: Sequence[RowOutcome], publisher: Publisher, stop: asyncio.Event, timeout: float
+    outcomes: Sequence[RowOutcome],
+    publisher: Publisher,
+    stop: asyncio.Event,
+    options: RealtimeDispatchOptions,
 ) -> None:
     """Push every built, undecided row in claim order and decide it."""
+    timeout = options.publish_timeout
     ready = [o for o in outcomes if o.undecided and o.event is not None]
     batched = isinstance(publisher, BatchPublisher)
     step = PIPELINE_CHUNK if batched else 1
@@ -43,6 +56,29 @@ async def push(
                 outcome.decide(Fate.DONE)
             else:
                 outcome.decide(Fate.RETRY, describe_error(result))
+        if isinstance(publisher, HubBacklog):
+            await _wait_for_hub(publisher, options, stop)
+
+
+async def _wait_for_hub(
+    publisher: "HubBacklog", options: RealtimeDispatchOptions, stop: asyncio.Event
+) -> None:
+    """Wait while the hub processes just pushed to are too far behind (bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + options.hub_backlog_wait
+    delay = 0.002
+    try:
+        waited = False
+        while await publisher.hub_backlog() > options.hub_backlog_limit:
+            if stop.is_set() or loop.time() >= deadline:
+                break
+            waited = True
+            await asyncio.sleep(delay)  # the hub drains ~1-2k messages/s per process
+            delay = min(delay * 2, 0.05)
+        if waited:
+            metrics.hub_backlog_waits.inc()
+    except Exception:  # measuring the backlog is best effort; the push itself succeeded
+        logger.debug("hub backlog unknown", exc_info=True)
 
 
 async def _publish(publisher: Publisher, events: list[OutgoingEvent]) -> list[BaseException | None]:

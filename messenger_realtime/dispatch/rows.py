@@ -32,6 +32,7 @@ class ClaimedRow(NamedTuple):
     attempts: int
     row_version: int
     created_at: datetime
+    age: float  # seconds since created_at, by the database clock at claim
 
 
 class Fate(StrEnum):
@@ -41,6 +42,8 @@ class Fate(StrEnum):
     RETRY = "Retry"  # transient failure: stays Pending (quarantined at MAX_ATTEMPTS)
     QUARANTINE = "Quarantine"  # permanent failure: never deliverable
     RELEASE = "Release"  # not pushed because the worker stops: attempt given back
+    ISOLATE = "Isolate"  # its batch's build failed: retried alone, at once, as a suspect
+    EXPIRE = "Expire"  # too old to matter (a delivery deadline): Done, not pushed
 
 
 @dataclass(slots=True)
@@ -48,6 +51,7 @@ class RowOutcome:
     """A claimed row, what was built for it, what was decided and what was recorded."""
 
     row: ClaimedRow
+    suspect: bool = False  # claimed as a suspect (alone): a failure keeps it one
     event: OutgoingEvent | None = None
     fate: Fate | None = None  # None until decided
     error: str | None = None  # becomes last_error: class and code only, never a body

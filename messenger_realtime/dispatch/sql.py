@@ -7,6 +7,7 @@ claim only if the planner can prove the predicate, which a bound parameter in a 
 statement's generic plan would not let it do.
 """
 
+from messenger_realtime.outbox.enums import URGENT_KINDS
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
 
 PENDING, DONE, QUARANTINED = (
@@ -18,21 +19,14 @@ PENDING, DONE, QUARANTINED = (
 # instead of letting a poison row crash the worker forever.
 EXHAUSTED_ERROR = "AttemptsExhausted: no outcome recorded within MAX_ATTEMPTS claims"
 
-# Claim up to %(limit)s due rows in insert (UUIDv7) order. The status filter is the
-# cursor (never "id > last seen": v7 order is insert order, not commit order). SKIP LOCKED
-# keeps a second runner (failover lag, --no-lock) on disjoint rows. Attempts are
-# pre-incremented and next_attempt_at pushed out by the backoff for the new attempt
-# count, all on the database clock: a crash before the outcome means a retry after
-# backoff, never a lost row. Jitter is drawn per row (random()), so rows that fail
-# together do not come due together. The partial index ix_rto_pending_id serves ORDER BY.
-CLAIM = f"""
-WITH due AS (
-    SELECT id FROM messenger.realtime_outbox
-    WHERE status = {PENDING} AND next_attempt_at <= now()
-    ORDER BY id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
+# Every claim ends with the same update: attempts are pre-incremented and next_attempt_at
+# pushed out by the backoff for the new attempt count, all on the database clock, so a
+# crash before the outcome means a retry after backoff, never a lost row. Jitter is drawn
+# per row (random()), so rows that fail together do not come due together. claimed_at
+# marks the attempt in flight until its outcome clears it. Rows whose attempts already
+# reached MAX_ATTEMPTS are quarantined here instead. `age` (now - created_at, database
+# clock) lets the worker drop a time-critical event that is too old to matter.
+_CLAIMED = f"""
 UPDATE messenger.realtime_outbox AS o SET
     status = CASE WHEN o.attempts >= %(max_attempts)s THEN {QUARANTINED} ELSE {PENDING} END,
     last_error = CASE WHEN o.attempts >= %(max_attempts)s THEN %(exhausted)s
@@ -42,14 +36,112 @@ UPDATE messenger.realtime_outbox AS o SET
     next_attempt_at = now() + make_interval(secs =>
         (%(delays)s::float8[])[LEAST(o.attempts + 1, cardinality(%(delays)s::float8[]))]
         * (1.0 - %(jitter)s::float8 * random())),
+    claimed_at = CASE WHEN o.attempts >= %(max_attempts)s THEN NULL ELSE now() END,
     updated_at = now(),
     row_version = o.row_version + 1
 FROM due
 WHERE o.id = due.id
 RETURNING o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id,
           o.ref_id, o.session_kind, o.seq, o.status, o.attempts, o.row_version,
-          o.created_at
+          o.created_at, extract(epoch FROM now() - o.created_at)::float8 AS age
 """
+
+_DUE = f"o.status = {PENDING} AND o.next_attempt_at <= now()"
+_URGENT = ", ".join(f"'{kind}'" for kind in URGENT_KINDS)
+
+# One probe of ix_rto_pending_target: the smallest target key with a Pending row (uuid
+# has no min() aggregate before PostgreSQL 16, and ORDER BY ... LIMIT 1 is the same probe).
+_NEXT_TARGET = f"SELECT target_key FROM messenger.realtime_outbox WHERE status = {PENDING}"
+_FIRST = "ORDER BY target_key LIMIT 1"
+
+# The targets (chats, users) that have Pending rows, in key order from just after the
+# worker's cursor, wrapping round once: up to %(limit)s of them, each found with one probe
+# of ix_rto_pending_target (a loose index scan), so a target with ten thousand rows costs
+# no more to step over than one with a single row. The worker moves its cursor to the last
+# key, so successive claims take turns over every target.
+WALK_TARGETS = f"""
+WITH RECURSIVE walk(key, depth, wrapped) AS (
+    SELECT coalesce(after.key, first.key), 1, after.key IS NULL
+    FROM (SELECT ({_NEXT_TARGET} AND target_key > %(after)s::uuid {_FIRST}) AS key) AS after,
+         (SELECT ({_NEXT_TARGET} {_FIRST}) AS key) AS first
+  UNION ALL
+    SELECT step.key, walk.depth + 1, step.wrapped
+    FROM walk CROSS JOIN LATERAL (
+        SELECT coalesce(later.key, first.key) AS key, walk.wrapped OR later.key IS NULL AS wrapped
+        FROM (SELECT ({_NEXT_TARGET} AND target_key > walk.key {_FIRST}) AS key) AS later,
+             (SELECT ({_NEXT_TARGET} AND NOT walk.wrapped {_FIRST}) AS key) AS first
+    ) AS step
+    WHERE walk.depth < %(limit)s AND step.key IS NOT NULL
+      AND NOT (step.wrapped AND step.key >= %(after)s::uuid)
+)
+SELECT key FROM walk WHERE key IS NOT NULL ORDER BY depth
+"""
+
+# A fair claim of up to %(limit)s due rows that no attempt holds (claimed_at IS NULL):
+# - urgent kinds first (ix_rto_pending_urgent): an invitation never waits behind a backlog;
+# - then round-robin over the walked %(targets)s: each target's oldest rows, an equal quota
+#   each, so one chat's burst cannot hold the other chats' rows; targets that filled their
+#   quota then fill what the others left, so a burst alone still fills whole batches;
+# - within a target, always its oldest rows: a chat's rows are claimed in id (insert) order.
+# SKIP LOCKED keeps a second runner (failover lag, --no-lock) on disjoint rows.
+CLAIM = f"""
+WITH quota AS (
+    SELECT greatest(1, ceil(%(limit)s::numeric
+                            / greatest(cardinality(%(targets)s::uuid[]), 1)))::int AS q
+),
+fair AS (
+    SELECT r.id, r.target_key, r.rn
+    FROM unnest(%(targets)s::uuid[]) AS t(key) CROSS JOIN LATERAL (
+        SELECT o.id, o.target_key, row_number() OVER (ORDER BY o.id) AS rn
+        FROM messenger.realtime_outbox AS o
+        WHERE o.target_key = t.key AND {_DUE} AND o.claimed_at IS NULL
+        ORDER BY o.id LIMIT (SELECT q FROM quota)
+    ) AS r
+),
+filled AS (
+    SELECT target_key FROM fair GROUP BY target_key
+    HAVING count(*) >= (SELECT q FROM quota)
+),
+topped AS (
+    SELECT r.id, r.rn + (SELECT q FROM quota) AS rn
+    FROM filled CROSS JOIN LATERAL (
+        SELECT o.id, row_number() OVER (ORDER BY o.id) AS rn
+        FROM messenger.realtime_outbox AS o
+        WHERE o.target_key = filled.target_key AND {_DUE} AND o.claimed_at IS NULL
+        ORDER BY o.id OFFSET (SELECT q FROM quota)
+        LIMIT greatest(%(limit)s - (SELECT count(*) FROM fair), 0)
+    ) AS r
+),
+urgent AS (
+    SELECT o.id, 0::bigint AS rn FROM messenger.realtime_outbox AS o
+    WHERE o.kind IN ({_URGENT}) AND {_DUE} AND o.claimed_at IS NULL
+    ORDER BY o.id LIMIT %(limit)s
+),
+picked AS (
+    SELECT id FROM (
+        SELECT id, rn FROM urgent UNION ALL SELECT id, rn FROM fair
+        UNION ALL SELECT id, rn FROM topped
+    ) AS candidates
+    GROUP BY id ORDER BY min(rn), id LIMIT %(limit)s
+),
+due AS (
+    SELECT o.id FROM messenger.realtime_outbox AS o
+    WHERE o.id IN (SELECT id FROM picked) AND {_DUE} AND o.claimed_at IS NULL
+    FOR UPDATE SKIP LOCKED
+)
+{_CLAIMED}"""
+
+# One suspect: a due row whose last attempt never got an outcome (claimed_at still set:
+# its worker died or hung on it). Claimed, built and pushed alone, so a row that crashes
+# the worker takes only itself to MAX_ATTEMPTS (ix_rto_pending_claimed).
+CLAIM_SUSPECT = f"""
+WITH due AS (
+    SELECT o.id FROM messenger.realtime_outbox AS o
+    WHERE {_DUE} AND o.claimed_at IS NOT NULL
+    ORDER BY o.id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+{_CLAIMED}"""
 
 # The outcome statements below join the batch's (id, row_version) pairs; "o.id = ANY(ids)"
 # lets the planner find the rows through the primary key instead of hashing the whole
@@ -60,7 +152,8 @@ RETURNING o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id
 # Success: Done, last_error cleared; lag (now - created_at) returned for the SLO metric.
 MARK_DONE = f"""
 UPDATE messenger.realtime_outbox AS o SET
-    status = {DONE}, last_error = NULL, updated_at = now(), row_version = o.row_version + 1
+    status = {DONE}, last_error = NULL, claimed_at = NULL, updated_at = now(),
+    row_version = o.row_version + 1
 FROM unnest(%(ids)s::uuid[], %(versions)s::bigint[]) AS t(id, version)
 WHERE o.id = ANY(%(ids)s::uuid[]) AND o.id = t.id AND o.row_version = t.version
   AND o.status = {PENDING}
@@ -69,24 +162,45 @@ RETURNING o.id, extract(epoch FROM now() - o.created_at)::float8 AS lag_seconds
 
 # Failure: stays Pending (next_attempt_at was already set by the claim) unless this was
 # attempt MAX_ATTEMPTS or the failure is permanent, then Quarantined. Never dropped.
+# A suspect's failure keeps it a suspect (claimed_at stays), so it is retried alone again;
+# `isolate` (a batch whose build failed or timed out) also makes the row due now, to be
+# retried alone at once, so the one row that broke the build holds up nobody else.
 MARK_FAILED = f"""
 UPDATE messenger.realtime_outbox AS o SET
     status = CASE WHEN t.permanent OR o.attempts >= %(max_attempts)s
                   THEN {QUARANTINED} ELSE {PENDING} END,
-    last_error = left(t.error, 512), updated_at = now(), row_version = o.row_version + 1
+    last_error = left(t.error, 512),
+    claimed_at = CASE WHEN t.suspect AND NOT t.permanent AND o.attempts < %(max_attempts)s
+                      THEN o.claimed_at ELSE NULL END,
+    next_attempt_at = CASE WHEN t.isolate THEN now() ELSE o.next_attempt_at END,
+    updated_at = now(), row_version = o.row_version + 1
 FROM unnest(%(ids)s::uuid[], %(versions)s::bigint[], %(errors)s::text[],
-            %(permanent)s::bool[]) AS t(id, version, error, permanent)
+            %(permanent)s::bool[], %(suspect)s::bool[], %(isolate)s::bool[])
+     AS t(id, version, error, permanent, suspect, isolate)
 WHERE o.id = ANY(%(ids)s::uuid[]) AND o.id = t.id AND o.row_version = t.version
   AND o.status = {PENDING}
 RETURNING o.id, o.status
+"""
+
+# Expired: a time-critical event older than its delivery deadline (a ring for a call that
+# ended minutes ago) is not pushed; the row ends Done and says why.
+MARK_EXPIRED = f"""
+UPDATE messenger.realtime_outbox AS o SET
+    status = {DONE}, last_error = left(t.error, 512), claimed_at = NULL, updated_at = now(),
+    row_version = o.row_version + 1
+FROM unnest(%(ids)s::uuid[], %(versions)s::bigint[], %(errors)s::text[])
+     AS t(id, version, error)
+WHERE o.id = ANY(%(ids)s::uuid[]) AND o.id = t.id AND o.row_version = t.version
+  AND o.status = {PENDING}
+RETURNING o.id
 """
 
 # Graceful stop: rows claimed but never pushed get their attempt back and are due now,
 # so the next runner takes them at once instead of after a backoff.
 RELEASE = f"""
 UPDATE messenger.realtime_outbox AS o SET
-    attempts = greatest(o.attempts - 1, 0), next_attempt_at = now(), updated_at = now(),
-    row_version = o.row_version + 1
+    attempts = greatest(o.attempts - 1, 0), next_attempt_at = now(), claimed_at = NULL,
+    updated_at = now(), row_version = o.row_version + 1
 FROM unnest(%(ids)s::uuid[], %(versions)s::bigint[]) AS t(id, version)
 WHERE o.id = ANY(%(ids)s::uuid[]) AND o.id = t.id AND o.row_version = t.version
   AND o.status = {PENDING}

@@ -6,37 +6,58 @@ push; a batch's outcomes are written in one short transaction after its pushes.
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 import psycopg
 from psycopg.rows import args_row
 
 from messenger_realtime.dispatch import sql
 from messenger_realtime.dispatch.rows import ClaimedRow, Fate, RowOutcome
+from messenger_realtime.outbox.enums import URGENT_KINDS
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
 
 Conn = psycopg.AsyncConnection[Any]
 
 
-async def claim(
-    conn: Conn, limit: int, delays: list[float], jitter: float, max_attempts: int
-) -> list[RowOutcome]:
-    """Claim up to `limit` due rows, in id order, each as an outcome to be decided.
+@dataclass(frozen=True)
+class Claim:
+    """How much a claim takes and the backoff it schedules (from the worker's options)."""
+
+    limit: int
+    delays: list[float]  # un-jittered backoff per attempt (backoff.delay_table)
+    jitter: float
+    max_attempts: int
+
+
+async def walk_targets(conn: Conn, after: UUID, limit: int) -> list[UUID]:
+    """Up to `limit` targets with Pending rows, in key order from just after `after`."""
+    cur = await conn.execute(sql.WALK_TARGETS, {"after": after, "limit": limit})
+    return [key for (key,) in await cur.fetchall()]
+
+
+async def claim(conn: Conn, claim: Claim, targets: list[UUID] | None = None) -> list[RowOutcome]:
+    """Claim due rows (a fair batch over `targets`, or one suspect when targets is None),
+    each as an outcome to be decided: urgent kinds first, then in id order.
 
     Rows the claim itself quarantined (attempts exhausted) come back decided and recorded.
     """
     params = {
-        "limit": limit,
-        "delays": delays,
-        "jitter": jitter,
-        "max_attempts": max_attempts,
+        "limit": claim.limit,
+        "delays": claim.delays,
+        "jitter": claim.jitter,
+        "max_attempts": claim.max_attempts,
         "exhausted": sql.EXHAUSTED_ERROR,
+        "targets": targets or [],
     }
+    statement = sql.CLAIM if targets is not None else sql.CLAIM_SUSPECT
     async with conn.cursor(row_factory=args_row(ClaimedRow)) as cur:
-        await cur.execute(sql.CLAIM, params)
+        await cur.execute(statement, params)
         rows = await cur.fetchall()
-    rows.sort(key=lambda row: row.id)  # RETURNING order is unspecified
-    outcomes = [RowOutcome(row) for row in rows]
+    # RETURNING order is unspecified: push time-critical kinds first, the rest in id order.
+    rows.sort(key=lambda row: (row.kind not in URGENT_KINDS, row.id))
+    outcomes = [RowOutcome(row, suspect=targets is None) for row in rows]
     for outcome in outcomes:
         if outcome.row.status == Status.QUARANTINED:
             outcome.decide(Fate.QUARANTINE, sql.EXHAUSTED_ERROR)
@@ -53,9 +74,10 @@ async def record(conn: Conn, outcomes: Sequence[RowOutcome], max_attempts: int) 
     """
     todo = [o for o in outcomes if o.fate is not None and o.recorded is None]
     done = [o for o in todo if o.fate is Fate.DONE]
-    failed = [o for o in todo if o.fate in (Fate.RETRY, Fate.QUARANTINE)]
+    failed = [o for o in todo if o.fate in (Fate.RETRY, Fate.QUARANTINE, Fate.ISOLATE)]
     released = [o for o in todo if o.fate is Fate.RELEASE]
-    several = sum(map(bool, (done, failed, released))) > 1
+    expired = [o for o in todo if o.fate is Fate.EXPIRE]
+    several = sum(map(bool, (done, failed, released, expired))) > 1
     async with conn.transaction() if several else _no_transaction():
         if done:
             by_id = {o.row.id: o for o in done}
@@ -68,11 +90,20 @@ async def record(conn: Conn, outcomes: Sequence[RowOutcome], max_attempts: int) 
             params.update(
                 errors=[o.error or "" for o in failed],
                 permanent=[o.fate is Fate.QUARANTINE for o in failed],
+                suspect=[o.suspect or o.fate is Fate.ISOLATE for o in failed],
+                isolate=[o.fate is Fate.ISOLATE for o in failed],
                 max_attempts=max_attempts,
             )
             cur = await conn.execute(sql.MARK_FAILED, params)
             for row_id, status in await cur.fetchall():
                 by_id[row_id].recorded = Status(status)
+        if expired:
+            by_id = {o.row.id: o for o in expired}
+            params = _keys(expired)
+            params["errors"] = [o.error or "" for o in expired]
+            cur = await conn.execute(sql.MARK_EXPIRED, params)
+            for (row_id,) in await cur.fetchall():
+                by_id[row_id].recorded = Status.DONE
         if released:
             by_id = {o.row.id: o for o in released}
             cur = await conn.execute(sql.RELEASE, _keys(released))

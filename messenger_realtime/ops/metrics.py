@@ -35,6 +35,19 @@ channel_overruns = Counter(
     "messenger_realtime_channel_overruns",
     "Messages channels-redis dropped because a connection's queue was full (capacity).",
 )
+expired = Counter(
+    "messenger_realtime_expired",
+    "Time-critical rows not pushed because they outlived their delivery deadline.",
+    ["kind"],
+)
+build_timeouts = Counter(
+    "messenger_realtime_build_timeouts",
+    "Domain reads abandoned after BUILD_TIMEOUT (their batch's rows were retried alone).",
+)
+hub_backlog_waits = Counter(
+    "messenger_realtime_hub_backlog_waits",
+    "Pushes that waited for a hub process's queue to drain below HUB_BACKLOG_LIMIT.",
+)
 hub_connections = Gauge("messenger_realtime_hub_connections", "Open hub connections.")
 hub_disconnects = Counter("messenger_realtime_hub_disconnects", "Closed hub connections.")
 
@@ -44,5 +57,5 @@ def create_kind_series(kinds: Iterable[str]) -> None:
     increment is an increase that rate()/increase() can see: a series born at 1 would
     hide the first quarantine."""
     for kind in kinds:
-        for counter in (dispatched, retried, quarantined):
+        for counter in (dispatched, retried, quarantined, expired):
             counter.labels(kind=kind)

@@ -51,6 +51,19 @@ class RealtimeDispatchKind(models.TextChoices):
     BLACKLIST_CHANGED = "BlacklistChanged"
 
 
+# Time-critical kinds: claimed ahead of any backlog (a ringing phone, a call that ended).
+URGENT_KINDS = (
+    RealtimeDispatchKind.CALL_INVITED,
+    RealtimeDispatchKind.CALL_CANCELLED,
+    RealtimeDispatchKind.CALL_MISSED,
+    RealtimeDispatchKind.CALL_ENDED,
+    RealtimeDispatchKind.CALL_DECLINED,
+    RealtimeDispatchKind.CALL_ANSWERED,
+    RealtimeDispatchKind.CONFERENCE_INVITED,
+    RealtimeDispatchKind.CONFERENCE_STARTED,
+    RealtimeDispatchKind.CONFERENCE_ENDED,
+)
+
 _WORD_BOUNDARY = re.compile(r"(?<!^)(?=[A-Z])")
 
 

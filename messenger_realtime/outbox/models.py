@@ -1,10 +1,11 @@
 """The realtime outbox: one push intent per row, written in the owner's transaction."""
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, Q, When
 from django.db.models.functions import Now
 
 from messenger_realtime.outbox.enums import (
+    URGENT_KINDS,
     RealtimeDispatchKind,
     RealtimeOutboxStatus,
     RealtimeTargetKind,
@@ -46,6 +47,19 @@ class RealtimeOutboxEntry(models.Model):
     updated_at = models.DateTimeField(db_default=Now())
     # Bumped by every claim and outcome: an outcome only applies to the claim it belongs to.
     row_version = models.BigIntegerField(default=0, db_default=0)
+    # Set by a claim, cleared by its outcome: a due row that still has it was claimed and
+    # never got an outcome (its worker died or hung on it), so it is retried alone.
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    # The hub group's id (the chat, or the user of a User push): fair claims take turns
+    # between targets (dispatch/sql.py).
+    target_key = models.GeneratedField(
+        expression=Case(
+            When(target_kind=RealtimeTargetKind.USER, then=F("target_user_id")),
+            default=F("chat_id"),
+        ),
+        output_field=models.UUIDField(),
+        db_persist=True,
+    )
 
     class Meta:
         # Django quotes db_table as one identifier, so this spelling becomes
@@ -66,6 +80,25 @@ class RealtimeOutboxEntry(models.Model):
                 fields=["id"],
                 name="ix_rto_pending_id",
                 condition=Q(status=RealtimeOutboxStatus.PENDING),
+            ),
+            # Fair claims visit the targets with Pending rows one by one, and take each
+            # target's oldest rows (dispatch/sql.py CLAIM).
+            models.Index(
+                fields=["target_key", "id"],
+                name="ix_rto_pending_target",
+                condition=Q(status=RealtimeOutboxStatus.PENDING),
+            ),
+            # Time-critical kinds (invitations, call endings) are claimed ahead of a backlog.
+            models.Index(
+                fields=["id"],
+                name="ix_rto_pending_urgent",
+                condition=Q(status=RealtimeOutboxStatus.PENDING, kind__in=URGENT_KINDS),
+            ),
+            # Suspects: claimed, never given an outcome (a handful at most).
+            models.Index(
+                fields=["id"],
+                name="ix_rto_pending_claimed",
+                condition=Q(status=RealtimeOutboxStatus.PENDING, claimed_at__isnull=False),
             ),
             # Retention deletes old Done rows in bounded batches without a table scan.
             models.Index(

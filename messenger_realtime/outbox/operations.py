@@ -82,6 +82,7 @@ def requeue(ids: Iterable[UUID], using: str = "default") -> int:
                 status=Status.PENDING,
                 attempts=0,
                 next_attempt_at=Now(),
+                claimed_at=None,  # a fresh start: not a suspect any more
                 updated_at=Now(),
                 row_version=F("row_version") + 1,
             )
@@ -109,10 +110,14 @@ def quarantine(ids: Iterable[UUID], using: str = "default") -> int:
         blank = rows.filter(last_error__isnull=True).update(
             status=Status.QUARANTINED,
             last_error=MANUAL_QUARANTINE,
+            claimed_at=None,
             updated_at=Now(),
             row_version=F("row_version") + 1,
         )
         rest = rows.update(
-            status=Status.QUARANTINED, updated_at=Now(), row_version=F("row_version") + 1
+            status=Status.QUARANTINED,
+            claimed_at=None,
+            updated_at=Now(),
+            row_version=F("row_version") + 1,
         )
     return blank + rest

@@ -9,6 +9,7 @@ host; otherwise the layer's own group_send is used, event by event.
 """
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from channels_redis.core import RedisChannelLayer
@@ -48,6 +49,15 @@ end
 return members
 """
 
+# The longest of the given channel queues (a hub process's pending messages).
+QUEUE_DEPTH_LUA = """
+local longest = 0
+for i = 1, #KEYS do
+    longest = math.max(longest, redis.call('ZCARD', KEYS[i]))
+end
+return longest
+"""
+
 SCORE_STEP = 1e-6  # seconds between consecutive messages' scores (representable at 1.7e9)
 
 
@@ -70,10 +80,16 @@ def supports(layer: Any) -> bool:
     return isinstance(layer, RedisChannelLayer) and len(layer.hosts) == 1
 
 
+@dataclass(frozen=True)
+class ChunkSent:
+    overruns: int  # messages dropped because a channel was at capacity
+    channel_keys: list[str]  # the distinct channel queues the chunk reached
+
+
 async def group_send_many(
     layer: Any, events: list[tuple[OutgoingEvent, dict[str, Any]]], clock: ScoreClock
-) -> int:
-    """Send each (event, channels message) to its group; returns channel overruns."""
+) -> ChunkSent:
+    """Send each (event, channels message) to its group."""
     connection = layer.connection(0)
     now = int(time.time())
     event_groups = [layer._group_key(layer_group(event.target)) for event, _ in events]
@@ -96,7 +112,14 @@ async def group_send_many(
             messages.append(serialized)
             capacities.append(capacity_by_key[key])
     if not keys:
-        return 0
+        return ChunkSent(0, [])
     stale_before = now - int(layer.expiry)
     args = [*messages, *capacities, *clock.take(len(keys)), layer.expiry, stale_before]
-    return int(await connection.eval(CHUNK_SEND_LUA, len(keys), *keys, *args))
+    overruns = int(await connection.eval(CHUNK_SEND_LUA, len(keys), *keys, *args))
+    return ChunkSent(overruns, list(dict.fromkeys(keys)))
+
+
+async def queue_depth(layer: Any, channel_keys: list[str]) -> int:
+    """The longest of these channel queues, in one round trip."""
+    connection = layer.connection(0)
+    return int(await connection.eval(QUEUE_DEPTH_LUA, len(channel_keys), *channel_keys))

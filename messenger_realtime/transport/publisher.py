@@ -31,6 +31,12 @@ class BatchPublisher(Publisher, Protocol):
         """Hand a chunk to the hub: per event None (accepted) or the error (retried)."""
 
 
+@runtime_checkable
+class HubBacklog(Protocol):
+    async def hub_backlog(self) -> int:
+        """Messages still queued for the hub processes the last push reached."""
+
+
 class ChannelLayerPublisher:
     """Publishes through a Channels layer (channels-redis across processes)."""
 
@@ -39,6 +45,7 @@ class ChannelLayerPublisher:
             raise ValueError("no channel layer configured (settings.CHANNEL_LAYERS)")
         self.layer = layer
         self.scores = pipeline.ScoreClock()
+        self.last_channels: list[str] = []  # hub process queues the last chunk reached
 
     async def publish(self, event: OutgoingEvent) -> None:
         await self.layer.group_send(layer_group(event.target), layer_message(event))
@@ -55,9 +62,10 @@ class ChannelLayerPublisher:
                 except Exception as exc:
                     results.append(exc)
             return results
-        overruns = await pipeline.group_send_many(
+        sent = await pipeline.group_send_many(
             self.layer, [(e, layer_message(e)) for e in events], self.scores
         )
+        overruns, self.last_channels = sent.overruns, sent.channel_keys
         if overruns:
             # channels-redis drops a message for a full channel: count it, never silently.
             metrics.channel_overruns.inc(overruns)
@@ -66,6 +74,13 @@ class ChannelLayerPublisher:
                 extra={"action": "overrun", "channels": overruns},
             )
         return [None] * len(events)
+
+    async def hub_backlog(self) -> int:
+        """The longest queue among the hub processes the last chunk reached (0 when the
+        layer is not the pipelined channels-redis one)."""
+        if not self.last_channels or not pipeline.supports(self.layer):
+            return 0
+        return await pipeline.queue_depth(self.layer, self.last_channels)
 
 
 def layer_message(event: OutgoingEvent) -> dict[str, Any]:

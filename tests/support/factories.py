@@ -10,11 +10,14 @@ from typing import Any
 
 import factory
 from django.contrib.auth.models import Permission
+from django.db import transaction
 from django.db.models.functions import Now
 from factory.django import DjangoModelFactory
 
+from messenger_realtime import outbox
 from messenger_realtime.conf.settings import load_options
 from messenger_realtime.models import RealtimeOutboxEntry
+from messenger_realtime.outbox import OutboxIntent
 from messenger_realtime.outbox.enums import (
     RealtimeDispatchKind,
     RealtimeOutboxStatus,
@@ -120,9 +123,14 @@ class OutboxEntryFactory(DjangoModelFactory[RealtimeOutboxEntry]):
             updated_at=factory.LazyFunction(lambda: Now() - LONG_AGO),
         )
         with_error = factory.Trait(last_error=LAYER_DOWN)
-        exhausted = factory.Trait(attempts=factory.LazyFunction(_max_attempts))
+        # Claimed MAX_ATTEMPTS times, never an outcome: still in flight (a suspect).
+        exhausted = factory.Trait(
+            attempts=factory.LazyFunction(_max_attempts), claimed_at=factory.LazyFunction(Now)
+        )
         quarantined = factory.Trait(
-            status=RealtimeOutboxStatus.QUARANTINED, exhausted=True, with_error=True
+            status=RealtimeOutboxStatus.QUARANTINED,
+            attempts=factory.LazyFunction(_max_attempts),
+            with_error=True,
         )
         done = factory.Trait(status=RealtimeOutboxStatus.DONE, attempts=1)
 
@@ -140,3 +148,26 @@ class OutboxEntryFactory(DjangoModelFactory[RealtimeOutboxEntry]):
         # Read back what the database filled in (defaults and Now() ± interval values).
         entry.refresh_from_db()
         return entry
+
+
+def backlog(chat: Chat, count: int) -> list[Message]:
+    """`count` messages in `chat` and their MessageReceived rows, committed in bulk (the
+    real owner path: outbox.enqueue_many in the same transaction, one NOTIFY)."""
+    sender = UserFactory()
+    first = _next_seq(chat)
+    with transaction.atomic():
+        messages = Message.objects.bulk_create(
+            Message(chat=chat, sender=sender, seq=seq, body=f"body {seq}")
+            for seq in range(first, first + count)
+        )
+        Chat.objects.filter(id=chat.id).update(last_seq=first + count - 1)
+        outbox.enqueue_many(
+            OutboxIntent(
+                RealtimeDispatchKind.MESSAGE_RECEIVED,
+                chat_id=chat.id,
+                message_id=m.id,
+                seq=m.seq,
+            )
+            for m in messages
+        )
+    return messages

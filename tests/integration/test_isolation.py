@@ -1,0 +1,190 @@
+"""Dispatcher isolation: one chat's burst, one stuck read or one stale invitation never
+harms the other rows (real PostgreSQL; events recorded at the publisher seam)."""
+
+import asyncio
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.models.functions import Now
+from prometheus_client import REGISTRY
+
+from messenger_realtime.dispatch import connections as db
+from messenger_realtime.dispatch import store
+from messenger_realtime.dispatch.backoff import delay_table
+from messenger_realtime.dispatch.building import BUILD_TIMEOUT_ERROR
+from messenger_realtime.dispatch.dispatcher import NO_TARGET, Dispatcher
+from messenger_realtime.models import RealtimeOutboxEntry
+from messenger_realtime.outbox.enums import RealtimeDispatchKind as Kind
+from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
+from project.messenger import services
+from tests.support.dispatch import one_pass
+from tests.support.factories import ChatFactory, OutboxEntryFactory, UserFactory, backlog
+from tests.support.helpers import RecordingPublisher, options
+from tests.support.ports import HangingPort
+from tests.support.runtime import run
+
+pytestmark = pytest.mark.usefixtures("transactional_db")
+
+
+def chat_of(event: Any) -> uuid.UUID:
+    return uuid.UUID(event.payload["chatId"])
+
+
+def test_a_burst_in_one_chat_does_not_hold_the_other_chats_rows() -> None:
+    hot = ChatFactory()
+    backlog(hot, 2000)  # committed first: FIFO by id would push all of it first
+    others = [OutboxEntryFactory() for _ in range(20)]
+    publisher = RecordingPublisher()
+    result = run(one_pass(options(batch_size=200), publisher))
+    assert result.dispatched == 2020
+    first_batch = publisher.events[:200]
+    assert {chat_of(e) for e in first_batch} >= {o.chat_id for o in others}
+    hot_seqs = [e.payload["seq"] for e in publisher.events if chat_of(e) == hot.id]
+    assert hot_seqs == list(range(1, 2001))  # the burst keeps its order
+
+
+def test_a_burst_alone_still_fills_whole_batches() -> None:
+    hot = ChatFactory()
+    backlog(hot, 1000)
+    result = run(one_pass(options(batch_size=200), RecordingPublisher()))
+    assert (result.batches, result.dispatched) == (5, 1000)
+
+
+def test_targets_take_turns_across_claims() -> None:
+    # Two claims of 3 rows over 6 chats with one row each: the second claim starts where
+    # the first stopped, so no chat waits for another's second turn.
+    entries = [OutboxEntryFactory() for _ in range(6)]
+    claimed: list[set[uuid.UUID]] = []
+
+    async def two_claims() -> None:
+        conn = await db.connect()
+        shape = store.Claim(3, delay_table(options()), 0.0, 8)
+        cursor = NO_TARGET
+        for _ in range(2):
+            targets = await store.walk_targets(conn, cursor, 3)
+            cursor = targets[-1]
+            claimed.append({o.row.chat_id for o in await store.claim(conn, shape, targets)})
+        await conn.close()
+
+    run(two_claims())
+    assert len(claimed[0]) == len(claimed[1]) == 3
+    assert claimed[0] | claimed[1] == {e.chat_id for e in entries}
+
+
+def test_an_invitation_behind_a_20000_row_backlog_is_claimed_in_the_first_batch() -> None:
+    with connection.cursor() as cur:  # a backlog's shape only: the claim reads no domain
+        cur.execute(
+            "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id)"
+            " SELECT gen_random_uuid(), 'MessageReceived', 'ChatGroup', %s"
+            " FROM generate_series(1, 20000)",
+            [uuid.uuid4()],
+        )
+    invite = OutboxEntryFactory(
+        kind=Kind.CALL_INVITED,
+        target_kind="User",
+        target_user_id=uuid.uuid4(),
+        ref_id=uuid.uuid4(),
+        chat_id=None,
+        message_id=None,
+        seq=None,
+    )
+
+    async def first_claim() -> list[uuid.UUID]:
+        conn = await db.connect()
+        targets = await store.walk_targets(conn, NO_TARGET, 200)
+        outcomes = await store.claim(conn, store.Claim(200, [1.0], 0.0, 8), targets)
+        await conn.close()
+        return [o.row.id for o in outcomes]
+
+    claimed = run(first_claim())
+    assert len(claimed) == 200
+    assert claimed[0] == invite.id  # claimed, and pushed first
+
+
+def expired_total(kind: str) -> float:
+    value = REGISTRY.get_sample_value("messenger_realtime_expired_total", {"kind": kind})
+    return value or 0.0
+
+
+def test_an_expired_call_invitation_is_never_pushed_and_is_counted() -> None:
+    alice, bob = UserFactory(name="alice"), UserFactory(name="bob")
+    chat = services.create_chat(alice.id, [bob.id])
+    RealtimeOutboxEntry.objects.all().update(status=Status.DONE)  # the chat's own rows
+    stale_call = services.start_call(alice.id, chat.id)
+    services.cancel_call(alice.id, stale_call.id)
+    fresh_call = services.start_call(alice.id, chat.id)
+    invites = RealtimeOutboxEntry.objects.filter(kind=Kind.CALL_INVITED, status=Status.PENDING)
+    invites.filter(ref_id=stale_call.id).update(created_at=Now() - timedelta(seconds=46))
+    before = expired_total(Kind.CALL_INVITED)
+    publisher = RecordingPublisher()
+    run(one_pass(options(), publisher))
+    invited = [e.payload["callId"] for e in publisher.events if e.name == "call_invited"]
+    assert invited == [str(fresh_call.id)]
+    stale = RealtimeOutboxEntry.objects.get(kind=Kind.CALL_INVITED, ref_id=stale_call.id)
+    assert stale.status == Status.DONE
+    assert stale.last_error == "Expired: CallInvited older than 45 s, not pushed"
+    assert expired_total(Kind.CALL_INVITED) == before + 1
+
+
+def test_a_read_that_never_returns_holds_up_only_its_own_row() -> None:
+    chat = ChatFactory()
+    entries = [OutboxEntryFactory(message__chat=chat) for _ in range(10)]
+    stuck = entries[4]
+    port = HangingPort(stuck.message_id)
+    publisher = RecordingPublisher()
+
+    async def one_pass_with(port: HangingPort) -> Any:
+        dispatcher = Dispatcher(options(build_timeout=0.3), publisher, use_lock=False, port=port)
+        try:
+            return await dispatcher.run_pass(), dispatcher.builder.abandoned
+        finally:
+            await dispatcher.close()
+
+    try:
+        (result, abandoned) = run(one_pass_with(port))
+    finally:
+        port.release.set()  # let the abandoned threads finish
+    # The batch's read timed out; each row was then retried alone, at once, in the same
+    # pass: nine delivered, the stuck one timed out again alone and waits for its backoff.
+    assert sorted(e.payload["seq"] for e in publisher.events) == sorted(
+        e.seq for e in entries if e != stuck
+    )
+    assert (result.dispatched, abandoned, port.stuck_reads) == (9, 2, 2)
+    row = RealtimeOutboxEntry.objects.get(id=stuck.id)
+    assert (row.status, row.attempts, row.last_error) == (Status.PENDING, 2, BUILD_TIMEOUT_ERROR)
+    assert row.claimed_at is not None  # still a suspect: it will be tried alone again
+
+
+def test_rows_that_fail_together_do_not_come_due_together() -> None:
+    OutboxEntryFactory.create_batch(40)
+    run(one_pass(options(backoff_jitter=0.5), RecordingPublisher(fail=True)))
+    due = list(RealtimeOutboxEntry.objects.values_list("next_attempt_at", flat=True))
+    assert len(set(due)) == 40  # one jitter draw per row, not one per claim
+
+
+def test_a_build_that_fails_for_one_row_fails_only_that_row() -> None:
+    class FailingPort(HangingPort):
+        def messages(self, ids: Any) -> Any:
+            if self.poison in set(ids):
+                raise RuntimeError("cannot read this one")
+            return super().messages(ids)
+
+    entries = [OutboxEntryFactory() for _ in range(5)]
+    port = FailingPort(entries[2].message_id)
+    publisher = RecordingPublisher()
+
+    async def go() -> Any:
+        dispatcher = Dispatcher(options(), publisher, use_lock=False, port=port)
+        try:
+            return await dispatcher.run_pass()
+        finally:
+            await dispatcher.close()
+
+    result = run(go())
+    assert result.dispatched == 4
+    failed = RealtimeOutboxEntry.objects.get(id=entries[2].id)
+    assert (failed.status, failed.last_error) == (Status.PENDING, "builtins.RuntimeError")
+    assert asyncio.iscoroutinefunction(store.claim)  # the claim API stays async
