@@ -95,6 +95,17 @@ class WorkerProcess(LoggedProcess):
         env.update({f"MESSENGER_REALTIME_{k.upper()}": str(v) for k, v in settings.items()})
         super().__init__(manage("dispatch_realtime", *args), env)
 
+    def wait_until_exit_or(self, done: Callable[[], bool], timeout: float) -> int | None:
+        """The exit code once the worker exits, or None once `done()` holds first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                return self.proc.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                if done():
+                    return None
+        raise AssertionError(f"worker neither exited nor finished in {timeout}s:\n{self.log()}")
+
 
 class DaphneProcess(LoggedProcess):
     """Daphne serving project.asgi on a free loopback port (the real server)."""
