@@ -1,19 +1,24 @@
 """A row that kills the worker harms only itself (real worker processes, Daphne, the
 official SignalR client)."""
 
+import asyncio
 import signal
 from typing import Any
 
 import pytest
 
+from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.dispatch.sql import EXHAUSTED_ERROR
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
+from messenger_realtime.transport.groups import layer_group
 from project.messenger import services
-from tests.support.factories import UserFactory, backlog
+from tests.support.factories import ChatFactory, OutboxEntryFactory, UserFactory, backlog
+from tests.support.helpers import layer, subscribe
 from tests.support.hub_clients import HubClient
 from tests.support.hub_helpers import token_for
 from tests.support.ports import POISON_ENV
+from tests.support.runtime import run
 from tests.support.workers import DaphneProcess, WorkerProcess
 
 pytestmark = pytest.mark.slow
@@ -84,3 +89,37 @@ def received(client: HubClient, expected: int) -> dict[str, set[int]]:
         payload: Any = client.message()
         seen.setdefault(payload["chatId"], set()).add(payload["seq"])
     return seen
+
+
+def test_two_workers_drain_a_burst_fairly_in_order_and_without_a_double_claim(
+    worker_env: dict[str, str], redis_url: str
+) -> None:
+    hot = ChatFactory()
+    backlog(hot, 5000)
+    others = [OutboxEntryFactory() for _ in range(20)]
+    channel_layer = layer(redis_url)
+    channel = run(subscribe(channel_layer, hot.id))
+    for entry in others:
+        run(channel_layer.group_add(layer_group(HubTarget.chat(entry.chat_id)), channel))
+    workers = [WorkerProcess(worker_env, polling_interval=0.2) for _ in range(2)]
+    try:
+        arrived = run(drain(layer(redis_url), channel, count=5020, timeout=120))
+    finally:
+        for worker in workers:
+            worker.kill()
+    order = [(message["chat"], message["payload"]["seq"]) for message in arrived]
+    assert len(set(order)) == len(order) == 5020  # nobody pushed a row twice
+    hot_seqs = [seq for chat, seq in order if chat == str(hot.id)]
+    assert hot_seqs == list(range(1, 5001))  # the burst in its order
+    others_at = [i for i, (chat, _) in enumerate(order) if chat != str(hot.id)]
+    assert max(others_at) < 400  # within the first two batches, not behind 5,000 rows
+    assert set(RealtimeOutboxEntry.objects.values_list("attempts", flat=True)) == {1}
+
+
+async def drain(channel_layer: Any, channel: str, count: int, timeout: float) -> list[Any]:
+    """Every message of `channel`, in arrival order, until `count` arrived."""
+    arrived: list[Any] = []
+    async with asyncio.timeout(timeout):
+        while len(arrived) < count:
+            arrived.append(await channel_layer.receive(channel))
+    return arrived
