@@ -48,7 +48,7 @@ DEFAULTS: dict[str, Any] = {
         "ConferenceInvited": 300.0,
         "ConferenceStarted": 300.0,
     },
-    "HUB_BACKLOG_LIMIT": 500,  # messages queued for one hub process before pushes wait
+    "HUB_BACKLOG_LIMIT": 200,  # messages queued for one hub process before pushes wait
     "HUB_BACKLOG_WAIT": 1.0,  # the longest a push waits for a hub to catch up
     # The hub (/hubs/messenger) and the host's domain port.
     "DOMAIN_PORT": "",  # dotted path of the host's DomainPort implementation
