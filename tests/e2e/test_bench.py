@@ -44,3 +44,20 @@ def test_bench_smoke_runs_every_scenario(worker_env: dict[str, str]) -> None:
 
     page = report.markdown(results)
     assert "PgQueuer" in page and "| offered msg/s |" in page
+
+
+def test_isolation_bench_smoke_delivers_every_event(worker_env: dict[str, str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "isolation.py"), "--quick"],
+        env=worker_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout[proc.stdout.index("{") :])
+    fairness, priority = results["fairness"], results["priority"]
+    assert fairness["burst_received"] == fairness["burst"]
+    assert fairness["quiet_received"] == fairness["quiet_sent"] > 0
+    assert priority["received"] == priority["invites"]
+    assert fairness["quiet_p95_ms"] > 0 and priority["invite_p95_ms"] > 0
