@@ -69,8 +69,13 @@ async def run_pass(ctx: PassContext, work_conn: Conn, result: PassResult) -> Non
 async def run_suspects(
     ctx: PassContext, work_conn: Conn, result: PassResult, started: float
 ) -> None:
-    """Each due suspect on its own: claim one, build it, push it, record it; next."""
-    while not ctx.stop.is_set() and time.monotonic() - started < ctx.options.max_run_duration:
+    """Each due suspect on its own: claim one, build it, push it, record it; next. At
+    least one per pass, so a long backlog cannot keep suspects waiting for ever."""
+    first = True
+    while not ctx.stop.is_set() and (
+        first or time.monotonic() - started < ctx.options.max_run_duration
+    ):
+        first = False
         outcomes = await ctx.claim_suspect()
         if not outcomes:
             return

@@ -32,3 +32,16 @@ def test_backoff_follows_configured_base_factor_cap() -> None:
 def test_delay_table_covers_every_attempt_up_to_max_plus_one() -> None:
     table = delay_table(options(max_attempts=3, backoff_jitter=0.0))
     assert table == [2.0, 4.0, 8.0, 16.0]
+
+
+def test_liveness_allows_the_slowest_batch_and_turns_red_without_beats() -> None:
+    from messenger_realtime.dispatch.dispatcher import stale_after
+    from messenger_realtime.ops.health import Liveness
+
+    o = options()
+    slowest = o.max_run_duration + o.publish_timeout + o.build_timeout + o.hub_backlog_wait
+    assert stale_after(o) >= slowest  # a pass stuck on a read's deadline is still alive
+    liveness = Liveness(stale_after=10.0, connected=True)
+    assert liveness.state()[:2] == (True, True)
+    liveness.heartbeat -= 11.0  # no beat for longer than the window
+    assert liveness.state()[:2] == (False, False)
