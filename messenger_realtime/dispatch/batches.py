@@ -35,12 +35,14 @@ logger = logging.getLogger(__name__)
 
 Conn = psycopg.AsyncConnection[Any]
 Claim = Callable[[], Coroutine[Any, Any, list[RowOutcome]]]
+Guard = Callable[[], Coroutine[Any, Any, None]]
 
 
 @dataclass(frozen=True)
 class PassContext:
     """What a pass needs from its worker: settings, seams, the stop flag, a claim that
-    checks leadership first, and a heartbeat to call while it makes progress."""
+    checks leadership first, a heartbeat to call while it makes progress, and a guard
+    each push awaits first (raises LeadershipLost once the lease is gone)."""
 
     options: RealtimeDispatchOptions
     publisher: Publisher
@@ -49,6 +51,7 @@ class PassContext:
     claim: Claim
     beat: Callable[[], None]
     sender: Any  # the quarantine signal's sender
+    guard: Guard | None = None
 
 
 @dataclass
@@ -79,7 +82,8 @@ async def run_batches(ctx: PassContext, work_conn: Conn, result: PassResult) -> 
                     if outcome.undecided:
                         outcome.decide(Fate.RELEASE)
             else:
-                await push(batch.outcomes, ctx.publisher, ctx.stop, ctx.options.publish_timeout)
+                o = ctx.options
+                await push(batch.outcomes, ctx.publisher, ctx.stop, o.publish_timeout, ctx.guard)
             if recording is not None:
                 await recording  # outcomes are written and reported in batch order
             recording = _spawn(spawned, _record(ctx, work_conn, batch, result))

@@ -7,6 +7,7 @@ Dispatcher and call run() or run_pass(); nothing here knows about argv or signal
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -109,7 +110,7 @@ class Dispatcher:
                     return
                 except (psycopg.OperationalError, LeadershipLost) as exc:
                     logger.warning(
-                        "dispatcher lost its database session; reconnecting",
+                        "dispatcher lost its lease or database session; reconnecting",
                         extra={"action": "reconnect", Field.ERROR_CODE: describe_error(exc)},
                     )
                     await self.close()
@@ -120,6 +121,17 @@ class Dispatcher:
             await self.close()
 
     async def _lead(self, once: bool) -> None:
+        await self.leader.listen()  # before the catch-up pass, so no NOTIFY falls between
+        keeper = asyncio.create_task(self.leader.keep()) if self.use_lock else None
+        try:
+            await self._passes(once)
+        finally:
+            if keeper is not None:
+                keeper.cancel()
+                await asyncio.gather(keeper, return_exceptions=True)
+            metrics.clear_leader_gauges()  # a standby must not export a stale backlog
+
+    async def _passes(self, once: bool) -> None:
         last_retention = last_stats = float("-inf")
         self.liveness.leading = True
         while not self.stop.is_set():
@@ -127,9 +139,11 @@ class Dispatcher:
             self.liveness.beat()
             metrics.last_pass.set(time.time())
             if time.monotonic() - last_stats >= STATS_INTERVAL:  # bounded cost under load
-                count, oldest = await store.pending_stats(await self._work_connection())
+                conn = await self._work_connection()
+                count, oldest = await store.pending_stats(conn)
                 metrics.pending.set(count)
                 metrics.oldest_pending_age.set(oldest)
+                metrics.set_quarantined_rows(await store.quarantined_counts(conn))
                 last_stats = time.monotonic()
             if once or time.monotonic() - last_retention >= self.options.retention_interval:
                 await self.run_retention()
@@ -167,6 +181,8 @@ class Dispatcher:
         ctx = PassContext(
             self.options, self.publisher, self.port, self.stop, claim, self.liveness.beat, self
         )
+        if self.use_lock:  # every push first checks that the lease is still ours
+            ctx = dataclasses.replace(ctx, guard=self.leader.ensure_fresh)
         with tracing.pass_span(job_run_id):
             await run_batches(ctx, conn, result)
         result.duration_ms = round((time.monotonic() - started) * 1000, 1)
@@ -203,8 +219,8 @@ class Dispatcher:
     # -- connections ---------------------------------------------------------------
 
     async def _connect(self) -> None:
-        if self.leader.conn is None:
-            await self.leader.connect()  # LISTEN always; the lock only when use_lock
+        if self.use_lock and self.leader.conn is None:
+            await self.leader.connect()  # the lease connection; LISTEN opens when leading
         await self._work_connection()
 
     async def _work_connection(self) -> psycopg.AsyncConnection[Any]:

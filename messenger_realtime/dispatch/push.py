@@ -6,7 +6,8 @@ row at a time and a stop is honoured between rows. Either way a push in flight f
 """
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
@@ -18,9 +19,17 @@ PIPELINE_CHUNK = 100
 
 
 async def push(
-    outcomes: Sequence[RowOutcome], publisher: Publisher, stop: asyncio.Event, timeout: float
+    outcomes: Sequence[RowOutcome],
+    publisher: Publisher,
+    stop: asyncio.Event,
+    timeout: float,
+    guard: Callable[[], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
-    """Push every built, undecided row in claim order and decide it."""
+    """Push every built, undecided row in claim order and decide it.
+
+    `guard` runs before each chunk (the leader's lease check): if it raises, so does
+    push, and the rows not pushed yet keep their claim (retried after its backoff).
+    """
     ready = [o for o in outcomes if o.undecided and o.event is not None]
     batched = isinstance(publisher, BatchPublisher)
     step = PIPELINE_CHUNK if batched else 1
@@ -30,6 +39,8 @@ async def push(
             for outcome in chunk:
                 outcome.decide(Fate.RELEASE)
             continue
+        if guard is not None:
+            await guard()
         events = [o.event for o in chunk if o.event is not None]
         with tracing.row_spans([o.row for o in chunk]):
             try:
