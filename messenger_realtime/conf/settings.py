@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "LOCK_KEY": "job:scheduled:messenger-realtime-dispatch",
     "REALTIME_BACKPLANE_ENABLED": True,
     "METRICS_PORT": 9108,  # the worker's /metrics and /health/*; 0 turns it off
+    "DISPATCHED_LOG_SAMPLE": 1.0,  # share of Done rows logged as `dispatched` (0 = none)
     # The hub (/hubs/messenger) and the host's domain port.
     "DOMAIN_PORT": "",  # dotted path of the host's DomainPort implementation
     "JWT_SIGNING_KEY": "",  # HS256 key; a secret: never logged
@@ -103,6 +104,7 @@ class RealtimeDispatchOptions:
     lock_key: str
     realtime_backplane_enabled: bool
     metrics_port: int
+    dispatched_log_sample: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,7 @@ async def _build_after(
     two batches ahead of the pushes, while builds and pushes catch up."""
     outcomes = await (claiming if claiming is not None else ctx.claim())
     if outcomes:
-        logger.info("batch claimed", extra={"action": "claim", "rows": len(outcomes)})
+        logger.info("batch claimed", extra={"action": "claim", Field.ROWS: len(outcomes)})
     full = len(outcomes) == ctx.options.batch_size
     in_time = time.monotonic() - started < ctx.options.max_run_duration
     next_claim = None
@@ -159,4 +159,4 @@ def _build_with_fresh_connection(outcomes: list[RowOutcome], port: DomainPort) -
 
 async def _record(ctx: PassContext, conn: Conn, batch: Batch, result: PassResult) -> None:
     await store.record(conn, batch.outcomes, ctx.options.max_attempts)
-    await report(batch.outcomes, result, ctx.sender)
+    await report(batch.outcomes, result, ctx.sender, ctx.options.dispatched_log_sample)

@@ -192,9 +192,9 @@ class Dispatcher:
             "job completed",
             extra={
                 "action": "pass",
-                "dispatched": result.dispatched,
-                "retried": result.retried,
-                "quarantined": result.quarantined,
+                Field.DISPATCHED: result.dispatched,
+                Field.RETRIED: result.retried,
+                Field.QUARANTINED: result.quarantined,
                 Field.DURATION_MS: result.duration_ms,
                 Field.JOB_RUN_ID: job_run_id,
             },
