@@ -11,7 +11,7 @@ from typing import Any
 
 from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
-from messenger_realtime.exceptions import describe_error
+from messenger_realtime.exceptions import LeadershipLost, describe_error
 from messenger_realtime.ops import tracing
 from messenger_realtime.transport.publisher import BatchPublisher, Publisher
 
@@ -27,8 +27,10 @@ async def push(
 ) -> None:
     """Push every built, undecided row in claim order and decide it.
 
-    `guard` runs before each chunk (the leader's lease check): if it raises, so does
-    push, and the rows not pushed yet keep their claim (retried after its backoff).
+    `guard` runs before each chunk (the leader's lease check). When it raises
+    LeadershipLost the push stops there: the rows pushed so far keep their decision (so
+    their outcomes are still recorded), the rest stay undecided and keep their claim (the
+    new leader retries them after the backoff), and the pass's next claim raises.
     """
     ready = [o for o in outcomes if o.undecided and o.event is not None]
     batched = isinstance(publisher, BatchPublisher)
@@ -40,7 +42,10 @@ async def push(
                 outcome.decide(Fate.RELEASE)
             continue
         if guard is not None:
-            await guard()
+            try:
+                await guard()
+            except LeadershipLost:
+                return
         events = [o.event for o in chunk if o.event is not None]
         with tracing.row_spans([o.row for o in chunk]):
             try:

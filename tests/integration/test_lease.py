@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from django.db import connection
 
+from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch.dispatcher import Dispatcher
 from messenger_realtime.dispatch.leader import Leader, advisory_key
@@ -173,6 +174,49 @@ def test_a_pass_whose_lease_was_taken_over_claims_and_pushes_nothing() -> None:
     assert run(scenario()) != "passed"
     assert publisher.events == []
     assert set(RealtimeOutboxEntry.objects.values_list("attempts", flat=True)) == {0}
+
+
+def test_a_leader_frozen_mid_batch_and_replaced_meanwhile_pushes_no_further_row() -> None:
+    OutboxEntryFactory.create_batch(3)
+
+    class FrozenAfterFirst(RecordingPublisher):
+        """After the first push, time jumps past LOCK_TTL and a standby takes over."""
+
+        async def publish(self, event: OutgoingEvent) -> None:
+            await super().publish(event)
+            if len(self.events) == 1:
+                await age_lease(TTL + 1)
+                assert await standby.try_acquire()
+                dispatcher.leader.proven_at -= TTL  # the leader's clock ran on while frozen
+
+    publisher = FrozenAfterFirst()
+    dispatcher = Dispatcher(options(lock_ttl=TTL), publisher)
+    standby = Leader(KEY, TTL)
+
+    async def scenario() -> tuple[int, bool]:
+        await standby.connect()
+        try:
+            await dispatcher.leader.connect()
+            assert await dispatcher.leader.try_acquire()
+            dispatched = (await dispatcher.run_pass()).dispatched  # stops pushing, records
+            try:
+                await dispatcher.run_pass()  # the next pass claims nothing: it raises
+            except LeadershipLost:
+                return dispatched, True
+            return dispatched, False
+        finally:
+            await dispatcher.close()
+            await standby.close()
+
+    assert run(scenario()) == (1, True)
+    assert len(publisher.events) == 1  # the two rows after the take-over were not pushed
+    # The pushed row's outcome is recorded; the other two keep their claim (attempt 1) and
+    # go out from the new leader after the backoff.
+    assert sorted(RealtimeOutboxEntry.objects.values_list("status", "attempts")) == [
+        ("Done", 1),
+        ("Pending", 1),
+        ("Pending", 1),
+    ]
 
 
 def test_a_push_after_the_lease_went_unproven_for_two_thirds_of_lock_ttl_proves_it_first() -> None:
