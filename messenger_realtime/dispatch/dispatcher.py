@@ -52,7 +52,7 @@ class Dispatcher:
         options: the worker's settings (conf.settings.load_options()).
         publisher: where events go (transport.publisher.ChannelLayerPublisher).
         alias: the Django database alias whose connection settings the worker uses.
-        use_lock: take the single-runner advisory lock (False: benchmarks, drills).
+        use_lock: take the single-runner lock and lease (False: benchmarks, drills).
         port: the host's domain port (default: the configured DOMAIN_PORT).
     """
 
@@ -83,9 +83,10 @@ class Dispatcher:
     async def run(self, *, once: bool = False) -> None:
         """Lead and dispatch until stopped (or one pass with once=True).
 
-        Losing the database connection means losing leadership: reconnect, re-lock,
-        re-LISTEN, then a catch-up pass. A busy lock means another runner leads: skip
-        (once) or stand by and retry every POLLING_INTERVAL. Raises only with once=True
+        Losing the database connection or the lease means losing leadership: reconnect,
+        re-lock, re-LISTEN, then a catch-up pass. A busy lock means another runner leads:
+        skip (once) or stand by, retry every POLLING_INTERVAL and take over once the
+        leader's heartbeat is older than LOCK_TTL (leader.py). Raises only with once=True
         (psycopg.OperationalError or LeadershipLost); otherwise it retries until stopped.
         """
         try:
