@@ -50,6 +50,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "HUB_BACKLOG_LIMIT": 200,  # messages queued for one hub process before pushes wait
     "HUB_BACKLOG_WAIT": 1.0,  # the longest a push waits for a hub to catch up
+    "DISPATCHED_LOG_SAMPLE": 1.0,  # share of Done rows logged as `dispatched` (0 = none)
     # The hub (/hubs/messenger) and the host's domain port.
     "DOMAIN_PORT": "",  # dotted path of the host's DomainPort implementation
     "JWT_SIGNING_KEY": "",  # HS256 key; a secret: never logged
@@ -118,6 +119,7 @@ class RealtimeDispatchOptions:
     delivery_deadlines: dict[str, float]
     hub_backlog_limit: int
     hub_backlog_wait: float
+    dispatched_log_sample: float = 1.0
 
 
 @dataclass(frozen=True)

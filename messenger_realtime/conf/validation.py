@@ -90,6 +90,8 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
         key = str(values.get(secret, "x" * MIN_JWT_KEY_BYTES))
         ok = len(key.encode()) >= MIN_JWT_KEY_BYTES
         rule("E012", secret, ok, f"must be set, at least {MIN_JWT_KEY_BYTES} bytes")
+    sample = values.get("DISPATCHED_LOG_SAMPLE", 1)
+    rule("E016", "DISPATCHED_LOG_SAMPLE", 0 <= sample <= 1, "must be in [0, 1]")
     urls = [str(u) for u in values.get("ICE_SERVERS", [])]
     ok = all(u.startswith(("stun:", "turn:", "turns:")) for u in urls)
     rule("E014", "ICE_SERVERS", ok, "every entry must be a stun:, turn: or turns: URL")

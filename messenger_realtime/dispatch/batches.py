@@ -29,19 +29,22 @@ from messenger_realtime.dispatch.building import Builder
 from messenger_realtime.dispatch.outcomes import PassResult, report
 from messenger_realtime.dispatch.push import push
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
+from messenger_realtime.ops.logging import Field
 from messenger_realtime.transport.publisher import Publisher
 
 logger = logging.getLogger(__name__)
 
 Conn = psycopg.AsyncConnection[Any]
 Claim = Callable[[], Coroutine[Any, Any, list[RowOutcome]]]
+Guard = Callable[[], Coroutine[Any, Any, None]]
 
 
 @dataclass(frozen=True)
 class PassContext:
     """What a pass needs from its worker: settings, seams, the stop flag, claims that
-    check leadership first (a fair batch; one suspect), and a heartbeat to call while it
-    makes progress."""
+    check leadership first (a fair batch; one suspect), a heartbeat to call while it makes
+    progress, and a guard each push awaits first (raises LeadershipLost once the lease is
+    gone)."""
 
     options: RealtimeDispatchOptions
     publisher: Publisher
@@ -51,6 +54,7 @@ class PassContext:
     claim_suspect: Claim
     beat: Callable[[], None]
     sender: Any  # the quarantine signal's sender
+    guard: Guard | None = None
 
 
 @dataclass
@@ -81,9 +85,9 @@ async def run_suspects(
             return
         logger.info("suspect claimed alone", extra={"action": "suspect", "rows": 1})
         await ctx.builder.build(outcomes)
-        await push(outcomes, ctx.publisher, ctx.stop, ctx.options)
+        await push(outcomes, ctx.publisher, ctx.stop, ctx.options, ctx.guard)
         await store.record(work_conn, outcomes, ctx.options.max_attempts)
-        await report(outcomes, result, ctx.sender)
+        await report(outcomes, result, ctx.sender, ctx.options.dispatched_log_sample)
         ctx.beat()
 
 
@@ -110,7 +114,7 @@ async def run_batches(
                     if outcome.undecided:
                         outcome.decide(Fate.RELEASE)
             else:
-                await push(batch.outcomes, ctx.publisher, ctx.stop, ctx.options)
+                await push(batch.outcomes, ctx.publisher, ctx.stop, ctx.options, ctx.guard)
             if recording is not None:
                 await recording  # outcomes are written and reported in batch order
             recording = _spawn(spawned, _record(ctx, work_conn, batch, result))
@@ -145,7 +149,7 @@ async def _build_after(
     two batches ahead of the pushes, while builds and pushes catch up."""
     outcomes = await (claiming if claiming is not None else ctx.claim())
     if outcomes:
-        logger.info("batch claimed", extra={"action": "claim", "rows": len(outcomes)})
+        logger.info("batch claimed", extra={"action": "claim", Field.ROWS: len(outcomes)})
     full = len(outcomes) == ctx.options.batch_size
     in_time = time.monotonic() - started < ctx.options.max_run_duration
     next_claim = None
@@ -159,4 +163,4 @@ async def _build_after(
 
 async def _record(ctx: PassContext, conn: Conn, batch: Batch, result: PassResult) -> None:
     await store.record(conn, batch.outcomes, ctx.options.max_attempts)
-    await report(batch.outcomes, result, ctx.sender)
+    await report(batch.outcomes, result, ctx.sender, ctx.options.dispatched_log_sample)

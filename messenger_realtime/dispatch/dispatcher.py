@@ -7,6 +7,7 @@ Dispatcher and call run() or run_pass(); nothing here knows about argv or signal
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -53,7 +54,7 @@ class Dispatcher:
         options: the worker's settings (conf.settings.load_options()).
         publisher: where events go (transport.publisher.ChannelLayerPublisher).
         alias: the Django database alias whose connection settings the worker uses.
-        use_lock: take the single-runner advisory lock (False: benchmarks, drills).
+        use_lock: take the single-runner lock and lease (False: benchmarks, drills).
         port: the host's domain port (default: the configured DOMAIN_PORT).
     """
 
@@ -88,9 +89,10 @@ class Dispatcher:
     async def run(self, *, once: bool = False) -> None:
         """Lead and dispatch until stopped (or one pass with once=True).
 
-        Losing the database connection means losing leadership: reconnect, re-lock,
-        re-LISTEN, then a catch-up pass. A busy lock means another runner leads: skip
-        (once) or stand by and retry every POLLING_INTERVAL. Raises only with once=True
+        Losing the database connection or the lease means losing leadership: reconnect,
+        re-lock, re-LISTEN, then a catch-up pass. A busy lock means another runner leads:
+        skip (once) or stand by, retry every POLLING_INTERVAL and take over once the
+        leader's heartbeat is older than LOCK_TTL (leader.py). Raises only with once=True
         (psycopg.OperationalError or LeadershipLost); otherwise it retries until stopped.
         """
         try:
@@ -115,7 +117,7 @@ class Dispatcher:
                     return
                 except (psycopg.OperationalError, LeadershipLost) as exc:
                     logger.warning(
-                        "dispatcher lost its database session; reconnecting",
+                        "dispatcher lost its lease or database session; reconnecting",
                         extra={"action": "reconnect", Field.ERROR_CODE: describe_error(exc)},
                     )
                     await self.close()
@@ -126,6 +128,17 @@ class Dispatcher:
             await self.close()
 
     async def _lead(self, once: bool) -> None:
+        await self.leader.listen()  # before the catch-up pass, so no NOTIFY falls between
+        keeper = asyncio.create_task(self.leader.keep()) if self.use_lock else None
+        try:
+            await self._passes(once)
+        finally:
+            if keeper is not None:
+                keeper.cancel()
+                await asyncio.gather(keeper, return_exceptions=True)
+            metrics.clear_leader_gauges()  # a standby must not export a stale backlog
+
+    async def _passes(self, once: bool) -> None:
         last_retention = last_stats = float("-inf")
         self.liveness.leading = True
         while not self.stop.is_set():
@@ -133,9 +146,11 @@ class Dispatcher:
             self.liveness.beat()
             metrics.last_pass.set(time.time())
             if time.monotonic() - last_stats >= STATS_INTERVAL:  # bounded cost under load
-                count, oldest = await store.pending_stats(await self._work_connection())
+                conn = await self._work_connection()
+                count, oldest = await store.pending_stats(conn)
                 metrics.pending.set(count)
                 metrics.oldest_pending_age.set(oldest)
+                metrics.set_quarantined_rows(await store.quarantined_counts(conn))
                 last_stats = time.monotonic()
             if once or time.monotonic() - last_retention >= self.options.retention_interval:
                 await self.run_retention()
@@ -184,6 +199,8 @@ class Dispatcher:
             self.liveness.beat,
             self,
         )
+        if self.use_lock:  # every push first checks that the lease is still ours
+            ctx = dataclasses.replace(ctx, guard=self.leader.ensure_fresh)
         with tracing.pass_span(job_run_id):
             await run_pass(ctx, conn, result)
         result.duration_ms = round((time.monotonic() - started) * 1000, 1)
@@ -193,9 +210,9 @@ class Dispatcher:
             "job completed",
             extra={
                 "action": "pass",
-                "dispatched": result.dispatched,
-                "retried": result.retried,
-                "quarantined": result.quarantined,
+                Field.DISPATCHED: result.dispatched,
+                Field.RETRIED: result.retried,
+                Field.QUARANTINED: result.quarantined,
                 Field.DURATION_MS: result.duration_ms,
                 Field.JOB_RUN_ID: job_run_id,
             },
@@ -220,8 +237,8 @@ class Dispatcher:
     # -- connections ---------------------------------------------------------------
 
     async def _connect(self) -> None:
-        if self.leader.conn is None:
-            await self.leader.connect()  # LISTEN always; the lock only when use_lock
+        if self.use_lock and self.leader.conn is None:
+            await self.leader.connect()  # the lease connection; LISTEN opens when leading
         await self._work_connection()
 
     async def _work_connection(self) -> psycopg.AsyncConnection[Any]:

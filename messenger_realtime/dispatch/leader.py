@@ -1,23 +1,34 @@
-"""Single-runner leadership and wake-ups on one dedicated autocommit connection.
+"""Single-runner leadership (the lease) and wake-ups, each on a dedicated connection.
 
-The session advisory lock and LISTEN share this connection: if it dies, the lock dies
-with it, so the holder re-checks the lock before every batch and the run loop reconnects,
-re-locks, re-LISTENs and then does a catch-up pass. Polling is the safety net; NOTIFY only
-cuts latency.
+The lease connection holds the session advisory lock and stamps the lease's heartbeat
+(dispatch/lease.py): before every claim and, from a task, every LOCK_TTL/3. A heartbeat
+that finds the session gone or the lease taken over raises LeadershipLost and the run
+loop reconnects and stands by. Before each push the leader also checks, on its own clock,
+that the lease was proven less than 2/3 LOCK_TTL ago (a standby waits for more than
+LOCK_TTL), else it proves it again first: a leader resumed after a stop therefore learns
+it lost the lease before it pushes or claims anything.
+
+The LISTEN connection exists only while leading (a standby reads no notifications, which
+would otherwise pile up in its client). Polling is the safety net; NOTIFY only cuts latency.
 """
 
 import asyncio
 import hashlib
 import logging
+import time
 from typing import Any
 
 import psycopg
 
 from messenger_realtime.dispatch import connections as db
-from messenger_realtime.exceptions import LeadershipLost
+from messenger_realtime.dispatch import lease
+from messenger_realtime.exceptions import LeadershipLost, describe_error
+from messenger_realtime.ops.logging import Field
 from messenger_realtime.outbox.notify import NOTIFY_CHANNEL
 
 logger = logging.getLogger(__name__)
+
+FRESH_FOR = 2 / 3  # of LOCK_TTL: a push needs a lease proven more recently than this
 
 
 def advisory_key(lock_key: str) -> int:
@@ -26,55 +37,102 @@ def advisory_key(lock_key: str) -> int:
 
 
 class Leader:
-    """The worker's lock-and-listen connection."""
+    """The worker's lease and wake-up connections."""
 
     def __init__(self, lock_key: str, lock_ttl: float, alias: str = "default") -> None:
         self.key = advisory_key(lock_key)
         self.lock_ttl = lock_ttl
         self.alias = alias
-        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self.params = {"lock_key": lock_key, "key": self.key, "holder": lease.holder_name()}
+        self.standby = lease.Standby(lock_key, self.key, lock_ttl)
+        self.conn: psycopg.AsyncConnection[Any] | None = None  # the lock and the heartbeat
+        self.listen_conn: psycopg.AsyncConnection[Any] | None = None
         self.holds_lock = False
+        self.proven_at = float("-inf")  # monotonic time of the last heartbeat that held
+        self.lost = asyncio.Event()
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self.lock_ttl / 3
 
     async def connect(self) -> None:
+        """Open the lease connection (no lock yet)."""
         self.conn = await db.connect(self.alias)
-        # The server drops a vanished worker's session (and so its lock) within ~2/3 of
-        # LOCK_TTL, letting a standby take over; loopback connections die at once anyway.
+        self.lost = asyncio.Event()
+        # A vanished host's session (and so its lock) ends within ~2/3 of LOCK_TTL; a
+        # wedged process that stays connected is what the heartbeat is for.
         idle = max(1, int(self.lock_ttl / 3))
         interval = max(1, int(self.lock_ttl / 9))
         await self.conn.execute(
             f"SET tcp_keepalives_idle = {idle}; SET tcp_keepalives_interval = {interval};"
             " SET tcp_keepalives_count = 3"
         )
-        await self.conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+
+    async def listen(self) -> None:
+        """LISTEN for new rows on a connection of its own (before the catch-up pass)."""
+        if self.listen_conn is None or self.listen_conn.closed:
+            self.listen_conn = await db.connect(self.alias)
+            await self.listen_conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
 
     async def try_acquire(self) -> bool:
-        """Take the single-runner lock if free; never waits."""
+        """Take the lock and the lease if free, or if the holder's lease went stale
+        (ending its session); never waits for a live holder."""
         conn = self._connection()
-        cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,))
-        row = await cur.fetchone()
-        self.holds_lock = bool(row and row[0])
-        return self.holds_lock
+        for _ in range(2):
+            sent = time.monotonic()
+            cur = await conn.execute(lease.ACQUIRE, self.params)
+            if await cur.fetchone() is not None:
+                self.holds_lock, self.proven_at = True, sent
+                return True
+            if not await self.standby.take_over_if_stale(conn):
+                break
+        self.holds_lock = False
+        return False
+
+    async def heartbeat(self) -> None:
+        """Prove the lease (stamp it with the database clock); LeadershipLost if it is gone."""
+        conn = self._connection()
+        sent = time.monotonic()
+        try:
+            cur = await conn.execute(lease.HEARTBEAT, self.params)
+            held = await cur.fetchone() is not None
+        except psycopg.OperationalError as exc:  # our session was ended, or the server
+            self._lose()
+            raise LeadershipLost("the lease session is gone") from exc
+        if not held:
+            self._lose()
+            raise LeadershipLost("another worker took the lease over")
+        self.proven_at = max(self.proven_at, sent)
 
     async def ensure_held(self) -> None:
-        """Raise LeadershipLost unless this session still holds the lock (checked per batch)."""
-        conn = self._connection()
-        # An advisory lock on a bigint key shows in pg_locks as classid = high 32 bits,
-        # objid = low 32 bits, objsubid = 1.
-        cur = await conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'"
-            " AND pid = pg_backend_pid() AND granted AND objsubid = 1"
-            " AND classid::bigint = (%(key)s >> 32) & 4294967295"
-            " AND objid::bigint = %(key)s & 4294967295)",
-            {"key": self.key},
-        )
-        row = await cur.fetchone()
-        if not (row and row[0]):
-            self.holds_lock = False
-            raise LeadershipLost("the single-runner advisory lock is no longer held")
+        """Before every claim: raise LeadershipLost unless the lease is still ours."""
+        await self.heartbeat()
+
+    async def ensure_fresh(self) -> None:
+        """Before every push: cheap when the lease was proven lately, else prove it now."""
+        if self.lost.is_set():
+            raise LeadershipLost("the lease was lost")
+        if time.monotonic() - self.proven_at >= self.lock_ttl * FRESH_FOR:
+            await self.heartbeat()
+
+    async def keep(self) -> None:
+        """Heartbeat every LOCK_TTL/3 while leading (a task); ends when the lease is lost."""
+        while not self.lost.is_set():
+            await asyncio.sleep(self.heartbeat_interval)
+            try:
+                await self.heartbeat()
+            except (LeadershipLost, psycopg.Error) as exc:
+                self._lose()  # the next claim or push raises; the idle wait ends now
+                logger.warning(
+                    "dispatch lease lost",
+                    extra={"action": "lease_lost", Field.ERROR_CODE: describe_error(exc)},
+                )
 
     async def wait_for_wake(self, timeout: float, stop: asyncio.Event) -> bool:
-        """Wait for a NOTIFY, the timeout or stop; True when a notification woke us."""
-        conn = self._connection()
+        """Wait for a NOTIFY, the timeout, stop or a lost lease; True when notified."""
+        conn = self.listen_conn
+        if conn is None:
+            raise RuntimeError("Leader.listen() first")
 
         async def first_notify() -> bool:
             async for _ in conn.notifies(timeout=timeout, stop_after=1):
@@ -82,10 +140,9 @@ class Leader:
             return False
 
         notified = asyncio.ensure_future(first_notify())
-        stopping = asyncio.ensure_future(stop.wait())
-        done, pending = await asyncio.wait(
-            {notified, stopping}, return_when=asyncio.FIRST_COMPLETED
-        )
+        waits = {notified, asyncio.ensure_future(stop.wait())}
+        waits.add(asyncio.ensure_future(self.lost.wait()))
+        done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
@@ -98,18 +155,27 @@ class Leader:
         return False
 
     async def close(self) -> None:
-        """Release the lock (if held) and close; closing alone would release it too."""
+        """Give the lease and the lock back (if held) and close; closing alone frees the
+        lock too (the next holder then overwrites the lease row)."""
         conn, self.conn = self.conn, None
+        listen_conn, self.listen_conn = self.listen_conn, None
+        if listen_conn is not None and not listen_conn.closed:
+            await listen_conn.close()
         if conn is None or conn.closed:
+            self.holds_lock = False
             return
         try:
             if self.holds_lock:
-                await conn.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
+                await conn.execute(lease.RELEASE, self.params)
         except psycopg.Error:
             logger.warning("could not unlock cleanly; closing the session releases it")
         finally:
             self.holds_lock = False
             await conn.close()
+
+    def _lose(self) -> None:
+        self.holds_lock = False
+        self.lost.set()
 
     def _connection(self) -> psycopg.AsyncConnection[Any]:
         if self.conn is None:

@@ -3,9 +3,14 @@
 Runs only after the outcome transaction committed, and reads only what the database
 kept (RowOutcome.recorded), so nothing is reported that did not happen: a retry that
 turned into a quarantine is reported as the quarantine, a stale outcome as neither.
+
+The spec's lines: `dispatched` (INFO, one per Done row, on its own logger so it can be
+lowered, and sampled by DISPATCHED_LOG_SAMPLE), `dispatch retry` (WARNING) and
+`quarantined` (ERROR). Fields are ids and counts only (ops.logging.Field), never a body.
 """
 
 import logging
+import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +26,9 @@ from messenger_realtime.outbox.signals import (
 )
 
 logger = logging.getLogger(__name__)
+# Its own logger: under load an operator can lower it (LOG_LEVELS or LOGGING) without
+# losing the retry and quarantine lines.
+dispatched_logger = logging.getLogger(f"{__name__}.dispatched")
 
 
 @dataclass
@@ -37,8 +45,11 @@ class PassResult:
     duration_ms: float = 0.0
 
 
-async def report(outcomes: Sequence[RowOutcome], result: PassResult, sender: Any) -> None:
-    """Count, log, measure and signal one recorded batch."""
+async def report(
+    outcomes: Sequence[RowOutcome], result: PassResult, sender: Any, sample: float = 1.0
+) -> None:
+    """Count, log, measure and signal one recorded batch; `sample` is the share of
+    Done rows that get a `dispatched` line (DISPATCHED_LOG_SAMPLE)."""
     done = [o for o in outcomes if o.fate is Fate.DONE and o.recorded is Status.DONE]
     expired = [o for o in outcomes if o.fate is Fate.EXPIRE and o.recorded is Status.DONE]
     retried = [
@@ -62,9 +73,13 @@ async def report(outcomes: Sequence[RowOutcome], result: PassResult, sender: Any
     result.retried += len(retried)
     result.released += len(released)
     result.stale += stale
-    if logger.isEnabledFor(logging.DEBUG):
+    if done and sample > 0 and dispatched_logger.isEnabledFor(logging.INFO):
+        extra: dict[str, Any] = {"action": "dispatched"}
+        if sample < 1:
+            extra["sample"] = sample  # a reader multiplies counts by 1/sample
         for outcome in done:
-            logger.debug("dispatched", extra={"action": "dispatched", **_fields(outcome)})
+            if sample >= 1 or random.random() < sample:  # sampling, not security
+                dispatched_logger.info("dispatched", extra=extra | _fields(outcome))
     for outcome in retried:
         logger.warning("dispatch retry", extra={"action": "retry", **_fields(outcome)})
     if stale:

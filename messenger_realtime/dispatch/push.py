@@ -13,12 +13,13 @@ rows go first, instead of in the hub's queue.
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
-from messenger_realtime.exceptions import describe_error
+from messenger_realtime.exceptions import LeadershipLost, describe_error
 from messenger_realtime.ops import metrics, tracing
 from messenger_realtime.transport.publisher import BatchPublisher, HubBacklog, Publisher
 
@@ -31,8 +32,15 @@ async def push(
     publisher: Publisher,
     stop: asyncio.Event,
     options: RealtimeDispatchOptions,
+    guard: Callable[[], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
-    """Push every built, undecided row in claim order and decide it."""
+    """Push every built, undecided row in claim order and decide it.
+
+    `guard` runs before each chunk (the leader's lease check). When it raises
+    LeadershipLost the push stops there: the rows pushed so far keep their decision (so
+    their outcomes are still recorded), the rest stay undecided and keep their claim (the
+    new leader retries them after the backoff), and the pass's next claim raises.
+    """
     timeout = options.publish_timeout
     ready = [o for o in outcomes if o.undecided and o.event is not None]
     batched = isinstance(publisher, BatchPublisher)
@@ -43,6 +51,11 @@ async def push(
             for outcome in chunk:
                 outcome.decide(Fate.RELEASE)
             continue
+        if guard is not None:
+            try:
+                await guard()
+            except LeadershipLost:
+                return
         events = [o.event for o in chunk if o.event is not None]
         with tracing.row_spans([o.row for o in chunk]):
             try:

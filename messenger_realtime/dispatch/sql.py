@@ -213,6 +213,12 @@ SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float
 FROM messenger.realtime_outbox WHERE status = {PENDING}
 """
 
+# Quarantined rows per kind, for the gauge the quarantine alert reads: they stay until
+# requeued, so the alert does too. ix_rto_due (status, next_attempt_at) finds them.
+QUARANTINED_STATS = f"""
+SELECT kind, count(*) FROM messenger.realtime_outbox WHERE status = {QUARANTINED} GROUP BY kind
+"""
+
 # Retention: one bounded batch of old Done rows (ix_rto_done_updated); Pending and
 # Quarantined rows are never deleted.
 DELETE_DONE = f"""

@@ -118,6 +118,12 @@ async def pending_stats(conn: Conn) -> tuple[int, float]:
     return (int(row[0]), float(row[1])) if row else (0, 0.0)
 
 
+async def quarantined_counts(conn: Conn) -> dict[str, int]:
+    """Quarantined rows per kind, for the quarantined-rows gauge."""
+    cur = await conn.execute(sql.QUARANTINED_STATS)
+    return {str(kind): int(count) for kind, count in await cur.fetchall()}
+
+
 async def delete_done(conn: Conn, older_than: float, limit: int) -> int:
     """Delete one bounded batch of Done rows older than `older_than` seconds."""
     cur = await conn.execute(sql.DELETE_DONE, {"older_than": older_than, "limit": limit})

@@ -23,11 +23,21 @@ class Field(StrEnum):
     CHAT_ID = "ChatId"
     TARGET_USER_ID = "TargetUserId"
     USER_ID = "UserId"
+    MESSAGE_ID = "MessageId"
+    REF_ID = "RefId"
     SEQ = "Seq"
+    CREATED_AT = "CreatedAt"
     ATTEMPTS = "Attempts"
     ERROR_CODE = "errorCode"  # describe_error(): class and code, never a message
+    ROWS = "rows"  # batch claimed
+    DISPATCHED = "dispatched"  # job completed: the pass's counts
+    RETRIED = "retried"
+    QUARANTINED = "quarantined"
     DURATION_MS = "DurationMs"
     JOB_RUN_ID = "jobRunId"
+    HOLDER_PID = "HolderPid"  # the lease (dispatch/lease.py)
+    HOLDER = "Holder"
+    LEASE_AGE = "HeartbeatAgeSeconds"
 
 
 def scrub_query_secrets(text: str) -> str:

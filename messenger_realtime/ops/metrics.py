@@ -15,6 +15,12 @@ pending = Gauge("messenger_realtime_pending", "Outbox rows in status Pending (ba
 oldest_pending_age = Gauge(
     "messenger_realtime_oldest_pending_age_seconds", "Age of the oldest Pending row (0 if none)."
 )
+quarantined_rows = Gauge(
+    "messenger_realtime_quarantined_rows",
+    "Outbox rows in status Quarantined now, per kind (refreshed with the pending gauge).",
+    ["kind"],
+)
+_quarantined_kinds: set[str] = set()  # every kind's series exists, so each can go back to 0
 lag = Histogram(
     "messenger_realtime_lag_seconds",
     "now - created_at when a row is marked Done (persist -> push).",
@@ -59,3 +65,20 @@ def create_kind_series(kinds: Iterable[str]) -> None:
     for kind in kinds:
         for counter in (dispatched, retried, quarantined, expired):
             counter.labels(kind=kind)
+        quarantined_rows.labels(kind=kind)
+        _quarantined_kinds.add(kind)
+
+
+def set_quarantined_rows(counts: dict[str, int]) -> None:
+    """Set the current Quarantined rows per kind; kinds not in `counts` read 0."""
+    _quarantined_kinds.update(counts)
+    for kind in _quarantined_kinds:
+        quarantined_rows.labels(kind=kind).set(counts.get(kind, 0))
+
+
+def clear_leader_gauges() -> None:
+    """Zero the gauges only the leader refreshes, when it stops leading: alerts take the
+    max over replicas, so a former leader must not keep exporting its last backlog."""
+    pending.set(0)
+    oldest_pending_age.set(0)
+    set_quarantined_rows({})

@@ -16,6 +16,7 @@ from uuid import UUID
 from django.db import transaction
 
 from messenger_realtime.exceptions import TransactionRequired
+from messenger_realtime.ops import tracing
 from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind, SessionKind
 from messenger_realtime.outbox.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.notify import notify
@@ -95,4 +96,5 @@ def enqueue_many(
         [RealtimeOutboxEntry(**asdict(intent)) for intent in intents]
     )
     notify(using)  # delivered at commit, dropped on rollback
+    tracing.note_enqueued(entries)  # the owner's span names the rows (correlation)
     return entries

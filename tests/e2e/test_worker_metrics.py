@@ -8,6 +8,7 @@ import pytest
 from websockets.sync.client import connect
 
 from messenger_realtime.models import RealtimeOutboxEntry
+from messenger_realtime.outbox.operations import requeue
 from tests.support.api_client import http_get
 from tests.support.factories import LONG_AGO, OutboxEntryFactory, UserFactory
 from tests.support.hub_helpers import token_for
@@ -180,3 +181,36 @@ def test_daphne_metrics_count_hub_connections(worker_env: dict[str, str]) -> Non
         assert "django_http_requests_total_by_method_total" in http_get(url)[1]
     finally:
         daphne.kill()
+
+
+def test_quarantined_rows_gauge_holds_until_the_rows_are_requeued(
+    worker_env: dict[str, str],
+) -> None:
+    port = free_port()
+    rows = OutboxEntryFactory.create_batch(2, quarantined=True)
+    worker = WorkerProcess(worker_env, polling_interval=0.2, metrics_port=port)
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def gauge() -> float:
+        return sample(
+            http_get(url)[1], "messenger_realtime_quarantined_rows", kind="MessageReceived"
+        )
+
+    try:
+        wait_until(lambda: gauge() == 2, what="2 quarantined rows")
+        # No new quarantine happened: the counter stays 0, the gauge still reports the rows.
+        assert (
+            sample(http_get(url)[1], "messenger_realtime_quarantined_total", kind="MessageReceived")
+            == 0
+        )
+        assert (
+            sample(http_get(url)[1], "messenger_realtime_quarantined_rows", kind="CallInvited") == 0
+        )
+        assert requeue([row.id for row in rows]) == 2
+        wait_until(lambda: gauge() == 0, what="requeued rows leave the gauge")
+        wait_until(
+            lambda: RealtimeOutboxEntry.objects.filter(status="Done").count() == 2,
+            what="requeued rows delivered",
+        )
+    finally:
+        worker.kill()

@@ -45,6 +45,7 @@ def test_defaults_are_the_specs() -> None:
     assert (o.retention_done, o.lock_ttl) == (86400.0, 30.0)
     assert o.lock_key == "job:scheduled:messenger-realtime-dispatch"
     assert o.realtime_backplane_enabled is True
+    assert o.dispatched_log_sample == 1.0  # every Done row logs `dispatched`
     assert check_ids() == []
 
 
@@ -85,6 +86,10 @@ def test_environment_overrides_settings(monkeypatch: pytest.MonkeyPatch) -> None
         ({"DOMAIN_PORT": "project.nowhere.Port"}, "messenger_realtime.E011"),
         ({"DOMAIN_PORT": "builtins.object"}, "messenger_realtime.E011"),
         ({"JWT_SIGNING_KEY": "short"}, "messenger_realtime.E012"),
+        ({"DISPATCHED_LOG_SAMPLE": 1.5}, "messenger_realtime.E016"),
+        ({"DISPATCHED_LOG_SAMPLE": -0.1}, "messenger_realtime.E016"),
+        ({"DISPATCHED_LOG_SAMPLE": 0}, None),  # no `dispatched` lines at all
+        ({"DISPATCHED_LOG_SAMPLE": 0.01}, None),
     ],
 )
 def test_invalid_setting_is_an_error_naming_the_key(

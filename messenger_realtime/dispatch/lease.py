@@ -1,0 +1,144 @@
+"""The single-runner lease: the advisory lock plus a heartbeat that proves its holder lives.
+
+A session advisory lock outlives a wedged worker (stopped, deadlocked, paused by the
+kernel): its connection stays up, so the lock stays held. The holder therefore stamps
+messenger.realtime_dispatch_lease.heartbeat_at with the database clock on its lock
+session, before every claim and at least every LOCK_TTL/3. A standby whose lock attempt
+fails looks at the stamp: older than LOCK_TTL, it ends the holder's session with
+pg_terminate_backend (which frees the lock) and takes the lock itself. Both sides read the
+database clock, so the workers' clocks do not matter.
+
+The SQL lives here, not in sql.py: it touches the lease table only, never the outbox.
+"""
+
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+import psycopg
+
+from messenger_realtime.ops.logging import Field
+
+logger = logging.getLogger(__name__)
+Conn = psycopg.AsyncConnection[Any]
+
+TERMINATE_WAIT_MS = 5000  # pg_terminate_backend waits this long for the backend to exit
+
+# Take the lock and, in the same statement (so the same commit), name this session as the
+# holder with a fresh heartbeat. The CTE runs pg_try_advisory_lock exactly once (a volatile
+# function keeps it materialised); no row comes back when the lock is busy.
+ACQUIRE = """
+WITH lock AS (SELECT pg_try_advisory_lock(%(key)s) AS held)
+INSERT INTO messenger.realtime_dispatch_lease AS l
+    (lock_key, holder_pid, holder, acquired_at, heartbeat_at)
+SELECT %(lock_key)s, pg_backend_pid(), %(holder)s, now(), now() FROM lock WHERE lock.held
+ON CONFLICT (lock_key) DO UPDATE SET
+    holder_pid = excluded.holder_pid, holder = excluded.holder,
+    acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at
+RETURNING l.holder_pid
+"""
+
+# Only the session named as holder can stamp: no row back means the lease was taken over.
+HEARTBEAT = """
+UPDATE messenger.realtime_dispatch_lease SET heartbeat_at = now()
+WHERE lock_key = %(lock_key)s AND holder_pid = pg_backend_pid()
+RETURNING holder_pid
+"""
+
+# Graceful exit: drop the lease row and the lock, so a standby leads at its next poll.
+RELEASE = """
+WITH gone AS (
+    DELETE FROM messenger.realtime_dispatch_lease
+    WHERE lock_key = %(lock_key)s AND holder_pid = pg_backend_pid()
+)
+SELECT pg_advisory_unlock(%(key)s)
+"""
+
+# Who holds the lock in this database (a bigint advisory key shows in pg_locks as
+# classid = high 32 bits, objid = low 32 bits, objsubid = 1), and what the lease says.
+HOLDER = """
+SELECT l.pid, lease.holder_pid, lease.holder,
+       extract(epoch FROM now() - lease.heartbeat_at)::float8
+FROM pg_locks AS l
+LEFT JOIN messenger.realtime_dispatch_lease AS lease ON lease.lock_key = %(lock_key)s
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid::bigint = (%(key)s >> 32) & 4294967295
+  AND l.objid::bigint = %(key)s & 4294967295
+"""
+
+# The re-check under the row lock: a heartbeat committing meanwhile waits for this
+# transaction and then finds its session gone, or it committed first and we see it fresh.
+LOCKED_LEASE = """
+SELECT holder_pid, extract(epoch FROM now() - heartbeat_at)::float8
+FROM messenger.realtime_dispatch_lease WHERE lock_key = %(lock_key)s
+FOR UPDATE
+"""
+
+TERMINATE = "SELECT pg_terminate_backend(%(pid)s, %(wait_ms)s)"
+
+
+def holder_name() -> str:
+    """host:pid of this worker process, written beside the session pid for operators."""
+    return f"{socket.gethostname()}:{os.getpid()}"[:255]
+
+
+class Standby:
+    """A standby's view of the lease: decides when the holder is stale and ends it."""
+
+    def __init__(self, lock_key: str, key: int, ttl: float) -> None:
+        self.params = {"lock_key": lock_key, "key": key}
+        self.ttl = ttl
+        # A lock holder without a lease row of its own (an older worker, a person's psql
+        # session, or a leader between its lock and its commit): first seen when, by us.
+        self.unleased: tuple[int, float] | None = None
+        self.refused: int | None = None  # a pid we may not terminate (logged once)
+
+    async def take_over_if_stale(self, conn: Conn) -> bool:
+        """End a stale holder's session; True when the lock is free to take now."""
+        cur = await conn.execute(HOLDER, self.params)
+        row = await cur.fetchone()
+        if row is None:
+            self.unleased = None
+            return True  # released since our attempt
+        lock_pid, lease_pid, holder, age = row
+        fields: dict[str, Any] = {"action": "take_over", Field.HOLDER_PID: lock_pid}
+        try:
+            if lease_pid != lock_pid:
+                now = time.monotonic()
+                if self.unleased is None or self.unleased[0] != lock_pid:
+                    self.unleased = (lock_pid, now)
+                if now - self.unleased[1] <= self.ttl:
+                    return False
+                fields["reason"] = "lock held without a lease"
+                return await self._terminate(conn, lock_pid, fields)
+            self.unleased = None
+            if age is None or age <= self.ttl:
+                return False
+            async with conn.transaction():
+                cur = await conn.execute(LOCKED_LEASE, self.params)
+                again = await cur.fetchone()
+                if again is None or again[0] != lock_pid or again[1] <= self.ttl:
+                    return False  # a heartbeat landed meanwhile
+                fields.update(
+                    {"reason": "stale heartbeat", Field.HOLDER: holder, Field.LEASE_AGE: again[1]}
+                )
+                return await self._terminate(conn, lock_pid, fields)
+        except psycopg.errors.InsufficientPrivilege:
+            if self.refused != lock_pid:
+                logger.error(
+                    "stale dispatch lease, but this role may not end the holder's session"
+                    " (grant pg_signal_backend, or run every worker as one role)",
+                    extra=fields,
+                )
+                self.refused = lock_pid
+            return False
+
+    async def _terminate(self, conn: Conn, pid: int, fields: dict[str, Any]) -> bool:
+        cur = await conn.execute(TERMINATE, {"pid": pid, "wait_ms": TERMINATE_WAIT_MS})
+        row = await cur.fetchone()
+        logger.warning("stale dispatch lease: ended the holder's session", extra=fields)
+        self.unleased = None
+        return bool(row and row[0])
