@@ -272,7 +272,7 @@ async def run(
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)  # type: ignore[union-attr]
     env = {**os.environ, "DATABASE_URL": DATABASE_URL, "REDIS_URL": REDIS_URL}
     env.update(DJANGO_SETTINGS_MODULE="project.settings", PYTHONUNBUFFERED="1")
-    await check_call(sys.executable, "scripts/ensure_database.py", env=env)
+    await check_call(sys.executable, "scripts/ensure_database.py", "--fresh", env=env)
     await check_call(sys.executable, "manage.py", "migrate", "--noinput", "-v0", env=env)
     layer = redis.Redis.from_url(REDIS_URL)
     layer.flushdb()  # our own db number: stale groups of an earlier run would get pushes

@@ -1,4 +1,8 @@
-"""Create the database named in DATABASE_URL if it does not exist yet."""
+"""Create the database named in DATABASE_URL if it does not exist yet.
+
+--fresh drops it first: the benchmarks' scratch databases start empty every run, so a
+migration history from another checkout can never get in the way.
+"""
 
 import os
 import sys
@@ -18,6 +22,10 @@ params = {
 }
 name = config["NAME"]
 with psycopg.connect(autocommit=True, **{k: v for k, v in params.items() if v}) as conn:
+    if "--fresh" in sys.argv[1:]:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
     exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
     if not exists:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

@@ -83,19 +83,22 @@ SELECT key FROM walk WHERE key IS NOT NULL ORDER BY depth
 #   each, so one chat's burst cannot hold the other chats' rows; targets that filled their
 #   quota then fill what the others left, so a burst alone still fills whole batches;
 # - within a target, always its oldest rows: a chat's rows are claimed in id (insert) order.
-# SKIP LOCKED keeps a second runner (failover lag, --no-lock) on disjoint rows.
+# Candidates are locked as they are found (FOR UPDATE SKIP LOCKED in each probe), so a
+# second runner (failover lag, --no-lock) skips them and takes the next ones instead;
+# candidates not picked are unlocked when the statement ends.
 CLAIM = f"""
 WITH quota AS (
     SELECT greatest(1, ceil(%(limit)s::numeric
                             / greatest(cardinality(%(targets)s::uuid[]), 1)))::int AS q
 ),
 fair AS (
-    SELECT r.id, r.target_key, r.rn
+    SELECT r.id, r.target_key,
+           row_number() OVER (PARTITION BY r.target_key ORDER BY r.id) AS rn
     FROM unnest(%(targets)s::uuid[]) AS t(key) CROSS JOIN LATERAL (
-        SELECT o.id, o.target_key, row_number() OVER (ORDER BY o.id) AS rn
-        FROM messenger.realtime_outbox AS o
+        SELECT o.id, o.target_key FROM messenger.realtime_outbox AS o
         WHERE o.target_key = t.key AND {_DUE} AND o.claimed_at IS NULL
         ORDER BY o.id LIMIT (SELECT q FROM quota)
+        FOR UPDATE SKIP LOCKED
     ) AS r
 ),
 filled AS (
@@ -103,31 +106,29 @@ filled AS (
     HAVING count(*) >= (SELECT q FROM quota)
 ),
 topped AS (
-    SELECT r.id, r.rn + (SELECT q FROM quota) AS rn
+    SELECT r.id, (SELECT q FROM quota)
+                 + row_number() OVER (PARTITION BY r.target_key ORDER BY r.id) AS rn
     FROM filled CROSS JOIN LATERAL (
-        SELECT o.id, row_number() OVER (ORDER BY o.id) AS rn
-        FROM messenger.realtime_outbox AS o
+        SELECT o.id, o.target_key FROM messenger.realtime_outbox AS o
         WHERE o.target_key = filled.target_key AND {_DUE} AND o.claimed_at IS NULL
-        ORDER BY o.id OFFSET (SELECT q FROM quota)
-        LIMIT greatest(%(limit)s - (SELECT count(*) FROM fair), 0)
+          AND o.id > (SELECT f.id FROM fair AS f WHERE f.target_key = filled.target_key
+                      ORDER BY f.id DESC LIMIT 1)
+        ORDER BY o.id LIMIT greatest(%(limit)s - (SELECT count(*) FROM fair), 0)
+        FOR UPDATE SKIP LOCKED
     ) AS r
 ),
 urgent AS (
     SELECT o.id, 0::bigint AS rn FROM messenger.realtime_outbox AS o
     WHERE o.kind IN ({_URGENT}) AND {_DUE} AND o.claimed_at IS NULL
     ORDER BY o.id LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
 ),
-picked AS (
+due AS (
     SELECT id FROM (
         SELECT id, rn FROM urgent UNION ALL SELECT id, rn FROM fair
         UNION ALL SELECT id, rn FROM topped
     ) AS candidates
     GROUP BY id ORDER BY min(rn), id LIMIT %(limit)s
-),
-due AS (
-    SELECT o.id FROM messenger.realtime_outbox AS o
-    WHERE o.id IN (SELECT id FROM picked) AND {_DUE} AND o.claimed_at IS NULL
-    FOR UPDATE SKIP LOCKED
 )
 {_CLAIMED}"""
 

@@ -143,15 +143,19 @@ def test_crash_between_claim_and_outcome_loses_nothing(
 
 def test_skip_locked_never_hands_one_row_to_two_claimers(transactional_db: None) -> None:
     OutboxEntryFactory.create_batch(30)
+    chats = [str(chat) for chat in RealtimeOutboxEntry.objects.values_list("chat_id", flat=True)]
     params = {"limit": 20, "delays": [1.0], "jitter": 0.0, "max_attempts": 8, "exhausted": "x"}
+    params["targets"] = chats  # every row's chat: the fair claim takes one row of each
     with (
         psycopg.connect(db.conninfo()) as first,
         psycopg.connect(db.conninfo(), autocommit=True) as second,
     ):
-        # The first claimer's transaction stays open (rows locked) while the second claims.
+        # The first claimer's transaction stays open (its candidates locked) while the
+        # second claims; then the first commits and the second claims again.
         first_ids = {r[0] for r in first.execute(CLAIM, params).fetchall()}
         second_ids = {r[0] for r in second.execute(CLAIM, params).fetchall()}
         first.commit()
+        second_ids |= {r[0] for r in second.execute(CLAIM, params).fetchall()}
     assert len(first_ids) == 20 and len(second_ids) == 10
     assert first_ids.isdisjoint(second_ids)
 
