@@ -4,6 +4,7 @@ negotiate's connection tokens."""
 import time
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 from uuid import UUID
 
 import jwt
@@ -107,3 +108,20 @@ def authenticate(token: str | None, session_user: Any, options: HubOptions) -> U
     if not get_domain_port().user_exists(user_id):
         raise InvalidToken("unknown user")
     return user_id
+
+
+_HTTP_SCHEME = {"ws": "http", "wss": "https"}
+_DEFAULT_PORT = {"http": 80, "https": 443}
+
+
+def same_origin(origin: str, scheme: str, host: str) -> bool:
+    """Whether a page at `origin` is this server, reached as `scheme`://`host`: scheme,
+    host and port all equal (an http page of the same host may not use an https session)."""
+    page_scheme = _HTTP_SCHEME.get(scheme, scheme)
+    page, here = urlsplit(origin), urlsplit(f"//{host}")
+    try:
+        page_port = page.port or _DEFAULT_PORT.get(page.scheme)
+        here_port = here.port or _DEFAULT_PORT.get(page_scheme)
+    except ValueError:  # a port out of range: not ours
+        return False
+    return (page.scheme, page.hostname, page_port) == (page_scheme, here.hostname, here_port)

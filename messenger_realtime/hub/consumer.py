@@ -11,7 +11,7 @@ import contextlib
 import logging
 import weakref
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 from uuid import UUID
 
 from channels.consumer import get_handler_name
@@ -23,7 +23,12 @@ from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import HandshakeError, InvalidToken, ProtocolError
 from messenger_realtime.hub import protocol
-from messenger_realtime.hub.auth import authenticate, bearer_token, check_connection_token
+from messenger_realtime.hub.auth import (
+    authenticate,
+    bearer_token,
+    check_connection_token,
+    same_origin,
+)
 from messenger_realtime.hub.invocations import HubInvocations
 from messenger_realtime.hub.media import media_join
 from messenger_realtime.ops import metrics
@@ -103,7 +108,8 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
         if not origin:
             return True  # not a browser: no ambient cookie to abuse
         host = headers.get(b"host", b"").decode("latin-1")
-        return urlsplit(origin).netloc == host or origin in self.options.cors_allowed_origins
+        scheme = str(self.scope.get("scheme") or "ws")  # Daphne: from hub/wsprotocol.py
+        return same_origin(origin, scheme, host) or origin in self.options.cors_allowed_origins
 
     async def disconnect(self, code: int) -> None:
         LIVE_CONNECTIONS.discard(self)
