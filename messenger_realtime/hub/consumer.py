@@ -9,6 +9,8 @@ port, never by the client), forwards dispatcher events and keeps the connection 
 import asyncio
 import contextlib
 import logging
+import math
+import time
 import weakref
 from typing import Any
 from urllib.parse import parse_qs
@@ -22,15 +24,10 @@ from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import HandshakeError, InvalidToken, ProtocolError
-from messenger_realtime.hub import protocol
-from messenger_realtime.hub.auth import (
-    authenticate,
-    bearer_token,
-    check_connection_token,
-    same_origin,
-)
+from messenger_realtime.hub import auth, protocol
 from messenger_realtime.hub.invocations import HubInvocations
 from messenger_realtime.hub.media import media_join
+from messenger_realtime.hub.timers import ConnectionTimers
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
 from messenger_realtime.transport.groups import layer_group
@@ -42,10 +39,14 @@ logger = logging.getLogger(__name__)
 LIVE_CONNECTIONS: "weakref.WeakSet[HubConsumer]" = weakref.WeakSet()
 
 
-class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
+class HubConsumer(HubInvocations, ConnectionTimers, AsyncWebsocketConsumer):  # type: ignore[misc]
     user_id: UUID
     connection_id: str
     accepting = True  # False once this process shuts down
+    closing = False  # set once the connection is being closed: nothing more is forwarded
+    token: str | None = None
+    expires_at = math.inf  # loop time when the credentials expire
+    expiry_reason = "token expired"
     # Until the handshake, a connection is in no group; disconnect() relies on these
     # even when connect() refused it early.
     handshaken = False
@@ -71,10 +72,11 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
         self.chat_keys = frozenset()
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         try:
-            self.user_id = await self._authenticate(query)
+            identity = await self._authenticate(query)
+            self.user_id = identity.user_id
             ids = query.get("id")
             self.connection_id = (
-                check_connection_token(ids[0], self.user_id, self.options.connection_token_ttl)
+                auth.check_connection_token(ids[0], self.user_id, self.options.connection_token_ttl)
                 if ids
                 else uuid7().hex  # skipNegotiation: WebSockets straight away
             )
@@ -86,22 +88,27 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
         metrics.hub_connections.inc()
         self.accepted = True
         self.records = protocol.RecordBuffer(self.options.max_message_size)
-        loop = asyncio.get_running_loop()
-        self.opened_at = self.last_received = self.last_sent = loop.time()
+        self.loop = asyncio.get_running_loop()
+        self.opened_at = self.last_received = self.last_sent = self.loop.time()
+        if identity.expires_at is not None:  # nothing is forwarded from then on
+            self.expires_at = self.opened_at + identity.expires_at - time.time()
+            self.expiry_reason = "token expired" if self.token else "session expired"
         self.watchdog = asyncio.create_task(self._watch())
         LIVE_CONNECTIONS.add(self)
 
-    async def _authenticate(self, query: dict[str, list[str]]) -> UUID:
+    async def _authenticate(self, query: dict[str, list[str]]) -> auth.Identity:
         headers = dict(self.scope.get("headers", []))
-        token = bearer_token(headers, query)
+        self.token = token = auth.bearer_token(headers, query)
         user = self.scope.get("user")  # the Django session (the project's own pages)
         session = token is None and user is not None and user.is_authenticated
         if session and not self._same_site(headers):
             # A cookie rides along with any page's WebSocket: only our own pages (or
             # configured origins) may use the session (cross-site WebSocket hijacking).
             raise InvalidToken("origin not allowed for session authentication")
-        user_id: UUID = await database_sync_to_async(authenticate)(token, user, self.options)
-        return user_id
+        identity: auth.Identity = await database_sync_to_async(auth.identify)(
+            token, user, self.options, self.scope.get("session") if session else None
+        )
+        return identity
 
     def _same_site(self, headers: dict[bytes, bytes]) -> bool:
         origin = headers.get(b"origin", b"").decode("latin-1")
@@ -109,7 +116,7 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
             return True  # not a browser: no ambient cookie to abuse
         host = headers.get(b"host", b"").decode("latin-1")
         scheme = str(self.scope.get("scheme") or "ws")  # Daphne: from hub/wsprotocol.py
-        return same_origin(origin, scheme, host) or origin in self.options.cors_allowed_origins
+        return auth.same_origin(origin, scheme, host) or origin in self.options.cors_allowed_origins
 
     async def disconnect(self, code: int) -> None:
         LIVE_CONNECTIONS.discard(self)
@@ -127,7 +134,12 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
     # -- client -> server -------------------------------------------------------
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        self.last_received = asyncio.get_running_loop().time()
+        self.last_received = now = self.loop.time()
+        if self.closing:
+            return
+        if now >= self.expires_at:
+            await self._drop(self.expiry_reason)
+            return
         try:
             data = text_data if text_data is not None else (bytes_data or b"").decode("utf-8")
             records = self.records.feed(data)
@@ -161,7 +173,12 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
         await self._send(protocol.HANDSHAKE_OK)
         logger.info(
             "hub connected",
-            extra={"action": "connected", Field.USER_ID: self.user_id, "chats": len(self.chats)},
+            extra={
+                "action": "connected",
+                Field.CONNECTION_ID: self.connection_id,
+                Field.USER_ID: self.user_id,
+                "chats": len(self.chats),
+            },
         )
         return True
 
@@ -169,6 +186,9 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def realtime_event(self, message: dict[str, Any]) -> None:
         """A dispatcher event for one of this connection's groups."""
+        if self.closing or self.loop.time() >= self.expires_at:
+            await self._drop(self.expiry_reason)  # no event once the credentials expired
+            return
         chat = message.get("chat")
         if chat is not None and chat not in self.chat_keys:
             # Defence in depth: a stale layer membership never leaks another chat's events.
@@ -189,6 +209,10 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
     async def realtime_disconnect(self, message: dict[str, Any]) -> None:
         """Ops asked this user's connections to reconnect (see control.disconnect_user)."""
         await self.shutdown()
+
+    async def hub_send_overflow(self, message: dict[str, Any]) -> None:
+        """Daphne: the connection's unsent data passed SEND_BUFFER_LIMIT (wsprotocol.py)."""
+        await self._drop("send buffer over SEND_BUFFER_LIMIT", unsent=message.get("unsent"))
 
     # -- helpers ----------------------------------------------------------------
 
@@ -215,7 +239,7 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
         return [layer_group(t) for t in targets]
 
     async def _send(self, text: str) -> None:
-        self.last_sent = asyncio.get_running_loop().time()
+        self.last_sent = self.loop.time()
         await self.send(text_data=text)
 
     async def _close_with_error(self, reason: str, *, allow_reconnect: bool = False) -> None:
@@ -223,6 +247,18 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
         with contextlib.suppress(Exception):
             await self._send(protocol.close(reason, allow_reconnect=allow_reconnect))
         await self.close()
+
+    async def _drop(self, reason: str, **fields: Any) -> None:
+        """Close with allowReconnect, once: the client reconnects (authenticating again)
+        and resyncs over REST. Logged with the connection's ids, never a payload."""
+        if self.closing:
+            return
+        self.closing = True
+        metrics.hub_forced_closes.labels(reason=_REASONS.get(reason, "other")).inc()
+        extra: dict[str, Any] = {"action": "close", "reason": reason, **fields}
+        extra.update({Field.CONNECTION_ID: self.connection_id, Field.USER_ID: self.user_id})
+        logger.info("hub connection closed", extra=extra)
+        await self.shutdown()
 
     async def shutdown(self) -> None:
         """Close, telling the client to reconnect (server shutdown, or ops' request)."""
@@ -232,32 +268,13 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
             # already says "reconnect".
             await self.close()
 
-    async def _watch(self) -> None:
-        """Handshake timeout, keep-alive pings, and the client timeout."""
-        o = self.options
-        loop = asyncio.get_running_loop()
-        while True:
-            now = loop.time()
-            if not self.handshaken and now - self.opened_at >= o.handshake_timeout:
-                await self.send(protocol.handshake_error("Handshake was canceled."))
-                await self.close()
-                return
-            if self.handshaken and now - self.last_received >= o.client_timeout:
-                await self._close_with_error(
-                    "Connection closed with an error. OperationCanceledException: Client hasn't "
-                    "sent a message/ping within the configured ClientTimeoutInterval.",
-                    allow_reconnect=True,
-                )
-                return
-            if self.handshaken and now - self.last_sent >= o.keepalive_interval:
-                await self._send(protocol.PING)
-            deadlines = [
-                self.last_received + o.client_timeout,
-                self.last_sent + o.keepalive_interval,
-            ]
-            if not self.handshaken:
-                deadlines.append(self.opened_at + o.handshake_timeout)
-            await asyncio.sleep(max(0.0, min(deadlines) - loop.time()) + 0.01)
+
+# Bounded label values of messenger_realtime_hub_forced_closes_total.
+_REASONS = {
+    "token expired": "expired",
+    "session expired": "expired",
+    "send buffer over SEND_BUFFER_LIMIT": "send_buffer",
+}
 
 
 def _reason(exc: Exception) -> str:

@@ -23,6 +23,7 @@ class Field(StrEnum):
     CHAT_ID = "ChatId"
     TARGET_USER_ID = "TargetUserId"
     USER_ID = "UserId"
+    CONNECTION_ID = "ConnectionId"  # a hub connection (negotiate's connectionId)
     SEQ = "Seq"
     ATTEMPTS = "Attempts"
     ERROR_CODE = "errorCode"  # describe_error(): class and code, never a message

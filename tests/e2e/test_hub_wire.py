@@ -479,6 +479,10 @@ class StuckClient:
         assert response.startswith(b"HTTP/1.1 101"), response
         self._send_text('{"protocol":"json","version":1}' + RS)
 
+    def ping(self) -> None:
+        """A SignalR ping: the client is alive, it just does not read."""
+        self._send_text('{"type":6}' + RS)
+
     def _send_text(self, text: str) -> None:
         payload, mask = text.encode(), os.urandom(4)
         assert len(payload) < 126
@@ -506,7 +510,7 @@ def test_a_client_that_stops_reading_is_dropped_and_others_keep_receiving(
     alice, bob = UserFactory(), UserFactory()
     chat = services.create_chat(alice.id, [bob.id])
     stuck = StuckClient(quick_daphne, token_for(bob.id))
-    quick_daphne.wait_for(f"hub connected UserId={bob.id}")
+    quick_daphne.wait_for(f"hub connected.* UserId={bob.id}")
     with joined(quick_daphne, alice) as reader:
         invoke(reader, "GetGroups")  # alice's groups include the chat: flood it
         while "result" not in records(reader)[-1]:

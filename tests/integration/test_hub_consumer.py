@@ -1,7 +1,9 @@
 """The consumer's refusal paths, in-process through Channels' ASGI test communicator."""
 
 import json
+import time
 import uuid
+from types import SimpleNamespace
 from typing import Any
 
 import channels.db
@@ -42,6 +44,7 @@ def test_an_event_reaches_the_socket_without_a_database_round(
     consumer = HubConsumer()
     consumer.user_id, consumer.chats, consumer.chat_keys = uuid.uuid4(), {chat}, {str(chat)}
     consumer.options = load_hub_options()
+    consumer.loop = SimpleNamespace(time=time.monotonic)  # only its clock is read
     sent: list[dict[str, Any]] = []
 
     async def base_send(message: dict[str, Any]) -> None:
