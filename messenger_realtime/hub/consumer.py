@@ -210,6 +210,10 @@ class HubConsumer(HubInvocations, ConnectionTimers, AsyncWebsocketConsumer):  # 
         """Ops asked this user's connections to reconnect (see control.disconnect_user)."""
         await self.shutdown()
 
+    async def realtime_overrun(self, message: dict[str, Any]) -> None:
+        """The channel layer dropped a message meant for this connection (transport/layer.py)."""
+        await self._drop(OVERRUN)
+
     async def hub_send_overflow(self, message: dict[str, Any]) -> None:
         """Daphne: the connection's unsent data passed SEND_BUFFER_LIMIT (wsprotocol.py)."""
         await self._drop("send buffer over SEND_BUFFER_LIMIT", unsent=message.get("unsent"))
@@ -269,11 +273,13 @@ class HubConsumer(HubInvocations, ConnectionTimers, AsyncWebsocketConsumer):  # 
             await self.close()
 
 
+OVERRUN = "events dropped (channel layer overrun)"
 # Bounded label values of messenger_realtime_hub_forced_closes_total.
 _REASONS = {
     "token expired": "expired",
     "session expired": "expired",
     "send buffer over SEND_BUFFER_LIMIT": "send_buffer",
+    OVERRUN: "overrun",
 }
 
 

@@ -6,36 +6,56 @@ chunk costs two: (1) one Lua script that expires and reads each distinct group o
 one Lua script that inserts every event into its member channels, in event order. This relies
 on channels-redis' key layout and message format (pinned: 4.3.0) and on a single Redis
 host; otherwise the layer's own group_send is used, event by event.
+
+No silent loss: where channels-redis drops a message for a full channel, the script adds
+the message's channels (the connections it was for) to that channel key's overrun set
+(OVERRUN_SUFFIX); the Daphne process reading the key takes the set with its next batch
+and tells each of those connections (transport/layer.py), which close with
+allowReconnect. The count returned is lost deliveries: one per connection per dropped
+message, the number messenger_realtime_channel_overruns_total adds up.
 """
 
+import logging
 import time
 from typing import Any
 
 from channels_redis.core import RedisChannelLayer
 
-from messenger_realtime.contracts.events import OutgoingEvent
-from messenger_realtime.transport.groups import layer_group
+from messenger_realtime.ops import metrics
+
+logger = logging.getLogger(__name__)
+
+
+OVERRUN_SUFFIX = "$overrun"  # beside channels-redis' own "$inflight" backup key
 
 # The same per-channel rule as channels-redis 4.3.0's group_send script, for a whole chunk:
-# drop expired messages, then add the message unless the channel is at capacity (counted,
-# returned as the number of overruns). KEYS[i] gets ARGV[i] with capacity ARGV[n+i] and
-# score ARGV[2n+i]; scores rise through the chunk, so a channel pops them in event order.
+# drop expired messages, then add the message unless the channel is at capacity. KEYS[i]
+# gets ARGV[i] with capacity ARGV[n+i] and score ARGV[2n+i]; scores rise through the
+# chunk, so a channel pops them in event order. A message dropped at capacity puts its
+# channels (the space-separated names at ARGV[4n+2+ARGV[3n+i]]) in the key's overrun set;
+# the script returns how many deliveries were lost.
 CHUNK_SEND_LUA = """
 local n = #KEYS
-local expiry = ARGV[3 * n + 1]
-local stale_before = ARGV[3 * n + 2]
-local over_capacity = 0
+local expiry = ARGV[4 * n + 1]
+local stale_before = ARGV[4 * n + 2]
+local lost = 0
 for i = 1, n do
     redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, stale_before)
     if redis.call('ZCOUNT', KEYS[i], '-inf', '+inf') < tonumber(ARGV[n + i]) then
         redis.call('ZADD', KEYS[i], ARGV[2 * n + i], ARGV[i])
         redis.call('EXPIRE', KEYS[i], expiry)
     else
-        over_capacity = over_capacity + 1
+        local overrun = KEYS[i] .. '$overrun'
+        for name in string.gmatch(ARGV[4 * n + 2 + tonumber(ARGV[3 * n + i])], '%S+') do
+            redis.call('SADD', overrun, name)
+            lost = lost + 1
+        end
+        redis.call('EXPIRE', overrun, expiry)
     end
 end
-return over_capacity
+return lost
 """
+assert f"'{OVERRUN_SUFFIX}'" in CHUNK_SEND_LUA  # the script spells the suffix itself
 
 # Every distinct group of a chunk in one call: drop members past group expiry (as
 # channels-redis' group_send does), then return each group's members, in KEYS order.
@@ -71,20 +91,23 @@ def supports(layer: Any) -> bool:
 
 
 async def group_send_many(
-    layer: Any, events: list[tuple[OutgoingEvent, dict[str, Any]]], clock: ScoreClock
+    layer: Any, messages: list[tuple[str, dict[str, Any]]], clock: ScoreClock
 ) -> int:
-    """Send each (event, channels message) to its group; returns channel overruns."""
+    """Send each (layer group, channels message), in order; returns lost deliveries."""
     connection = layer.connection(0)
     now = int(time.time())
-    event_groups = [layer._group_key(layer_group(event.target)) for event, _ in events]
+    event_groups = [layer._group_key(group) for group, _ in messages]
     groups = list(dict.fromkeys(event_groups))
     replies = await connection.eval(READ_GROUPS_LUA, len(groups), *groups, now - layer.group_expiry)
     found = zip(groups, replies, strict=True)
     members = {key: [member.decode("utf8") for member in names] for key, names in found}
     keys: list[str] = []
-    messages: list[bytes] = []
+    payloads: list[bytes] = []
     capacities: list[int] = []
-    for (_event, message), group in zip(events, event_groups, strict=True):
+    refs: list[int] = []
+    listed: dict[tuple[bytes, str], int] = {}  # (group, channel key) -> index of its names
+    names: list[str] = []
+    for (_group, message), group in zip(messages, event_groups, strict=True):
         channels = members[group]
         if not channels:
             continue  # nobody listens to this group right now: delivered to no one
@@ -93,10 +116,38 @@ async def group_send_many(
         )
         for key, serialized in message_by_key.items():
             keys.append(key)
-            messages.append(serialized)
+            payloads.append(serialized)
             capacities.append(capacity_by_key[key])
+            if (group, key) not in listed:
+                names.extend(_names_by_key(layer, group, channels, listed))
+            refs.append(listed[(group, key)])
     if not keys:
         return 0
     stale_before = now - int(layer.expiry)
-    args = [*messages, *capacities, *clock.take(len(keys)), layer.expiry, stale_before]
-    return int(await connection.eval(CHUNK_SEND_LUA, len(keys), *keys, *args))
+    args = [*payloads, *capacities, *clock.take(len(keys)), *refs, layer.expiry, stale_before]
+    return int(await connection.eval(CHUNK_SEND_LUA, len(keys), *keys, *args, *names))
+
+
+def _names_by_key(
+    layer: Any, group: bytes, channels: list[str], listed: dict[tuple[bytes, str], int]
+) -> list[str]:
+    """A group's channels as one space-separated string per channel key (a process's key
+    holds all of that process's connections), numbered on from len(listed) + 1."""
+    by_key: dict[str, list[str]] = {}
+    for channel in channels:
+        local = layer.non_local_name(channel) if "!" in channel else channel
+        by_key.setdefault(layer.prefix + local, []).append(channel)
+    for key in by_key:
+        listed[(group, key)] = len(listed) + 1
+    return [" ".join(names) for names in by_key.values()]
+
+
+def report_lost(lost: int) -> None:
+    """Count and log lost deliveries (the connections are told by their Daphne process)."""
+    if lost:
+        metrics.channel_overruns.inc(lost)
+        logger.warning(
+            "channel layer capacity overrun: deliveries dropped; their connections will be "
+            "closed with allowReconnect",
+            extra={"action": "overrun", "lost": lost},
+        )

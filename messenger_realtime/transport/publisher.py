@@ -6,15 +6,11 @@ channel layer's pipelined path), and the dispatcher then hands it chunks
 is transient and the row is retried.
 """
 
-import logging
 from typing import Any, Protocol, runtime_checkable
 
 from messenger_realtime.contracts.events import OutgoingEvent
-from messenger_realtime.ops import metrics
 from messenger_realtime.transport import pipeline
 from messenger_realtime.transport.groups import layer_group
-
-logger = logging.getLogger(__name__)
 
 # Channels message type; the hub consumer handles it in realtime_event().
 EVENT_TYPE = "realtime.event"
@@ -55,16 +51,9 @@ class ChannelLayerPublisher:
                 except Exception as exc:
                     results.append(exc)
             return results
-        overruns = await pipeline.group_send_many(
-            self.layer, [(e, layer_message(e)) for e in events], self.scores
-        )
-        if overruns:
-            # channels-redis drops a message for a full channel: count it, never silently.
-            metrics.channel_overruns.inc(overruns)
-            logger.warning(
-                "channel layer capacity overrun: messages dropped for full connections",
-                extra={"action": "overrun", "channels": overruns},
-            )
+        messages = [(layer_group(e.target), layer_message(e)) for e in events]
+        # A message dropped for a full channel is counted and its connections are told.
+        pipeline.report_lost(await pipeline.group_send_many(self.layer, messages, self.scores))
         return [None] * len(events)
 
 
