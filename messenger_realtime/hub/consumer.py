@@ -21,16 +21,15 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.contracts.events import HubTarget
-from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import HandshakeError, InvalidToken, ProtocolError
 from messenger_realtime.hub import auth, protocol
+from messenger_realtime.hub.groups import ConnectionGroups
 from messenger_realtime.hub.invocations import HubInvocations
 from messenger_realtime.hub.media import media_join
+from messenger_realtime.hub.membership import ChatMemberships
 from messenger_realtime.hub.timers import ConnectionTimers
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
-from messenger_realtime.transport.groups import layer_group
 from messenger_realtime.uuid7 import uuid7
 
 logger = logging.getLogger(__name__)
@@ -39,7 +38,12 @@ logger = logging.getLogger(__name__)
 LIVE_CONNECTIONS: "weakref.WeakSet[HubConsumer]" = weakref.WeakSet()
 
 
-class HubConsumer(HubInvocations, ConnectionTimers, AsyncWebsocketConsumer):  # type: ignore[misc]
+class HubConsumer(
+    HubInvocations,
+    ConnectionGroups,
+    ConnectionTimers,
+    AsyncWebsocketConsumer,  # type: ignore[misc]
+):
     user_id: UUID
     connection_id: str
     accepting = True  # False once this process shuts down
@@ -50,8 +54,7 @@ class HubConsumer(HubInvocations, ConnectionTimers, AsyncWebsocketConsumer):  # 
     # Until the handshake, a connection is in no group; disconnect() relies on these
     # even when connect() refused it early.
     handshaken = False
-    chats: set[UUID] = frozenset()  # type: ignore[assignment]
-    chat_keys: frozenset[str] = frozenset()  # the same chats as strings, as events name them
+    memberships = ChatMemberships()  # replaced per connection in connect()
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """As Channels' own, minus the close_old_connections() it runs in a thread before
@@ -68,8 +71,7 @@ class HubConsumer(HubInvocations, ConnectionTimers, AsyncWebsocketConsumer):  # 
             return
         self.options = load_hub_options()
         self.handshaken = False
-        self.chats: set[UUID] = set()
-        self.chat_keys = frozenset()
+        self.memberships = ChatMemberships()
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         try:
             identity = await self._authenticate(query)
@@ -190,17 +192,19 @@ class HubConsumer(HubInvocations, ConnectionTimers, AsyncWebsocketConsumer):  # 
             await self._drop(self.expiry_reason)  # no event once the credentials expired
             return
         chat = message.get("chat")
-        if chat is not None and chat not in self.chat_keys:
-            # Defence in depth: a stale layer membership never leaks another chat's events.
-            return
+        if chat is not None:
+            if not await self._deliverable(chat, message.get("membership_version")):
+                return
+        elif message["event"] == "chat_updated":
+            # This user's memberships may have changed: re-read them first, so a client
+            # that sees the event finds its groups already rebuilt.
+            await self._sync_groups()
         payload = message["payload"]
         if message.get("per_recipient") and "media" in payload:
             # Minted here, per recipient, at delivery: never stored, queued or logged.
             room = payload["media"]["roomName"]
             payload = {**payload, "media": media_join(room, self.user_id, self.options)}
         await self._send(protocol.invocation(message["event"], [payload]))
-        if chat is None and message["event"] == "chat_updated":
-            await self._sync_groups()  # membership of this user may have changed
 
     async def realtime_membership(self, message: dict[str, Any]) -> None:
         """The user's chat memberships changed: rebuild the chat groups from the domain."""
@@ -219,28 +223,6 @@ class HubConsumer(HubInvocations, ConnectionTimers, AsyncWebsocketConsumer):  # 
         await self._drop("send buffer over SEND_BUFFER_LIMIT", unsent=message.get("unsent"))
 
     # -- helpers ----------------------------------------------------------------
-
-    async def _sync_groups(self) -> None:
-        if not self.handshaken:
-            await self.channel_layer.group_add(
-                layer_group(HubTarget.user(self.user_id)), self.channel_name
-            )
-        current = set(await database_sync_to_async(get_domain_port().active_chat_ids)(self.user_id))
-        left, joined = self.chats - current, current - self.chats
-        # Stop forwarding a left chat before anything else.
-        self.chats, self.chat_keys = current, frozenset(str(c) for c in current)
-        for chat_id in left:
-            await self.channel_layer.group_discard(
-                layer_group(HubTarget.chat(chat_id)), self.channel_name
-            )
-        for chat_id in joined:
-            await self.channel_layer.group_add(
-                layer_group(HubTarget.chat(chat_id)), self.channel_name
-            )
-
-    def _layer_groups(self, chats: set[UUID]) -> list[str]:
-        targets = [HubTarget.user(self.user_id), *(HubTarget.chat(c) for c in chats)]
-        return [layer_group(t) for t in targets]
 
     async def _send(self, text: str) -> None:
         self.last_sent = self.loop.time()

@@ -85,9 +85,32 @@ class ScoreClock:
         return scores
 
 
+# KEYS[1]: a user's group, KEYS[2]: a chat's group; ARGV: now, stale_before, group expiry.
+# Every live member of the user's group joins the chat's group (as group_add would).
+COPY_MEMBERS_LUA = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, ARGV[2])
+local members = redis.call('ZRANGE', KEYS[1], 0, -1)
+for i = 1, #members do
+    redis.call('ZADD', KEYS[2], ARGV[1], members[i])
+end
+if #members > 0 then
+    redis.call('EXPIRE', KEYS[2], ARGV[3])
+end
+return #members
+"""
+
+
 def supports(layer: Any) -> bool:
     """A channels-redis core layer on exactly one host."""
     return isinstance(layer, RedisChannelLayer) and len(layer.hosts) == 1
+
+
+async def copy_members(layer: Any, source: str, target: str) -> int:
+    """Add every channel of layer group `source` to group `target`; how many there were."""
+    now = time.time()
+    keys = (layer._group_key(source), layer._group_key(target))
+    args = (now, int(now) - layer.group_expiry, layer.group_expiry)
+    return int(await layer.connection(0).eval(COPY_MEMBERS_LUA, 2, *keys, *args))
 
 
 async def group_send_many(
