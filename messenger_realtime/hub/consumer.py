@@ -229,7 +229,8 @@ class HubConsumer(
         await self.send(text_data=text)
 
     async def _close_with_error(self, reason: str, *, allow_reconnect: bool = False) -> None:
-        logger.info("hub connection closed", extra={"action": "close", "reason": reason})
+        extra = {"action": "close", "reason": reason, Field.CONNECTION_ID: self.connection_id}
+        logger.info("hub connection closed", extra={**extra, Field.USER_ID: self.user_id})
         with contextlib.suppress(Exception):
             await self._send(protocol.close(reason, allow_reconnect=allow_reconnect))
         await self.close()
