@@ -193,7 +193,12 @@ class HubConsumer(
             return
         chat = message.get("chat")
         if chat is not None:
-            if not await self._deliverable(chat, message.get("membership_version")):
+            # The hot path inline (a lookup and a comparison); anything else, such as a
+            # version newer than this connection's read, is for _deliverable().
+            version, held = message.get("membership_version"), self.memberships.held.get(chat)
+            if (held is None or (version is not None and version > held)) and not (
+                await self._deliverable(chat, version)
+            ):
                 return
         elif message["event"] == "chat_updated":
             # This user's memberships may have changed: re-read them first, so a client
