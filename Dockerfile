@@ -14,4 +14,6 @@ COPY messenger_realtime ./messenger_realtime
 COPY templates ./templates
 USER app
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "project.asgi:application"]
+# WebSocket limits: MAX_MESSAGE_SIZE (32768) + 1 KiB; change both together (docs/hub.md).
+CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "--websocket-max-frame-size", "33792", \
+     "--websocket-max-message-size", "33792", "project.asgi:application"]

@@ -290,7 +290,8 @@ async def run(
         postmaster = int(stat[1]) if stat else 0  # our backend's parent (PostgreSQL is local)
         port, metrics_port = hubclients.free_port(), hubclients.free_port()
         daphne_argv = [str(Path(sys.executable).with_name("daphne")), "-b", "127.0.0.1"]
-        daphne_argv += ["-p", str(port), "project.asgi:application"]
+        daphne_argv += ["-p", str(port), "--websocket-max-frame-size", "33792"]
+        daphne_argv += ["--websocket-max-message-size", "33792", "project.asgi:application"]
         daphne = await hubclients.Service.start(
             "daphne", daphne_argv, env, "Listening on TCP address"
         )

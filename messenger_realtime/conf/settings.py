@@ -63,6 +63,10 @@ DEFAULTS: dict[str, Any] = {
     "CLIENT_TIMEOUT": 30.0,  # close after this long without hearing from the client
     "HANDSHAKE_TIMEOUT": 15.0,
     "MAX_MESSAGE_SIZE": 32 * 1024,  # bytes per client message, as ASP.NET's default
+    # Unsent bytes a connection may have queued (Daphne's buffer plus the socket's
+    # unacknowledged bytes) before it is closed with allowReconnect: a client that
+    # stops reading costs at most this much memory.
+    "SEND_BUFFER_LIMIT": 1024 * 1024,
     # Media credentials minted at delivery (messenger_realtime/media.py); secrets.
     "MEDIA_JWT_SIGNING_KEY": "",
     "MEDIA_JWT_ISSUER": "messenger",
@@ -84,6 +88,7 @@ _KINDS: dict[str, type] = {
     "JWT_AUDIENCE": str,
     "CORS_ALLOWED_ORIGINS": list,
     "MAX_MESSAGE_SIZE": int,
+    "SEND_BUFFER_LIMIT": int,
     "METRICS_PORT": int,
     "DELIVERY_DEADLINES": dict,
     "HUB_BACKLOG_LIMIT": int,
@@ -135,6 +140,7 @@ class HubOptions:
     client_timeout: float
     handshake_timeout: float
     max_message_size: int
+    send_buffer_limit: int
     media_jwt_signing_key: str = dataclasses.field(repr=False)
     media_jwt_issuer: str
     media_jwt_audience: str

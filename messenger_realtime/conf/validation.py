@@ -45,6 +45,9 @@ EXPIRABLE_KINDS = frozenset(
     }
 )
 MIN_JWT_KEY_BYTES = 32  # RFC 7518: an HS256 key at least as long as the hash
+# Twisted's own write buffer threshold: a smaller bound would close healthy connections
+# on a single large event.
+MIN_SEND_BUFFER_LIMIT = 64 * 1024
 
 
 def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -95,4 +98,7 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
     urls = [str(u) for u in values.get("ICE_SERVERS", [])]
     ok = all(u.startswith(("stun:", "turn:", "turns:")) for u in urls)
     rule("E014", "ICE_SERVERS", ok, "every entry must be a stun:, turn: or turns: URL")
+    limit = values.get("SEND_BUFFER_LIMIT", MIN_SEND_BUFFER_LIMIT)
+    ok = limit >= MIN_SEND_BUFFER_LIMIT
+    rule("E017", "SEND_BUFFER_LIMIT", ok, f"must be at least {MIN_SEND_BUFFER_LIMIT} bytes")
     return found

@@ -20,13 +20,16 @@ class Contract:
     entity: the DomainPort batch method that loads the referenced entity;
     reference: which row field holds its id; build: (row, entity view) -> payload, after
     validating the row against the view (raising InvalidRow); per_recipient: the hub
-    completes the payload for each receiving user (media credentials at delivery).
+    completes the payload for each receiving user (media credentials at delivery); joins:
+    which chat the event's user has just joined, if any.
     """
 
     entity: str
     reference: str  # "message_id" or "ref_id"
     build: Callable[[OutboxRow, Any], Payload]
     per_recipient: bool = False
+    # (row, entity view) -> the chat a user event makes its user join (OutgoingEvent.joins)
+    joins: Callable[[OutboxRow, Any], UUID | None] | None = None
 
 
 def iso(value: datetime | None) -> str | None:

@@ -32,7 +32,10 @@ def build_events(rows: Sequence[OutboxRow], port: DomainPort) -> list[OutgoingEv
     loaded: dict[str, Mapping[UUID, Any]] = {
         entity: getattr(port, entity)(refs) for entity, refs in wanted.items()
     }
-    return [_build(row, loaded) for row in rows]
+    # Read after the entities: a version is never older than what the events show.
+    chats = {row.chat_id for row in rows if row.target_kind == RealtimeTargetKind.CHAT_GROUP}
+    versions = port.membership_versions({c for c in chats if c is not None}) if chats else {}
+    return [_build(row, loaded, versions) for row in rows]
 
 
 def hub_target(row: OutboxRow) -> HubTarget:
@@ -44,7 +47,9 @@ def hub_target(row: OutboxRow) -> HubTarget:
     raise InvalidRow(f"InvalidTarget: no hub group for target_kind={row.target_kind!r}")
 
 
-def _build(row: OutboxRow, loaded: Mapping[str, Mapping[UUID, Any]]) -> OutgoingEvent | InvalidRow:
+def _build(
+    row: OutboxRow, loaded: Mapping[str, Mapping[UUID, Any]], versions: Mapping[UUID, int]
+) -> OutgoingEvent | InvalidRow:
     contract = CONTRACTS[row.kind]
     reference = getattr(row, contract.reference)
     try:
@@ -57,4 +62,11 @@ def _build(row: OutboxRow, loaded: Mapping[str, Mapping[UUID, Any]]) -> Outgoing
         target = hub_target(row)
     except InvalidRow as exc:
         return exc
-    return OutgoingEvent(target, event_name(row.kind), payload, contract.per_recipient)
+    return OutgoingEvent(
+        target,
+        event_name(row.kind),
+        payload,
+        contract.per_recipient,
+        membership_version=versions.get(target.id) if target.kind == "chat" else None,
+        joins=contract.joins(row, view) if contract.joins is not None else None,
+    )

@@ -1,5 +1,7 @@
 """Chat contracts: messages (bodies only ever to chat:{ChatId}), read receipts, updates."""
 
+from uuid import UUID
+
 from messenger_realtime.contracts.base import (
     Contract,
     Payload,
@@ -80,10 +82,22 @@ def chat_updated(row: OutboxRow, e: ChatEventView) -> Payload:
     return payload
 
 
+def joined_chat(row: OutboxRow, e: ChatEventView) -> UUID | None:
+    """The chat a user-targeted ChatUpdated says its user joined (created with them, or
+    added), so the user's connections join its group before the event is pushed."""
+    if row.target_kind != RealtimeTargetKind.USER or row.target_user_id is None:
+        return None
+    if e.kind == "ChatCreated" or (
+        e.kind == "ParticipantAdded" and e.subject_user_id == row.target_user_id
+    ):
+        return e.chat_id
+    return None
+
+
 CONTRACTS: dict[str, Contract] = {
     K.MESSAGE_RECEIVED: Contract("messages", "message_id", message_received),
     K.MESSAGE_EDITED: Contract("messages", "message_id", message_edited),
     K.MESSAGE_DELETED: Contract("messages", "message_id", message_deleted),
     K.READ_RECEIPT_UPDATED: Contract("participants", "ref_id", read_receipt_updated),
-    K.CHAT_UPDATED: Contract("chat_events", "ref_id", chat_updated),
+    K.CHAT_UPDATED: Contract("chat_events", "ref_id", chat_updated, joins=joined_chat),
 }

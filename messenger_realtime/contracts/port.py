@@ -125,6 +125,15 @@ class DomainPort(abc.ABC):
         """Chats in which the user is an active participant (their hub chat groups)."""
 
     @abc.abstractmethod
+    def active_chats(self, user_id: UUID) -> Mapping[UUID, int]:
+        """As active_chat_ids, each with its chat's membership version, read together."""
+
+    @abc.abstractmethod
+    def membership_versions(self, chat_ids: Ids) -> Mapping[UUID, int]:
+        """Each chat's membership version: a number the host raises in the same
+        transaction as every participant it adds or removes (never lowers)."""
+
+    @abc.abstractmethod
     def user_exists(self, user_id: UUID) -> bool:
         """Whether a token's subject is a known, active user."""
 

@@ -2,8 +2,10 @@
 negotiate's connection tokens."""
 
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 from uuid import UUID
 
 import jwt
@@ -30,8 +32,22 @@ def mint_access_token(user_id: UUID, options: HubOptions, lifetime: float | None
     return jwt.encode(claims, options.jwt_signing_key, algorithm="HS256")
 
 
+@dataclass(frozen=True)
+class Identity:
+    """Who a connection or request is, and until when its credentials hold (unix time;
+    None when they do not expire on their own)."""
+
+    user_id: UUID
+    expires_at: float | None
+
+
 def verify_access_token(token: str, options: HubOptions) -> UUID:
     """The user id of a valid token: HS256 only, issuer, audience and expiry checked."""
+    return read_access_token(token, options).user_id
+
+
+def read_access_token(token: str, options: HubOptions) -> Identity:
+    """The user id and expiry (`exp`) of a valid token; InvalidToken otherwise."""
     try:
         claims: dict[str, Any] = jwt.decode(
             token,
@@ -50,7 +66,7 @@ def verify_access_token(token: str, options: HubOptions) -> UUID:
     except jwt.InvalidTokenError as exc:
         raise InvalidToken(f"invalid token ({type(exc).__name__})") from exc
     try:
-        return UUID(str(claims["sub"]))
+        return Identity(UUID(str(claims["sub"])), float(claims["exp"]))
     except ValueError as exc:
         raise InvalidToken("token subject is not a user id") from exc
 
@@ -98,12 +114,50 @@ def authenticate(token: str | None, session_user: Any, options: HubOptions) -> U
     checked against cross-site use (same origin for WebSockets, CSRF for forms).
     Raises InvalidToken with a reason that is safe to show.
     """
+    return identify(token, session_user, options).user_id
+
+
+def identify(
+    token: str | None, session_user: Any, options: HubOptions, session: Any = None
+) -> Identity:
+    """As authenticate(), with the credentials' expiry: the token's `exp`, or the end of
+    `session` (the Django session the user came from) when there is no token."""
     if token is not None:
-        user_id = verify_access_token(token, options)
+        identity = read_access_token(token, options)
     elif session_user is not None and session_user.is_authenticated:
-        user_id = UUID(str(session_user.pk))
+        identity = Identity(UUID(str(session_user.pk)), session_expiry(session))
     else:
         raise InvalidToken("no credentials")
-    if not get_domain_port().user_exists(user_id):
+    if not get_domain_port().user_exists(identity.user_id):
         raise InvalidToken("unknown user")
-    return user_id
+    return identity
+
+
+def session_expiry(session: Any) -> float | None:
+    """When a Django session ends (unix time): the stored expiry of a database-backed
+    session (the store's own get_expiry_date() counts from now, not from the last save),
+    else what the store says; None without a session."""
+    if session is None:
+        return None
+    stored = getattr(session, "_get_session_from_db", None)  # db and cached_db stores
+    row = stored() if stored is not None else None
+    if row is not None:
+        return float(row.expire_date.timestamp())
+    return float(session.get_expiry_date().timestamp())
+
+
+_HTTP_SCHEME = {"ws": "http", "wss": "https"}
+_DEFAULT_PORT = {"http": 80, "https": 443}
+
+
+def same_origin(origin: str, scheme: str, host: str) -> bool:
+    """Whether a page at `origin` is this server, reached as `scheme`://`host`: scheme,
+    host and port all equal (an http page of the same host may not use an https session)."""
+    page_scheme = _HTTP_SCHEME.get(scheme, scheme)
+    page, here = urlsplit(origin), urlsplit(f"//{host}")
+    try:
+        page_port = page.port or _DEFAULT_PORT.get(page.scheme)
+        here_port = here.port or _DEFAULT_PORT.get(page_scheme)
+    except ValueError:  # a port out of range: not ours
+        return False
+    return (page.scheme, page.hostname, page_port) == (page_scheme, here.hostname, here_port)

@@ -9,9 +9,11 @@ port, never by the client), forwards dispatcher events and keeps the connection 
 import asyncio
 import contextlib
 import logging
+import math
+import time
 import weakref
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 from uuid import UUID
 
 from channels.consumer import get_handler_name
@@ -19,16 +21,15 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.contracts.events import HubTarget
-from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import HandshakeError, InvalidToken, ProtocolError
-from messenger_realtime.hub import protocol
-from messenger_realtime.hub.auth import authenticate, bearer_token, check_connection_token
+from messenger_realtime.hub import auth, protocol
+from messenger_realtime.hub.groups import ConnectionGroups
 from messenger_realtime.hub.invocations import HubInvocations
 from messenger_realtime.hub.media import media_join
+from messenger_realtime.hub.membership import ChatMemberships
+from messenger_realtime.hub.timers import ConnectionTimers
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
-from messenger_realtime.transport.groups import layer_group
 from messenger_realtime.uuid7 import uuid7
 
 logger = logging.getLogger(__name__)
@@ -37,15 +38,23 @@ logger = logging.getLogger(__name__)
 LIVE_CONNECTIONS: "weakref.WeakSet[HubConsumer]" = weakref.WeakSet()
 
 
-class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
+class HubConsumer(
+    HubInvocations,
+    ConnectionGroups,
+    ConnectionTimers,
+    AsyncWebsocketConsumer,  # type: ignore[misc]
+):
     user_id: UUID
     connection_id: str
     accepting = True  # False once this process shuts down
+    closing = False  # set once the connection is being closed: nothing more is forwarded
+    token: str | None = None
+    expires_at = math.inf  # loop time when the credentials expire
+    expiry_reason = "token expired"
     # Until the handshake, a connection is in no group; disconnect() relies on these
     # even when connect() refused it early.
     handshaken = False
-    chats: set[UUID] = frozenset()  # type: ignore[assignment]
-    chat_keys: frozenset[str] = frozenset()  # the same chats as strings, as events name them
+    memberships = ChatMemberships()  # replaced per connection in connect()
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """As Channels' own, minus the close_old_connections() it runs in a thread before
@@ -62,14 +71,14 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
             return
         self.options = load_hub_options()
         self.handshaken = False
-        self.chats: set[UUID] = set()
-        self.chat_keys = frozenset()
+        self.memberships = ChatMemberships()
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         try:
-            self.user_id = await self._authenticate(query)
+            identity = await self._authenticate(query)
+            self.user_id = identity.user_id
             ids = query.get("id")
             self.connection_id = (
-                check_connection_token(ids[0], self.user_id, self.options.connection_token_ttl)
+                auth.check_connection_token(ids[0], self.user_id, self.options.connection_token_ttl)
                 if ids
                 else uuid7().hex  # skipNegotiation: WebSockets straight away
             )
@@ -81,29 +90,35 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
         metrics.hub_connections.inc()
         self.accepted = True
         self.records = protocol.RecordBuffer(self.options.max_message_size)
-        loop = asyncio.get_running_loop()
-        self.opened_at = self.last_received = self.last_sent = loop.time()
+        self.loop = asyncio.get_running_loop()
+        self.opened_at = self.last_received = self.last_sent = self.loop.time()
+        if identity.expires_at is not None:  # nothing is forwarded from then on
+            self.expires_at = self.opened_at + identity.expires_at - time.time()
+            self.expiry_reason = "token expired" if self.token else "session expired"
         self.watchdog = asyncio.create_task(self._watch())
         LIVE_CONNECTIONS.add(self)
 
-    async def _authenticate(self, query: dict[str, list[str]]) -> UUID:
+    async def _authenticate(self, query: dict[str, list[str]]) -> auth.Identity:
         headers = dict(self.scope.get("headers", []))
-        token = bearer_token(headers, query)
+        self.token = token = auth.bearer_token(headers, query)
         user = self.scope.get("user")  # the Django session (the project's own pages)
         session = token is None and user is not None and user.is_authenticated
         if session and not self._same_site(headers):
             # A cookie rides along with any page's WebSocket: only our own pages (or
             # configured origins) may use the session (cross-site WebSocket hijacking).
             raise InvalidToken("origin not allowed for session authentication")
-        user_id: UUID = await database_sync_to_async(authenticate)(token, user, self.options)
-        return user_id
+        identity: auth.Identity = await database_sync_to_async(auth.identify)(
+            token, user, self.options, self.scope.get("session") if session else None
+        )
+        return identity
 
     def _same_site(self, headers: dict[bytes, bytes]) -> bool:
         origin = headers.get(b"origin", b"").decode("latin-1")
         if not origin:
             return True  # not a browser: no ambient cookie to abuse
         host = headers.get(b"host", b"").decode("latin-1")
-        return urlsplit(origin).netloc == host or origin in self.options.cors_allowed_origins
+        scheme = str(self.scope.get("scheme") or "ws")  # Daphne: from hub/wsprotocol.py
+        return auth.same_origin(origin, scheme, host) or origin in self.options.cors_allowed_origins
 
     async def disconnect(self, code: int) -> None:
         LIVE_CONNECTIONS.discard(self)
@@ -121,7 +136,12 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
     # -- client -> server -------------------------------------------------------
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        self.last_received = asyncio.get_running_loop().time()
+        self.last_received = now = self.loop.time()
+        if self.closing:
+            return
+        if now >= self.expires_at:
+            await self._drop(self.expiry_reason)
+            return
         try:
             data = text_data if text_data is not None else (bytes_data or b"").decode("utf-8")
             records = self.records.feed(data)
@@ -155,7 +175,12 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
         await self._send(protocol.HANDSHAKE_OK)
         logger.info(
             "hub connected",
-            extra={"action": "connected", Field.USER_ID: self.user_id, "chats": len(self.chats)},
+            extra={
+                "action": "connected",
+                Field.CONNECTION_ID: self.connection_id,
+                Field.USER_ID: self.user_id,
+                "chats": len(self.chats),
+            },
         )
         return True
 
@@ -163,18 +188,28 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
 
     async def realtime_event(self, message: dict[str, Any]) -> None:
         """A dispatcher event for one of this connection's groups."""
-        chat = message.get("chat")
-        if chat is not None and chat not in self.chat_keys:
-            # Defence in depth: a stale layer membership never leaks another chat's events.
+        if self.closing or self.loop.time() >= self.expires_at:
+            await self._drop(self.expiry_reason)  # no event once the credentials expired
             return
+        chat = message.get("chat")
+        if chat is not None:
+            # The hot path inline (a lookup and a comparison); anything else, such as a
+            # version newer than this connection's read, is for _deliverable().
+            version, held = message.get("membership_version"), self.memberships.held.get(chat)
+            if (held is None or (version is not None and version > held)) and not (
+                await self._deliverable(chat, version)
+            ):
+                return
+        elif message["event"] == "chat_updated":
+            # This user's memberships may have changed: re-read them first, so a client
+            # that sees the event finds its groups already rebuilt.
+            await self._sync_groups()
         payload = message["payload"]
         if message.get("per_recipient") and "media" in payload:
             # Minted here, per recipient, at delivery: never stored, queued or logged.
             room = payload["media"]["roomName"]
             payload = {**payload, "media": media_join(room, self.user_id, self.options)}
         await self._send(protocol.invocation(message["event"], [payload]))
-        if chat is None and message["event"] == "chat_updated":
-            await self._sync_groups()  # membership of this user may have changed
 
     async def realtime_membership(self, message: dict[str, Any]) -> None:
         """The user's chat memberships changed: rebuild the chat groups from the domain."""
@@ -184,39 +219,38 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
         """Ops asked this user's connections to reconnect (see control.disconnect_user)."""
         await self.shutdown()
 
+    async def realtime_overrun(self, message: dict[str, Any]) -> None:
+        """The channel layer dropped a message meant for this connection (transport/layer.py)."""
+        await self._drop(OVERRUN)
+
+    async def hub_send_overflow(self, message: dict[str, Any]) -> None:
+        """Daphne: the connection's unsent data passed SEND_BUFFER_LIMIT (wsprotocol.py)."""
+        await self._drop("send buffer over SEND_BUFFER_LIMIT", unsent=message.get("unsent"))
+
     # -- helpers ----------------------------------------------------------------
 
-    async def _sync_groups(self) -> None:
-        if not self.handshaken:
-            await self.channel_layer.group_add(
-                layer_group(HubTarget.user(self.user_id)), self.channel_name
-            )
-        current = set(await database_sync_to_async(get_domain_port().active_chat_ids)(self.user_id))
-        left, joined = self.chats - current, current - self.chats
-        # Stop forwarding a left chat before anything else.
-        self.chats, self.chat_keys = current, frozenset(str(c) for c in current)
-        for chat_id in left:
-            await self.channel_layer.group_discard(
-                layer_group(HubTarget.chat(chat_id)), self.channel_name
-            )
-        for chat_id in joined:
-            await self.channel_layer.group_add(
-                layer_group(HubTarget.chat(chat_id)), self.channel_name
-            )
-
-    def _layer_groups(self, chats: set[UUID]) -> list[str]:
-        targets = [HubTarget.user(self.user_id), *(HubTarget.chat(c) for c in chats)]
-        return [layer_group(t) for t in targets]
-
     async def _send(self, text: str) -> None:
-        self.last_sent = asyncio.get_running_loop().time()
+        self.last_sent = self.loop.time()
         await self.send(text_data=text)
 
     async def _close_with_error(self, reason: str, *, allow_reconnect: bool = False) -> None:
-        logger.info("hub connection closed", extra={"action": "close", "reason": reason})
+        extra = {"action": "close", "reason": reason, Field.CONNECTION_ID: self.connection_id}
+        logger.info("hub connection closed", extra={**extra, Field.USER_ID: self.user_id})
         with contextlib.suppress(Exception):
             await self._send(protocol.close(reason, allow_reconnect=allow_reconnect))
         await self.close()
+
+    async def _drop(self, reason: str, **fields: Any) -> None:
+        """Close with allowReconnect, once: the client reconnects (authenticating again)
+        and resyncs over REST. Logged with the connection's ids, never a payload."""
+        if self.closing:
+            return
+        self.closing = True
+        metrics.hub_forced_closes.labels(reason=_REASONS.get(reason, "other")).inc()
+        extra: dict[str, Any] = {"action": "close", "reason": reason, **fields}
+        extra.update({Field.CONNECTION_ID: self.connection_id, Field.USER_ID: self.user_id})
+        logger.info("hub connection closed", extra=extra)
+        await self.shutdown()
 
     async def shutdown(self) -> None:
         """Close, telling the client to reconnect (server shutdown, or ops' request)."""
@@ -226,32 +260,15 @@ class HubConsumer(HubInvocations, AsyncWebsocketConsumer):  # type: ignore[misc]
             # already says "reconnect".
             await self.close()
 
-    async def _watch(self) -> None:
-        """Handshake timeout, keep-alive pings, and the client timeout."""
-        o = self.options
-        loop = asyncio.get_running_loop()
-        while True:
-            now = loop.time()
-            if not self.handshaken and now - self.opened_at >= o.handshake_timeout:
-                await self.send(protocol.handshake_error("Handshake was canceled."))
-                await self.close()
-                return
-            if self.handshaken and now - self.last_received >= o.client_timeout:
-                await self._close_with_error(
-                    "Connection closed with an error. OperationCanceledException: Client hasn't "
-                    "sent a message/ping within the configured ClientTimeoutInterval.",
-                    allow_reconnect=True,
-                )
-                return
-            if self.handshaken and now - self.last_sent >= o.keepalive_interval:
-                await self._send(protocol.PING)
-            deadlines = [
-                self.last_received + o.client_timeout,
-                self.last_sent + o.keepalive_interval,
-            ]
-            if not self.handshaken:
-                deadlines.append(self.opened_at + o.handshake_timeout)
-            await asyncio.sleep(max(0.0, min(deadlines) - loop.time()) + 0.01)
+
+OVERRUN = "events dropped (channel layer overrun)"
+# Bounded label values of messenger_realtime_hub_forced_closes_total.
+_REASONS = {
+    "token expired": "expired",
+    "session expired": "expired",
+    "send buffer over SEND_BUFFER_LIMIT": "send_buffer",
+    OVERRUN: "overrun",
+}
 
 
 def _reason(exc: Exception) -> str:

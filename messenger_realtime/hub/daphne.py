@@ -1,4 +1,5 @@
-"""Daphne integration: polite Close on shutdown, and no tokens in access logs.
+"""Daphne integration: polite Close on shutdown, no tokens in access logs, and the hub's
+WebSocket protocol (wsprotocol.py: size limits with a Close, the send bound, the scheme).
 
 Daphne stops on SIGTERM/SIGINT through Twisted's reactor; a "before shutdown" trigger
 runs while sockets are still open, so every live connection gets
@@ -68,6 +69,7 @@ def install_daphne_integration(also_stop: Callable[[], Awaitable[None]] | None =
         return defer.Deferred.fromFuture(asyncio.ensure_future(_shutdown(also_stop)))
 
     reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)  # type: ignore[arg-type]
+    _install_protocol()
 
     # Daphne's CLI imports the application before it builds its access log generator,
     # so replacing the class it will use here covers `daphne project.asgi:application`.
@@ -82,3 +84,24 @@ def install_daphne_integration(also_stop: Callable[[], Awaitable[None]] | None =
                 super().write_entry(host, date, scrub_query_secrets(request), *args, **kw)
 
         cli.AccessLogGenerator = ScrubbingAccessLogGenerator  # type: ignore[attr-defined]
+
+
+def _install_protocol() -> None:
+    """Serve WebSockets with HubWebSocketProtocol and give their scope a `scheme`."""
+    from daphne.server import Server
+    from daphne.ws_protocol import WebSocketFactory
+
+    from messenger_realtime.hub.wsprotocol import HubWebSocketProtocol, scheme
+
+    WebSocketFactory.protocol = HubWebSocketProtocol
+    if getattr(Server.create_application, "adds_scheme", False):
+        return
+    create_application = Server.create_application
+
+    def with_scheme(server: Any, connection: Any, scope: dict[str, Any]) -> Any:
+        if scope.get("type") == "websocket" and isinstance(connection, HubWebSocketProtocol):
+            scope.setdefault("scheme", scheme(connection))
+        return create_application(server, connection, scope)
+
+    with_scheme.adds_scheme = True  # type: ignore[attr-defined]
+    Server.create_application = with_scheme

@@ -17,9 +17,11 @@ logger = logging.getLogger(__name__)
 
 class HubInvocations:
     user_id: UUID
-    chats: set[UUID]
 
     if TYPE_CHECKING:  # provided by HubConsumer and its WebSocket consumer base
+
+        @property
+        def chats(self) -> frozenset[UUID]: ...
 
         async def close(self) -> None: ...
 

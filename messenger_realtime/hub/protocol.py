@@ -43,11 +43,20 @@ class RecordBuffer:
         *records, self._pending = (self._pending + data).split(RS)
         too_big = [r for r in records if len(r.encode()) > self.max_size]
         if too_big or len(self._pending.encode()) > self.max_size:
-            raise ProtocolError(
-                f"The maximum message size of {self.max_size}B was exceeded. The message size "
-                "can be configured in AddHubOptions."
-            )
+            raise ProtocolError(_too_big(self.max_size))
         return records
+
+
+def _too_big(max_size: int) -> str:
+    return (
+        f"The maximum message size of {max_size}B was exceeded. The message size "
+        "can be configured in AddHubOptions."
+    )
+
+
+def message_too_big(max_size: int) -> str:
+    """The Close error for a record (or frame) over max_size bytes, as ASP.NET words it."""
+    return f"Connection closed with an error. InvalidDataException: {_too_big(max_size)}"
 
 
 _BAD_HANDSHAKE = "An unexpected error occurred during connection handshake."

@@ -25,6 +25,7 @@ class Field(StrEnum):
     USER_ID = "UserId"
     MESSAGE_ID = "MessageId"
     REF_ID = "RefId"
+    CONNECTION_ID = "ConnectionId"  # a hub connection (negotiate's connectionId)
     SEQ = "Seq"
     CREATED_AT = "CreatedAt"
     ATTEMPTS = "Attempts"

@@ -56,6 +56,12 @@ hub_backlog_waits = Counter(
 )
 hub_connections = Gauge("messenger_realtime_hub_connections", "Open hub connections.")
 hub_disconnects = Counter("messenger_realtime_hub_disconnects", "Closed hub connections.")
+hub_forced_closes = Counter(
+    "messenger_realtime_hub_forced_closes",
+    "Hub connections the server closed with allowReconnect, by reason: expired (token or "
+    "session), send_buffer (over SEND_BUFFER_LIMIT), overrun (events were dropped).",
+    ["reason"],
+)
 
 
 def create_kind_series(kinds: Iterable[str]) -> None:

@@ -1,4 +1,5 @@
-"""channels-redis' layer with batched receive for a process's own channel.
+"""channels-redis' layer with batched receive for a process's own channel, and no silent
+loss.
 
 Every Daphne process receives all its connections' messages through one Redis key (its
 "specific.<process>!" channel). channels-redis 4.3 pops that key one message at a time,
@@ -14,17 +15,33 @@ the next receive (this one's or the parent's) puts them back in front, so nothin
 lost; at worst a message is delivered twice, which clients dedupe anyway. Messages
 already popped wait in this process's memory until handed out, as they would in
 channels-redis' own receive buffers.
+
+Drops are never silent. A message dropped at a full key leaves its connections' channel
+names in the key's overrun set (transport/pipeline.py; group_send here goes the same
+way); the same Lua call that pops a batch takes that set, and each of those connections
+gets an OVERRUN_EVENT before anything else. A connection whose own in-process buffer
+overflows (its consumer fell `capacity` messages behind) gets the same instead of
+channels-redis' silent drop of the oldest. The hub consumer closes such a connection
+with allowReconnect.
 """
 
+import asyncio
 import collections
+import functools
 from typing import Any
 
 from channels_redis.core import RedisChannelLayer
 
-RECEIVE_BATCH = 100
+from messenger_realtime.ops import metrics
+from messenger_realtime.transport import pipeline
 
-# KEYS[1]: the channel key, KEYS[2]: its backup key, ARGV[1]: how many to pop. A backup
-# left by an interrupted receive goes back in front first (their scores keep the order).
+RECEIVE_BATCH = 100
+OVERRUN_EVENT = "realtime.overrun"  # handled by HubConsumer.realtime_overrun
+
+# KEYS[1]: the channel key, KEYS[2]: its backup key, KEYS[3]: its overrun set, ARGV[1]:
+# how many to pop. A backup left by an interrupted receive goes back in front first
+# (their scores keep the order). Returns the popped messages and the channels that lost
+# a message since the last call.
 POP_BATCH_LUA = """
 local left = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
 for i = 1, #left, 2 do
@@ -35,8 +52,24 @@ local popped = redis.call('ZPOPMIN', KEYS[1], ARGV[1])
 for i = 1, #popped, 2 do
     redis.call('ZADD', KEYS[2], popped[i + 1], popped[i])
 end
-return popped
+local lost = redis.call('SMEMBERS', KEYS[3])
+redis.call('DEL', KEYS[3])
+return {popped, lost}
 """
+
+
+class OverrunQueue(asyncio.Queue[Any]):
+    """A connection's in-process buffer: when full, what it holds is dropped and replaced
+    by one OVERRUN_EVENT (channels-redis' BoundedQueue drops the oldest silently)."""
+
+    def put_nowait(self, item: Any) -> None:
+        if self.full():
+            lost = self.qsize() + 1  # what it held, and this one
+            while not self.empty():
+                self.get_nowait()
+            item = {"type": OVERRUN_EVENT}
+            metrics.channel_overruns.inc(lost)
+        super().put_nowait(item)
 
 
 class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
@@ -45,6 +78,20 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._received: dict[str, collections.deque[tuple[Any, Any]]] = {}
+        self.receive_buffer: collections.defaultdict[str, OverrunQueue] = collections.defaultdict(
+            functools.partial(OverrunQueue, self.capacity)
+        )
+        self._scores = pipeline.ScoreClock()
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        """As channels-redis' (same keys, same capacity rule), but a drop is counted and
+        its connections are told (pipeline.py); several hosts: the parent's, unchanged."""
+        if not pipeline.supports(self):
+            await super().group_send(group, message)
+            return
+        assert self.require_valid_group_name(group), "Group name not valid"
+        sent = await pipeline.group_send_many(self, [(group, message)], self._scores)
+        pipeline.report_lost(sent.lost)
 
     async def receive_single(self, channel: str) -> tuple[Any, Any]:
         if not channel.endswith("!"):  # a general (non-process) channel: unchanged
@@ -62,10 +109,15 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
         assert self.require_valid_channel_name(channel, receive=True), "Channel name invalid"
         channel_key = self.prefix + channel
         backup = self._backup_channel_name(channel_key)
+        overrun = channel_key + pipeline.OVERRUN_SUFFIX
         connection = self.connection(self.consistent_hash(channel))
         await self.receive_clean_locks.acquire(channel_key)  # after any pending cleaner
         try:
-            popped = await connection.eval(POP_BATCH_LUA, 2, channel_key, backup, RECEIVE_BATCH)
+            popped, lost = await connection.eval(
+                POP_BATCH_LUA, 3, channel_key, backup, overrun, RECEIVE_BATCH
+            )
+            # Told first: a connection that lost a message stops forwarding at once.
+            into.extend((name.decode(), {"type": OVERRUN_EVENT}) for name in lost)
             into.extend(self._unpack(channel, content) for content in popped[::2])
             if popped:
                 await connection.delete(backup)  # in memory now: nothing left to restore

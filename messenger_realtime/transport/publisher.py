@@ -6,15 +6,11 @@ channel layer's pipelined path), and the dispatcher then hands it chunks
 is transient and the row is retried.
 """
 
-import logging
 from typing import Any, Protocol, runtime_checkable
 
-from messenger_realtime.contracts.events import OutgoingEvent
-from messenger_realtime.ops import metrics
+from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.transport import pipeline
 from messenger_realtime.transport.groups import layer_group
-
-logger = logging.getLogger(__name__)
 
 # Channels message type; the hub consumer handles it in realtime_event().
 EVENT_TYPE = "realtime.event"
@@ -48,11 +44,13 @@ class ChannelLayerPublisher:
         self.last_channels: list[str] = []  # hub process queues the last chunk reached
 
     async def publish(self, event: OutgoingEvent) -> None:
+        if event.joins is not None and pipeline.supports(self.layer):
+            await self._join(event)
         await self.layer.group_send(layer_group(event.target), layer_message(event))
 
     async def publish_many(self, events: list[OutgoingEvent]) -> list[BaseException | None]:
-        """The whole chunk in two pipelined round trips when the layer allows it; a
-        failure there fails the chunk (its rows are retried)."""
+        """The whole chunk in two pipelined round trips when the layer allows it (one more
+        per chat a user joins); a failure there fails the chunk (its rows are retried)."""
         if not pipeline.supports(self.layer):
             results: list[BaseException | None] = []
             for event in events:
@@ -62,18 +60,30 @@ class ChannelLayerPublisher:
                 except Exception as exc:
                     results.append(exc)
             return results
-        sent = await pipeline.group_send_many(
-            self.layer, [(e, layer_message(e)) for e in events], self.scores
-        )
-        overruns, self.last_channels = sent.overruns, sent.channel_keys
-        if overruns:
-            # channels-redis drops a message for a full channel: count it, never silently.
-            metrics.channel_overruns.inc(overruns)
-            logger.warning(
-                "channel layer capacity overrun: messages dropped for full connections",
-                extra={"action": "overrun", "channels": overruns},
-            )
+        start = 0
+        self.last_channels = []
+        for index, event in enumerate(events):
+            if event.joins is not None:  # rare: a membership change, in stream order
+                await self._send_many(events[start:index])
+                await self._join(event)
+                start = index
+        await self._send_many(events[start:])
         return [None] * len(events)
+
+    async def _send_many(self, events: list[OutgoingEvent]) -> None:
+        if events:
+            messages = [(layer_group(e.target), layer_message(e)) for e in events]
+            # A message dropped for a full channel is counted and its connections told.
+            sent = await pipeline.group_send_many(self.layer, messages, self.scores)
+            pipeline.report_lost(sent.lost)
+            self.last_channels = list(dict.fromkeys([*self.last_channels, *sent.channel_keys]))
+
+    async def _join(self, event: OutgoingEvent) -> None:
+        """The user's connections join the chat's group now, ahead of the chat's later
+        events (their consumers confirm it against the domain, hub/membership.py)."""
+        assert event.joins is not None
+        user, chat = layer_group(event.target), layer_group(HubTarget.chat(event.joins))
+        await pipeline.copy_members(self.layer, user, chat)
 
     async def hub_backlog(self) -> int:
         """The longest queue among the hub processes the last chunk reached (0 when the
@@ -86,12 +96,15 @@ class ChannelLayerPublisher:
 def layer_message(event: OutgoingEvent) -> dict[str, Any]:
     """The Channels message the hub consumer receives (HubConsumer.realtime_event).
 
-    `chat` names the chat of a chat-group event (the consumer re-checks membership with
-    it) and is absent for a user event; `per_recipient` asks for media credentials.
+    `chat` names the chat of a chat-group event and `membership_version` the version of
+    its memberships the worker read (the consumer re-checks membership with both); both
+    are absent for a user event; `per_recipient` asks for media credentials.
     """
     message: dict[str, Any] = {"type": EVENT_TYPE, "event": event.name, "payload": event.payload}
     if event.target.kind == "chat":
         message["chat"] = str(event.target.id)
+        if event.membership_version is not None:
+            message["membership_version"] = event.membership_version
     if event.per_recipient:
         message["per_recipient"] = True
     return message

@@ -31,6 +31,9 @@ class Chat(models.Model):
     title = models.CharField(max_length=200, blank=True)
     # The last Seq handed out; the row lock on the chat makes Seq gapless per chat.
     last_seq = models.BigIntegerField(default=0)
+    # Bumped in the same transaction as every participant added or removed: the realtime
+    # hub compares it with the version it read memberships at (DomainPort).
+    membership_version = models.BigIntegerField(default=0, db_default=0)
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
 

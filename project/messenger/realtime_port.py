@@ -23,6 +23,7 @@ from .models import (
     BlacklistEntry,
     CallParticipant,
     CallSession,
+    Chat,
     ChatEvent,
     Contact,
     Message,
@@ -73,6 +74,15 @@ class HostDomainPort(DomainPort):
     def active_chat_ids(self, user_id: UUID) -> list[UUID]:
         rows = Participant.objects.filter(user_id=user_id, is_active=True)
         return list(rows.values_list("chat_id", flat=True))
+
+    def active_chats(self, user_id: UUID) -> Mapping[UUID, int]:
+        # One query: the memberships and their chats' versions from the same snapshot.
+        rows = Participant.objects.filter(user_id=user_id, is_active=True)
+        return dict(rows.values_list("chat_id", "chat__membership_version"))
+
+    def membership_versions(self, chat_ids: Ids) -> Mapping[UUID, int]:
+        rows = Chat.objects.filter(id__in=chat_ids)
+        return dict(rows.values_list("id", "membership_version"))
 
     def user_exists(self, user_id: UUID) -> bool:
         return User.objects.filter(id=user_id, is_active=True).exists()

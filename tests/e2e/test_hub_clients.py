@@ -63,6 +63,25 @@ def test_official_client_reconnects_across_a_server_restart(hub: Hub, clients: A
     assert_receives(client, alice, chat, "after restart")
 
 
+def test_official_client_closed_at_token_expiry_reconnects_with_a_fresh_token(
+    hub: Hub,
+) -> None:
+    alice, bob, chat = conversation()
+    client = HubClient("@microsoft/signalr", hub.url, token_for(bob.id, lifetime=4), hub.env)
+    try:
+        client.next("state", "connected")
+        client.send_line(f"token {token_for(bob.id)}")  # what accessTokenFactory gives next
+        client.next("token", "set")
+        assert_receives(client, alice, chat, "before expiry")
+        client.next("state", "reconnecting", timeout=15)  # closed with allowReconnect
+        client.next("state", "reconnected", timeout=15)
+        hub.daphne.wait_for(f"hub connection closed.*UserId={bob.id}.*reason=token expired")
+        assert client.groups() == [f"user:{bob.id}", f"chat:{chat.id}"]
+        assert_receives(client, alice, chat, "after expiry")
+    finally:
+        client.kill()
+
+
 def test_a_non_participant_receives_nothing_of_the_chat(clients: Any) -> None:
     alice, bob, chat = conversation()
     mallory = UserFactory(name="mallory")

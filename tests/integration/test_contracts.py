@@ -152,3 +152,20 @@ def test_a_file_message_carries_its_metadata_as_an_object() -> None:
     publisher = RecordingPublisher()
     run(one_pass(options(), publisher))
     assert [e.payload["fileMeta"] for e in publisher.events] == [meta]
+
+
+def test_chat_events_carry_the_membership_version_and_a_users_join_names_the_chat() -> None:
+    alice, bob, carol = (UserFactory(name=n) for n in ("alice", "bob", "carol"))
+    chat = services.create_chat(alice.id, [bob.id], title="team")
+    services.add_participant(alice.id, chat.id, carol.id)
+    services.post_message(alice.id, chat.id, "hi")
+    publisher = RecordingPublisher()
+    run(one_pass(options(), publisher))
+    by_target = [(e.target.kind, e.name, e.membership_version, e.joins) for e in publisher.events]
+    assert ("chat", "message_received", 1, None) in by_target
+    assert ("chat", "chat_updated", 1, None) in by_target  # read after the add: version 1
+    joined = [(e.target.id, e.joins) for e in publisher.events if e.joins is not None]
+    # Created with alice and bob, then carol added: each user's own row says so.
+    assert sorted(joined) == sorted([(alice.id, chat.id), (bob.id, chat.id), (carol.id, chat.id)])
+    user_events = [e for e in publisher.events if e.target.kind == "user"]
+    assert all(e.membership_version is None for e in user_events)

@@ -1,15 +1,26 @@
-"""The consumer's refusal paths, in-process through Channels' ASGI test communicator."""
+"""The consumer in-process: its refusal paths (through Channels' ASGI test communicator)
+and the membership check at delivery, against the real database and channel layer."""
 
 import json
+import time
 import uuid
+from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import channels.db
 import pytest
+from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.db import connections
 
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.hub.consumer import HubConsumer
+from messenger_realtime.hub.membership import ChatMemberships
+from project.messenger import services
+from project.messenger.realtime_port import HostDomainPort
+from tests.support.factories import UserFactory
+from tests.support.helpers import layer
 from tests.support.runtime import run
 
 
@@ -31,6 +42,29 @@ def test_a_refused_connection_disconnects_cleanly(
     assert run(scenario()) is False
 
 
+def consumer_of(user_id: uuid.UUID, held: dict[uuid.UUID, int]) -> tuple[HubConsumer, list[Any]]:
+    """A consumer past its handshake that holds `held` (chat -> membership version), its
+    sent frames collected in the returned list."""
+    consumer = HubConsumer()
+    consumer.user_id, consumer.handshaken = user_id, True
+    consumer.memberships = ChatMemberships()
+    consumer.memberships.update(held)
+    consumer.options = load_hub_options()
+    consumer.loop = SimpleNamespace(time=time.monotonic)  # only its clock is read
+    sent: list[Any] = []
+
+    async def base_send(message: dict[str, Any]) -> None:
+        sent.append(json.loads(message["text"].rstrip("\x1e")))
+
+    consumer.base_send = base_send
+    return consumer, sent
+
+
+def event(chat: uuid.UUID, seq: int, version: int | None) -> dict[str, Any]:
+    message = {"type": "realtime.event", "chat": str(chat), "event": "message_received"}
+    return {**message, "payload": {"seq": seq}, "membership_version": version}
+
+
 def test_an_event_reaches_the_socket_without_a_database_round(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -39,18 +73,70 @@ def test_an_event_reaches_the_socket_without_a_database_round(
     hops: list[int] = []
     monkeypatch.setattr(channels.db, "close_old_connections", lambda: hops.append(1))
     chat = uuid.uuid4()
-    consumer = HubConsumer()
-    consumer.user_id, consumer.chats, consumer.chat_keys = uuid.uuid4(), {chat}, {str(chat)}
-    consumer.options = load_hub_options()
-    sent: list[dict[str, Any]] = []
-
-    async def base_send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    consumer.base_send = base_send
-    event = {"chat": str(chat), "event": "message_received", "payload": {"seq": 7}}
-    run(consumer.dispatch({"type": "realtime.event", **event}))
+    consumer, sent = consumer_of(uuid.uuid4(), {chat: 3})
+    for seq, version in ((7, 3), (8, 2), (9, None)):  # at or below the version read
+        run(consumer.dispatch(event(chat, seq, version)))
     assert hops == []
-    assert [json.loads(m["text"].rstrip("\x1e")) for m in sent] == [
-        {"type": 1, "target": "message_received", "arguments": [{"seq": 7}]}
-    ]
+    assert [m["arguments"] for m in sent] == [[{"seq": 7}], [{"seq": 8}], [{"seq": 9}]]
+
+
+@pytest.fixture
+def hub_thread_db() -> Iterator[None]:
+    """The consumer reads the domain in asgiref's thread: close that thread's connection
+    afterwards, as Daphne's process end would (the test database is dropped later)."""
+    yield
+    run(sync_to_async(connections.close_all)())
+
+
+class CountingPort:
+    """The host's port, counting the hub's membership reads."""
+
+    def __init__(self) -> None:
+        self.port, self.reads = HostDomainPort(), 0
+
+    def active_chats(self, user_id: uuid.UUID) -> Any:
+        self.reads += 1
+        return self.port.active_chats(user_id)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("hub_thread_db")
+def test_an_event_read_after_a_removal_is_dropped_after_one_membership_read(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
+    alice, bob = UserFactory(), UserFactory()
+    chat = services.create_chat(alice.id, [bob.id])
+    held = HostDomainPort().active_chats(bob.id)
+    port = CountingPort()
+    monkeypatch.setattr("messenger_realtime.hub.groups.get_domain_port", lambda: port)
+    consumer, sent = consumer_of(bob.id, dict(held))
+    consumer.channel_layer, consumer.channel_name = layer(redis_url), "test.consumer"
+    services.remove_participant(alice.id, chat.id, bob.id)  # the fast path is not awaited
+    newer = HostDomainPort().membership_versions([chat.id])[chat.id]
+    assert newer == held[chat.id] + 1
+    run(consumer.dispatch(event(chat.id, 1, held[chat.id])))  # read before the removal
+    for seq in (2, 3):
+        run(consumer.dispatch(event(chat.id, seq, newer)))  # read after it
+    assert [m["arguments"] for m in sent] == [[{"seq": 1}]]
+    assert port.reads == 1  # one read for the first newer event; the second knew already
+    assert consumer.chats == frozenset()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("hub_thread_db")
+def test_a_member_added_since_the_last_read_gets_the_event_after_one_read(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
+    alice, bob, carol = UserFactory(), UserFactory(), UserFactory()
+    chat = services.create_chat(alice.id, [bob.id], title="team")
+    port = CountingPort()
+    monkeypatch.setattr("messenger_realtime.hub.groups.get_domain_port", lambda: port)
+    consumer, sent = consumer_of(carol.id, {})
+    consumer.channel_layer, consumer.channel_name = layer(redis_url), "test.consumer"
+    services.add_participant(alice.id, chat.id, carol.id)
+    version = HostDomainPort().membership_versions([chat.id])[chat.id]
+    run(consumer.dispatch(event(chat.id, 1, version)))
+    run(consumer.dispatch(event(chat.id, 2, version)))
+    assert [m["arguments"] for m in sent] == [[{"seq": 1}], [{"seq": 2}]]
+    assert port.reads == 1
+    assert consumer.chats == frozenset({chat.id})

@@ -1,12 +1,18 @@
-"""Batched receive on a process's own channel: same messages, same order, fewer trips."""
+"""Batched receive on a process's own channel: same messages, same order, fewer trips;
+and every drop is counted and told to the connections that lost the message."""
 
 import asyncio
+import uuid
 from typing import Any
 
+import pytest
 import redis
 import redis.asyncio
+from prometheus_client import REGISTRY
 
-from messenger_realtime.transport.layer import RECEIVE_BATCH
+from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
+from messenger_realtime.transport.layer import OVERRUN_EVENT, RECEIVE_BATCH
+from messenger_realtime.transport.publisher import ChannelLayerPublisher
 from tests.support.helpers import layer
 from tests.support.runtime import PrivateRedis, run
 
@@ -78,3 +84,68 @@ def test_messages_left_in_the_backup_by_an_interrupted_receive_come_first(
         return [(await asyncio.wait_for(receiver.receive(channel), 10))["n"] for _ in range(3)]
 
     assert run(scenario()) == [0, 1, 2]
+
+
+def overruns() -> float:
+    return REGISTRY.get_sample_value("messenger_realtime_channel_overruns_total") or 0.0
+
+
+@pytest.mark.parametrize("path", ["pipelined", "group_send"])
+def test_a_message_dropped_at_capacity_is_counted_per_connection_and_told_to_each(
+    private_redis: PrivateRedis, path: str
+) -> None:
+    chat = uuid.uuid4()
+    before = overruns()
+
+    async def scenario() -> dict[str, list[Any]]:
+        # The sender's capacity decides, as channels-redis' does.
+        sender, receiver = layer(private_redis.url, capacity=3), layer(private_redis.url)
+        first, second = await receiver.new_channel(), await receiver.new_channel()
+        bystander = await receiver.new_channel()  # same process, another group
+        for channel in (first, second):
+            await receiver.group_add(f"chat.{chat}", channel)
+        await sender.send(bystander, {"type": "x"})  # takes one of the three places
+        events = [event(chat, n) for n in range(5)]
+        if path == "pipelined":
+            await ChannelLayerPublisher(sender).publish_many(events)
+        else:
+            for e in events:
+                await sender.group_send(f"chat.{chat}", {"type": "y", "payload": e.payload})
+        got: dict[str, list[Any]] = {}
+        for channel in (first, second):
+            got[channel] = [await asyncio.wait_for(receiver.receive(channel), 10) for _ in range(3)]
+        got["bystander"] = [await asyncio.wait_for(receiver.receive(bystander), 10)]
+        return got
+
+    got = run(scenario())
+    assert overruns() - before == 6  # three events lost, each for two connections
+    for channel, messages in got.items():
+        if channel == "bystander":
+            assert messages == [{"type": "x"}]  # lost nothing, told nothing
+            continue
+        assert messages[0] == {"type": OVERRUN_EVENT}  # told before anything else
+        assert [m["payload"]["seq"] for m in messages[1:]] == [0, 1]
+
+
+def event(chat: uuid.UUID, seq: int) -> OutgoingEvent:
+    return OutgoingEvent(HubTarget.chat(chat), "message_received", {"seq": seq})
+
+
+def test_a_connection_whose_own_buffer_overflows_gets_one_overrun_instead(
+    private_redis: PrivateRedis,
+) -> None:
+    """channels-redis drops the oldest message of a local buffer at capacity, silently."""
+    before = overruns()
+
+    async def scenario() -> list[Any]:
+        sender, receiver = layer(private_redis.url), layer(private_redis.url, capacity=3)
+        slow, fast = await receiver.new_channel(), await receiver.new_channel()
+        for n in range(5):  # slow's messages wait in its buffer while fast is served
+            await sender.send(slow, {"type": "x", "n": n})
+        await sender.send(fast, {"type": "x", "n": 99})
+        assert (await asyncio.wait_for(receiver.receive(fast), 10))["n"] == 99
+        return [await asyncio.wait_for(receiver.receive(slow), 10) for _ in range(2)]
+
+    # Three held, the fourth overflows: those four go, the overrun takes their place.
+    assert run(scenario()) == [{"type": OVERRUN_EVENT}, {"type": "x", "n": 4}]
+    assert overruns() - before == 4

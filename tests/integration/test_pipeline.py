@@ -78,3 +78,26 @@ def test_back_to_back_chunks_keep_their_order_in_a_shared_channel(redis_url: str
         return [(await receive(channel_layer, channel))["payload"]["seq"] for _ in range(300)]
 
     assert run(scenario()) == list(range(300))
+
+
+def test_a_user_joining_a_chat_mid_chunk_gets_the_chats_later_events(redis_url: str) -> None:
+    chat, user = uuid.uuid4(), uuid.uuid4()
+
+    async def scenario() -> list[Any]:
+        channel_layer = layer(redis_url)
+        member = await subscribe(channel_layer, chat)
+        joiner = f"test.{uuid.uuid4().hex}"  # in the user's group only, as a fresh add
+        await channel_layer.group_add(f"user.{user}", joiner)
+        events = [
+            event(chat, 1),  # before the join: not for the joiner
+            OutgoingEvent(HubTarget.user(user), "chat_updated", {"n": "joined"}, joins=chat),
+            event(chat, 2),
+        ]
+        await ChannelLayerPublisher(channel_layer).publish_many(events)
+        assert [(await receive(channel_layer, member))["payload"]["seq"] for _ in range(2)] == [
+            1,
+            2,
+        ]
+        return [(await receive(channel_layer, joiner))["payload"] for _ in range(2)]
+
+    assert run(scenario()) == [{"n": "joined"}, {"seq": 2}]

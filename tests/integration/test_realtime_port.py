@@ -40,3 +40,21 @@ def test_the_port_reads_messages_by_column_name_in_one_statement(
         )
         for m in (sent, text)
     }
+
+
+def test_every_participant_change_raises_the_chats_membership_version_in_one_read(
+    django_assert_num_queries: Any,
+) -> None:
+    alice, bob, carol = UserFactory(), UserFactory(), UserFactory()
+    chat = services.create_chat(alice.id, [bob.id], title="team")
+    other = services.create_chat(alice.id, [carol.id])
+    port = HostDomainPort()
+    with django_assert_num_queries(1):
+        assert port.membership_versions([chat.id, other.id]) == {chat.id: 0, other.id: 0}
+    services.add_participant(alice.id, chat.id, carol.id)
+    services.remove_participant(alice.id, chat.id, bob.id)
+    services.rename_chat(alice.id, chat.id, "renamed")  # not a membership change
+    with django_assert_num_queries(1):
+        assert port.active_chats(carol.id) == {chat.id: 2, other.id: 0}
+    assert port.active_chats(bob.id) == {}
+    assert port.membership_versions([chat.id]) == {chat.id: 2}

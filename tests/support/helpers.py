@@ -51,9 +51,10 @@ def make_due(*entries: RealtimeOutboxEntry) -> None:
     RealtimeOutboxEntry.objects.filter(id__in=[e.id for e in entries]).update(next_attempt_at=Now())
 
 
-def layer(url: str) -> RedisChannelLayer:
-    """A fresh channel layer configured as the project's, on the Redis at `url`."""
-    config = dict(settings.CHANNEL_LAYERS["default"]["CONFIG"])
+def layer(url: str, **overrides: Any) -> RedisChannelLayer:
+    """A fresh channel layer configured as the project's (with `overrides`), on the Redis
+    at `url`."""
+    config = dict(settings.CHANNEL_LAYERS["default"]["CONFIG"], **overrides)
     config["hosts"] = [{**config["hosts"][0], "address": url}]
     return BatchReceiveRedisChannelLayer(**config)
 

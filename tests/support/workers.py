@@ -115,7 +115,11 @@ class DaphneProcess(LoggedProcess):
         env.update({f"MESSENGER_REALTIME_{k.upper()}": str(v) for k, v in settings.items()})
         self.port = port or free_port()
         daphne = str(Path(sys.executable).with_name("daphne"))
-        argv = [daphne, "-b", "127.0.0.1", "-p", str(self.port), "project.asgi:application"]
+        # As scripts/serve: Daphne's WebSocket limits just above the hub's MAX_MESSAGE_SIZE.
+        limit = str(int(str(settings.get("max_message_size", 32 * 1024))) + 1024)
+        argv = [daphne, "-b", "127.0.0.1", "-p", str(self.port)]
+        argv += ["--websocket-max-frame-size", limit, "--websocket-max-message-size", limit]
+        argv += ["project.asgi:application"]
         super().__init__(argv, env)
         self.wait_for("Listening on TCP address", timeout=30)
 

@@ -20,6 +20,7 @@ HUB_ONLY = {
     "CLIENT_TIMEOUT",
     "CORS_ALLOWED_ORIGINS",
     "MAX_MESSAGE_SIZE",
+    "SEND_BUFFER_LIMIT",
 }
 
 
@@ -82,6 +83,8 @@ def test_environment_overrides_settings(monkeypatch: pytest.MonkeyPatch) -> None
         ({"KEEPALIVE_INTERVAL": 0}, "messenger_realtime.E007"),
         ({"CLIENT_TIMEOUT": -1}, "messenger_realtime.E007"),
         ({"MAX_MESSAGE_SIZE": 0}, "messenger_realtime.E010"),
+        ({"SEND_BUFFER_LIMIT": 4096}, "messenger_realtime.E017"),
+        ({"SEND_BUFFER_LIMIT": 65536}, None),
         ({"DOMAIN_PORT": ""}, "messenger_realtime.E011"),
         ({"DOMAIN_PORT": "project.nowhere.Port"}, "messenger_realtime.E011"),
         ({"DOMAIN_PORT": "builtins.object"}, "messenger_realtime.E011"),

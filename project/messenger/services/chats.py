@@ -4,6 +4,7 @@ from collections.abc import Iterable
 from uuid import UUID
 
 from django.db import transaction
+from django.db.models import F
 from django.db.models.functions import Now
 
 from messenger_realtime import outbox
@@ -60,6 +61,12 @@ def _chat_updated(
     return event
 
 
+def _membership_changed(chat_id: UUID) -> None:
+    """Bump the chat's membership version, in the transaction that changes a participant:
+    the hub then re-reads memberships before delivering anything read after the change."""
+    Chat.objects.filter(id=chat_id).update(membership_version=F("membership_version") + 1)
+
+
 def _existing_users(user_ids: Iterable[UUID]) -> list[UUID]:
     wanted = list(dict.fromkeys(user_ids))
     found = set(User.objects.filter(id__in=wanted, is_active=True).values_list("id", flat=True))
@@ -102,6 +109,7 @@ def add_participant(actor_id: UUID, chat_id: UUID, user_id: UUID) -> Participant
         participant, _ = Participant.objects.update_or_create(
             chat_id=chat_id, user_id=user_id, defaults={"is_active": True}
         )
+        _membership_changed(chat_id)
         _chat_updated(
             chat_id,
             ChatEvent.Kind.PARTICIPANT_ADDED,
@@ -121,6 +129,7 @@ def remove_participant(actor_id: UUID, chat_id: UUID, user_id: UUID) -> None:
         ).update(is_active=False)
         if not removed:
             raise NotFound("participant not found")
+        _membership_changed(chat_id)
         _chat_updated(
             chat_id,
             ChatEvent.Kind.PARTICIPANT_REMOVED,

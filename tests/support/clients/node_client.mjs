@@ -1,11 +1,13 @@
 // A controllable @microsoft/signalr client for the Python tests.
 // Usage: node node_client.mjs URL TOKEN
 // Prints one JSON object per line (connection states, events, invocation results);
-// reads commands from stdin: "groups" (invoke GetGroups), "stop".
+// reads commands from stdin: "groups" (invoke GetGroups), "token JWT" (the token the next
+// (re)connect uses), "stop".
 import * as signalR from "@microsoft/signalr";
 import * as readline from "node:readline";
 
-const [url, token] = process.argv.slice(2);
+const [url, firstToken] = process.argv.slice(2);
+let token = firstToken;
 const print = (obj) => process.stdout.write(JSON.stringify(obj) + "\n");
 
 const connection = new signalR.HubConnectionBuilder()
@@ -47,6 +49,9 @@ for await (const line of commands) {
     } catch (error) {
       print({ invokeError: String(error) });
     }
+  } else if (line.startsWith("token ")) {
+    token = line.slice("token ".length);
+    print({ token: "set" });
   } else if (line === "stop") {
     await connection.stop();
     process.exit(0);

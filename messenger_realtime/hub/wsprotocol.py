@@ -1,0 +1,128 @@
+"""Daphne's WebSocket protocol with the hub's transport rules (installed by hub/daphne.py).
+
+- Incoming limits: a frame or message over MAX_MESSAGE_SIZE + FRAME_SLACK gets the hub's
+  Close message ({"type":7,"error":"... maximum message size ..."}) and a WebSocket close
+  (1009), where Autobahn alone drops the TCP connection without a word. The limit binds
+  what clients send only: Autobahn applies its message limit to outgoing messages too,
+  and an event may be larger than anything a client may send.
+- Send bound: before each outgoing message the connection's unsent bytes (Twisted's write
+  buffer plus, on Linux, the socket's unacknowledged bytes) are compared with
+  SEND_BUFFER_LIMIT; past it the application gets one `hub.send_overflow` message and the
+  consumer closes the connection with allowReconnect (consumer.py). A client that keeps
+  pinging but never reads is caught too: it is what it does not read that counts.
+- The ASGI scope gets `scheme` (ws or wss), which Daphne leaves out for WebSockets, so the
+  consumer's same-origin check can compare schemes (see scheme()).
+"""
+
+import fcntl
+import struct
+import termios
+from typing import Any
+
+from daphne.ws_protocol import WebSocketProtocol
+
+from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.hub import protocol
+
+# Room beyond MAX_MESSAGE_SIZE for a record separator and a small record (a ping) sharing
+# the frame; a record over MAX_MESSAGE_SIZE is refused by the hub itself.
+FRAME_SLACK = 1024
+OVERFLOW_EVENT = "hub.send_overflow"
+MESSAGE_TOO_BIG = 1009  # WebSocket close code
+
+
+def incoming_limit(max_message_size: int) -> int:
+    """Daphne's frame and message limits for a hub with this MAX_MESSAGE_SIZE."""
+    return max_message_size + FRAME_SLACK
+
+
+def socket_unacknowledged(transport: Any) -> int:
+    """Bytes the kernel holds for the peer, sent or not, that it has not acknowledged
+    (Linux SIOCOUTQ); 0 where that cannot be read."""
+    try:
+        fd = transport.getHandle().fileno()
+        return int(struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0])
+    except (AttributeError, OSError, ValueError, TypeError):
+        return 0
+
+
+def twisted_unsent(transport: Any) -> int:
+    """Bytes written to a Twisted TCP transport and not yet handed to the kernel."""
+    data = getattr(transport, "dataBuffer", b"")
+    return len(data) - getattr(transport, "offset", 0) + getattr(transport, "_tempDataLen", 0)
+
+
+class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
+    """One hub connection's WebSocket under Daphne."""
+
+    # Copied from the factory per connection by Autobahn (annotations only: a class value
+    # would stop that copy).
+    maxFramePayloadSize: int
+    maxMessagePayloadSize: int
+    send_buffer_limit = 0  # set per connection in onConnect
+    overflowed = False
+    _written = 0  # bytes written since the socket was last asked (amortises the syscall)
+
+    def onConnect(self, request: Any) -> Any:
+        options = load_hub_options()
+        limit = incoming_limit(options.max_message_size)
+        # Daphne's command-line limits apply too; never let a larger one through.
+        self.maxFramePayloadSize = min(self.maxFramePayloadSize or limit, limit)
+        self.maxMessagePayloadSize = min(self.maxMessagePayloadSize or limit, limit)
+        self.max_message_size = options.max_message_size
+        self.send_buffer_limit = options.send_buffer_limit
+        return super().onConnect(request)
+
+    def _max_message_size_exceeded(self, msg_size: int, max_msg_size: int, reason: str) -> None:
+        """The hub's Close message first, then a WebSocket close instead of a TCP drop."""
+        if self.state == self.STATE_OPEN:
+            too_big = protocol.message_too_big(self.max_message_size)
+            self._write(protocol.close(too_big).encode())
+        self.failByDrop = False
+        self._fail_connection(MESSAGE_TOO_BIG, reason)
+
+    def sendMessage(
+        self,
+        payload: bytes,
+        isBinary: bool = False,
+        fragmentSize: int | None = None,
+        sync: bool = False,
+        doNotCompress: bool = False,
+    ) -> None:
+        if not self.overflowed and self.send_buffer_limit:
+            self._check_send_buffer()
+        self._write(payload, isBinary, fragmentSize, sync, doNotCompress)
+        self._written += len(payload)
+
+    def _write(self, payload: bytes, *args: Any) -> None:
+        # Autobahn checks outgoing messages against the incoming message limit: lift it
+        # for this call only (synchronous, so no incoming frame sees it lifted).
+        limit, self.maxMessagePayloadSize = self.maxMessagePayloadSize, 0
+        try:
+            super().sendMessage(payload, *args)
+        finally:
+            self.maxMessagePayloadSize = limit
+
+    def _check_send_buffer(self) -> None:
+        """Cheap on the hot path: Twisted's buffer every time, the socket's queue (a
+        syscall) once per eighth of the bound written."""
+        unsent = twisted_unsent(self.transport)
+        if self._written >= self.send_buffer_limit // 8:
+            self._written = 0
+            unsent += socket_unacknowledged(self.transport)
+        if unsent > self.send_buffer_limit:
+            self.overflowed = True
+            queue = getattr(self, "application_queue", None)
+            if queue is not None:
+                queue.put_nowait({"type": OVERFLOW_EVENT, "unsent": unsent})
+
+
+def scheme(connection: Any) -> str:
+    """ws or wss: what the client used (X-Forwarded-Proto when Daphne trusts proxy
+    headers, else whether this socket is TLS)."""
+    forwarded = getattr(connection, "client_scheme", None)
+    if forwarded:
+        return "wss" if str(forwarded).lower() in ("https", "wss") else "ws"
+    from twisted.internet.interfaces import ISSLTransport
+
+    return "wss" if ISSLTransport.providedBy(connection.transport) else "ws"
