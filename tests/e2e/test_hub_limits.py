@@ -17,7 +17,11 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from project.messenger import services
-from tests.e2e.test_hub_wire import (
+from tests.support.factories import UserFactory
+from tests.support.helpers import layer
+from tests.support.hub_helpers import token_for
+from tests.support.runtime import run
+from tests.support.wire import (
     RS,
     StuckClient,
     hub_socket,
@@ -25,11 +29,8 @@ from tests.e2e.test_hub_wire import (
     joined,
     records,
     session_cookie,
+    until_closed,
 )
-from tests.support.factories import UserFactory
-from tests.support.helpers import layer
-from tests.support.hub_helpers import token_for
-from tests.support.runtime import run
 from tests.support.workers import DaphneProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
@@ -41,18 +42,6 @@ def daphne(live_env: dict[str, str]) -> Iterator[DaphneProcess]:
     server = DaphneProcess(live_env)
     yield server
     server.kill()
-
-
-def until_closed(ws: ClientConnection, timeout: float = 10) -> list[dict[str, Any]]:
-    """Every record the server sends until it closes the connection."""
-    seen: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            seen += records(ws, timeout=deadline - time.monotonic())
-    except ConnectionClosed:
-        return seen
-    raise AssertionError(f"still open after {timeout}s: {seen[-3:]}")
 
 
 # -- oversized frames and messages ---------------------------------------------------

@@ -9,7 +9,7 @@ from websockets.sync.client import connect
 
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.operations import requeue
-from tests.support.api_client import http_get
+from tests.support.api_client import http_get, sample
 from tests.support.factories import LONG_AGO, OutboxEntryFactory, UserFactory
 from tests.support.hub_helpers import token_for
 from tests.support.proxy import TcpProxy
@@ -17,14 +17,6 @@ from tests.support.runtime import PrivateRedis, free_port, wait_until
 from tests.support.workers import DaphneProcess, WorkerProcess
 
 pytestmark = pytest.mark.slow
-
-
-def sample(text: str, name: str, **labels: str) -> float:
-    """One sample's value from Prometheus text (0 if absent)."""
-    label = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    pattern = rf"^{re.escape(name)}{{{re.escape(label)}}} (\S+)$" if label else rf"^{name} (\S+)$"
-    match = re.search(pattern, text, re.M)
-    return float(match.group(1)) if match else 0.0
 
 
 def test_metrics_move_as_the_worker_dispatches_retries_and_quarantines(

@@ -1,6 +1,7 @@
 """Plain HTTP over real sockets (urllib): a GET for probes, a tiny JSON client for the API."""
 
 import json
+import re
 import urllib.error
 import urllib.request
 from typing import Any
@@ -44,3 +45,11 @@ class Api:
         status, body = self.call(method, path, data)
         assert 200 <= status < 300, (method, path, status, body)
         return body
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """One sample's value from Prometheus text (0 if absent)."""
+    label = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = rf"^{re.escape(name)}{{{re.escape(label)}}} (\S+)$" if label else rf"^{name} (\S+)$"
+    match = re.search(pattern, text, re.M)
+    return float(match.group(1)) if match else 0.0

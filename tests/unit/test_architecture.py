@@ -122,3 +122,23 @@ def test_every_app_module_stays_under_the_size_limit() -> None:
         if "migrations" not in p.parts
     }
     assert {m: n for m, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    tests = APP.parent / "tests"
+    wrong = sorted(
+        f"{path.relative_to(tests)} -> {module}"
+        for path in tests.rglob("*.py")
+        for module in imports_of_file(path)
+        if module.rsplit(".", 1)[-1].startswith("test_") and module.startswith("tests.")
+    )
+    assert wrong == []
+
+
+def imports_of_file(path: Path) -> set[str]:
+    """Absolute modules a file imports from (tests use absolute imports only)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+    return found
