@@ -67,6 +67,11 @@ SELECT pg_notify('realtime_outbox', '') FROM o
 """
 
 
+PENDING_BURST_SQL = """
+SELECT 1 FROM messenger.realtime_outbox WHERE status = 'Pending' AND chat_id = %(chat)s LIMIT 1
+"""
+
+
 def sql(conn: psycopg.Connection[Any], statement: str, params: Any = None) -> Any:
     return conn.execute(statement, params).fetchall()
 
@@ -114,7 +119,7 @@ class Stack:
             os.environ,
             DATABASE_URL=DATABASE_URL,
             REDIS_URL=REDIS_URL,
-            LOG_LEVEL="WARNING",
+            LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
             MESSENGER_REALTIME_METRICS_PORT="0",
         )
         daphne = str(Path(sys.executable).with_name("daphne"))
@@ -197,6 +202,7 @@ async def fairness(stack: Stack, ids: dict[str, Any], burst: int, quiet_rate: fl
     users, chats = ids["users"], ids["chats"]
     (alice, bob), tasks = await connect(stack, users["alice"], users["bob"])
     sent: dict[int, float] = {}
+    pushed = float("nan")  # when the worker had pushed the whole burst (rows Done)
     with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
         started = time.time()
         sql(conn, SEND_SQL, {"n": burst, "chat": chats["burst"], "sender": users["carol"]})
@@ -206,6 +212,8 @@ async def fairness(stack: Stack, ids: dict[str, Any], burst: int, quiet_rate: fl
             seq += 1
             sql(conn, SEND_SQL, {"n": 1, "chat": chats["quiet"], "sender": users["carol"]})
             sent[seq] = time.time()
+            if pushed != pushed and not sql(conn, PENDING_BURST_SQL, {"chat": chats["burst"]}):
+                pushed = time.time()
             await asyncio.sleep(1 / quiet_rate)
     await asyncio.sleep(2)  # the quiet chat's last events
     for task in tasks:
@@ -216,6 +224,7 @@ async def fairness(stack: Stack, ids: dict[str, Any], burst: int, quiet_rate: fl
         "burst": burst,
         "burst_commit_s": round(committed - started, 3),
         "burst_received": len(alice.events),
+        "burst_pushed_s": round(pushed - committed, 3),
         "burst_drain_s": round(drained, 3),
         "burst_rate_per_s": round(len(alice.events) / drained),
         "quiet_sent": len(sent),
@@ -260,6 +269,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repo", type=Path, default=ROOT, help="checkout to run the stack from")
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--only", choices=["fairness", "priority"], help="run one scenario")
     args = parser.parse_args()
     burst, backlog, invites = (1000, 5000, 4) if args.quick else (10_000, 100_000, 20)
     results: dict[str, Any] = {"repo": str(args.repo)}
@@ -267,6 +277,8 @@ def main() -> None:
         ("fairness", lambda s, i: fairness(s, i, burst, 10.0)),
         ("priority", lambda s, i: priority(s, i, backlog, invites)),
     ):
+        if args.only not in (None, name):
+            continue
         ids = prepare(args.repo)
         stack = Stack(args.repo)
         try:

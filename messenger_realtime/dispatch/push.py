@@ -87,7 +87,7 @@ async def _wait_for_hub(
                 break
             waited = True
             await asyncio.sleep(delay)  # the hub drains ~1-2k messages/s per process
-            delay = min(delay * 2, 0.01)
+            delay = min(delay * 2, 0.004)
         if waited:
             metrics.hub_backlog_waits.inc()
     except Exception:  # measuring the backlog is best effort; the push itself succeeded

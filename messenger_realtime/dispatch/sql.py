@@ -55,9 +55,10 @@ _NEXT_TARGET = f"SELECT target_key FROM messenger.realtime_outbox WHERE status =
 _FIRST = "ORDER BY target_key LIMIT 1"
 
 # The targets (chats, users) that have Pending rows, in key order from just after the
-# worker's cursor, wrapping round once: up to %(limit)s of them, each found with one probe
-# of ix_rto_pending_target (a loose index scan), so a target with ten thousand rows costs
-# no more to step over than one with a single row. The worker moves its cursor to the last
+# worker's cursor, wrapping round once and ending with the cursor's own target (a burst
+# next to a quiet chat is walked every time, so batches stay full): up to %(limit)s of
+# them, each found with one probe of ix_rto_pending_target (a loose index scan), so a
+# target with ten thousand rows costs no more to step over than one with a single row. The worker moves its cursor to the last
 # key, so successive claims take turns over every target.
 WALK_TARGETS = f"""
 WITH RECURSIVE walk(key, depth, wrapped) AS (
@@ -72,7 +73,7 @@ WITH RECURSIVE walk(key, depth, wrapped) AS (
              (SELECT ({_NEXT_TARGET} AND NOT walk.wrapped {_FIRST}) AS key) AS first
     ) AS step
     WHERE walk.depth < %(limit)s AND step.key IS NOT NULL
-      AND NOT (step.wrapped AND step.key >= %(after)s::uuid)
+      AND NOT (step.wrapped AND step.key > %(after)s::uuid)
 )
 SELECT key FROM walk WHERE key IS NOT NULL ORDER BY depth
 """

@@ -53,6 +53,14 @@ def test_a_burst_alone_still_fills_whole_batches() -> None:
     assert (result.batches, result.dispatched) == (5, 1000)
 
 
+def test_a_burst_next_to_a_quiet_chat_is_claimed_in_whole_batches_in_one_pass() -> None:
+    quiet, hot = sorted([ChatFactory(), ChatFactory()], key=lambda chat: chat.id)
+    OutboxEntryFactory(message__chat=quiet)
+    backlog(hot, 999)  # the walk's cursor lands on the larger key after the first claim
+    result = run(one_pass(options(batch_size=200), RecordingPublisher()))
+    assert (result.batches, result.dispatched) == (5, 1000)
+
+
 def test_targets_take_turns_across_claims() -> None:
     # Two claims of 3 rows over 6 chats with one row each: the second claim starts where
     # the first stopped, so no chat waits for another's second turn.
