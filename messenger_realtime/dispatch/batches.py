@@ -61,6 +61,16 @@ class PassContext:
 class Batch:
     outcomes: list[RowOutcome]  # one per claimed row, in id order
     next_claim: "asyncio.Task[list[RowOutcome]] | None"  # the batch after, if any
+    full: bool  # as many rows as BATCH_SIZE: more may be due
+
+
+@dataclass
+class Pace:
+    """Whether the last push had to wait for a hub process to catch up. While it does,
+    nothing is claimed ahead: rows claimed early would only queue behind the burst,
+    where a quiet chat's newer row could no longer overtake them."""
+
+    hub_behind: bool = False
 
 
 async def run_pass(ctx: PassContext, work_conn: Conn, result: PassResult) -> None:
@@ -98,7 +108,9 @@ async def run_batches(
     if ctx.stop.is_set():
         return
     spawned: set[asyncio.Task[Any]] = set()  # every stage task, settled before returning
-    ahead: asyncio.Task[Batch] | None = _spawn(spawned, _build_after(ctx, None, started, spawned))
+    pace = Pace()
+    first = _build_after(ctx, None, started, spawned, pace)
+    ahead: asyncio.Task[Batch] | None = _spawn(spawned, first)
     recording: asyncio.Task[None] | None = None
     try:
         while ahead is not None:
@@ -108,13 +120,19 @@ async def run_batches(
                 break
             result.batches += 1
             if batch.next_claim is not None:  # the next batch is being claimed already
-                ahead = _spawn(spawned, _build_after(ctx, batch.next_claim, started, spawned))
+                after = _build_after(ctx, batch.next_claim, started, spawned, pace)
+                ahead = _spawn(spawned, after)
             if ctx.stop.is_set():  # claimed ahead, then asked to stop: give the rows back
                 for outcome in batch.outcomes:
                     if outcome.undecided:
                         outcome.decide(Fate.RELEASE)
             else:
-                await push(batch.outcomes, ctx.publisher, ctx.stop, ctx.options, ctx.guard)
+                pace.hub_behind = await push(
+                    batch.outcomes, ctx.publisher, ctx.stop, ctx.options, ctx.guard
+                )
+                if ahead is None and batch.full and _in_time(ctx, started):
+                    # The hub held the pushes back: claim the next batch only now.
+                    ahead = _spawn(spawned, _build_after(ctx, None, started, spawned, pace))
             if recording is not None:
                 await recording  # outcomes are written and reported in batch order
             recording = _spawn(spawned, _record(ctx, work_conn, batch, result))
@@ -143,6 +161,7 @@ async def _build_after(
     claiming: "asyncio.Task[list[RowOutcome]] | None",
     started: float,
     spawned: set[asyncio.Task[Any]],
+    pace: Pace,
 ) -> Batch:
     """Claim (or take the claim already running), start claiming the batch after it as
     soon as this one proves full, then build this one: claims run back to back, at most
@@ -151,14 +170,19 @@ async def _build_after(
     if outcomes:
         logger.info("batch claimed", extra={"action": "claim", Field.ROWS: len(outcomes)})
     full = len(outcomes) == ctx.options.batch_size
-    in_time = time.monotonic() - started < ctx.options.max_run_duration
     next_claim = None
-    if full and in_time and not ctx.stop.is_set():
+    if full and _in_time(ctx, started) and not pace.hub_behind:
         next_claim = _spawn(spawned, ctx.claim())
     if not ctx.stop.is_set():  # rows about to be released need no build
         await ctx.builder.build(outcomes)
         logger.debug("batch built", extra={"action": "build", "rows": len(outcomes)})
-    return Batch(outcomes, next_claim)
+    return Batch(outcomes, next_claim, full)
+
+
+def _in_time(ctx: PassContext, started: float) -> bool:
+    """The pass may claim another batch: not stopping, MAX_RUN_DURATION not reached."""
+    elapsed = time.monotonic() - started
+    return not ctx.stop.is_set() and elapsed < ctx.options.max_run_duration
 
 
 async def _record(ctx: PassContext, conn: Conn, batch: Batch, result: PassResult) -> None:

@@ -33,8 +33,9 @@ async def push(
     stop: asyncio.Event,
     options: RealtimeDispatchOptions,
     guard: Callable[[], Coroutine[Any, Any, None]] | None = None,
-) -> None:
-    """Push every built, undecided row in claim order and decide it.
+) -> bool:
+    """Push every built, undecided row in claim order and decide it; True when a hub
+    process was behind (the push waited for it).
 
     `guard` runs before each chunk (the leader's lease check). When it raises
     LeadershipLost the push stops there: the rows pushed so far keep their decision (so
@@ -42,6 +43,7 @@ async def push(
     new leader retries them after the backoff), and the pass's next claim raises.
     """
     timeout = options.publish_timeout
+    hub_behind = False
     ready = [o for o in outcomes if o.undecided and o.event is not None]
     batched = isinstance(publisher, BatchPublisher)
     step = PIPELINE_CHUNK if batched else 1
@@ -55,7 +57,7 @@ async def push(
             try:
                 await guard()
             except LeadershipLost:
-                return
+                return hub_behind
         events = [o.event for o in chunk if o.event is not None]
         with tracing.row_spans([o.row for o in chunk]):
             try:
@@ -70,13 +72,15 @@ async def push(
             else:
                 outcome.decide(Fate.RETRY, describe_error(result))
         if isinstance(publisher, HubBacklog):
-            await _wait_for_hub(publisher, options, stop)
+            hub_behind = await _wait_for_hub(publisher, options, stop)
+    return hub_behind
 
 
 async def _wait_for_hub(
     publisher: "HubBacklog", options: RealtimeDispatchOptions, stop: asyncio.Event
-) -> None:
-    """Wait while the hub processes just pushed to are too far behind (bounded)."""
+) -> bool:
+    """Wait while the hub processes just pushed to are too far behind (bounded); True
+    when they were behind."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + options.hub_backlog_wait
     delay = 0.002
@@ -90,8 +94,10 @@ async def _wait_for_hub(
             delay = min(delay * 2, 0.004)
         if waited:
             metrics.hub_backlog_waits.inc()
+        return waited
     except Exception:  # measuring the backlog is best effort; the push itself succeeded
         logger.debug("hub backlog unknown", exc_info=True)
+        return False
 
 
 async def _publish(publisher: Publisher, events: list[OutgoingEvent]) -> list[BaseException | None]:

@@ -58,8 +58,9 @@ _FIRST = "ORDER BY target_key LIMIT 1"
 # worker's cursor, wrapping round once and ending with the cursor's own target (a burst
 # next to a quiet chat is walked every time, so batches stay full): up to %(limit)s of
 # them, each found with one probe of ix_rto_pending_target (a loose index scan), so a
-# target with ten thousand rows costs no more to step over than one with a single row. The worker moves its cursor to the last
-# key, so successive claims take turns over every target.
+# target with ten thousand rows costs no more to step over than one with a single row.
+# The worker moves its cursor to the last key, so successive claims take turns over every
+# target.
 WALK_TARGETS = f"""
 WITH RECURSIVE walk(key, depth, wrapped) AS (
     SELECT coalesce(after.key, first.key), 1, after.key IS NULL

@@ -196,3 +196,35 @@ def test_a_build_that_fails_for_one_row_fails_only_that_row() -> None:
     failed = RealtimeOutboxEntry.objects.get(id=entries[2].id)
     assert (failed.status, failed.last_error) == (Status.PENDING, "builtins.RuntimeError")
     assert asyncio.iscoroutinefunction(store.claim)  # the claim API stays async
+
+
+def test_nothing_is_claimed_ahead_while_the_hub_is_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    OutboxEntryFactory.create_batch(40)
+    steps: list[str] = []
+    claim = store.claim
+
+    async def logged_claim(*args: Any, **kwargs: Any) -> Any:
+        outcomes = await claim(*args, **kwargs)
+        steps.append(f"claim {len(outcomes)}")
+        return outcomes
+
+    class BehindHub(RecordingPublisher):
+        async def publish(self, event: Any) -> None:
+            await super().publish(event)
+            steps.append("push")
+
+        async def hub_backlog(self) -> int:
+            return 10**6  # always behind: every push waits (briefly, HUB_BACKLOG_WAIT)
+
+    monkeypatch.setattr(store, "claim", logged_claim)
+    opts = options(batch_size=10, hub_backlog_wait=0.01)
+    result = run(one_pass(opts, BehindHub()))
+    assert result.dispatched == 40
+    claims = [step for step in steps if step.startswith("claim") and step != "claim 0"]
+    assert claims == ["claim 10"] * 4
+    # The first batch's claim ahead happened before anyone knew; after that, each batch is
+    # claimed only once the one before was pushed: never two claims between pushes.
+    after_first_push = [step for step in steps[steps.index("push") :] if step != "claim 0"]
+    runs = "".join("c" if step.startswith("claim") else "p" for step in after_first_push)
+    assert "cc" not in runs and runs.count("c") == 2
+    assert runs.rindex("c") >= 30  # batch 4 claimed only once batch 3 was pushed
