@@ -17,6 +17,7 @@ from messenger_realtime.dispatch import sql
 from messenger_realtime.dispatch.rows import ClaimedRow, Fate, RowOutcome
 from messenger_realtime.outbox.enums import URGENT_KINDS
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
+from messenger_realtime.outbox.enums import RealtimeTargetKind as TargetKind
 
 Conn = psycopg.AsyncConnection[Any]
 
@@ -54,15 +55,29 @@ async def claim(conn: Conn, claim: Claim, targets: list[UUID] | None = None) -> 
     statement = sql.CLAIM if targets is not None else sql.CLAIM_SUSPECT
     async with conn.cursor(row_factory=args_row(ClaimedRow)) as cur:
         await cur.execute(statement, params)
-        rows = await cur.fetchall()
-    # RETURNING order is unspecified: push time-critical kinds first, the rest in id order.
-    rows.sort(key=lambda row: (row.kind not in URGENT_KINDS, row.id))
+        rows = push_order(await cur.fetchall())
     outcomes = [RowOutcome(row, suspect=targets is None) for row in rows]
     for outcome in outcomes:
         if outcome.row.status == Status.QUARANTINED:
             outcome.decide(Fate.QUARANTINE, sql.EXHAUSTED_ERROR)
             outcome.recorded = Status.QUARANTINED
     return outcomes
+
+
+def push_order(rows: list[ClaimedRow]) -> list[ClaimedRow]:
+    """RETURNING order is unspecified: time-critical kinds first, then the targets in
+    turn (each target's first row, then each one's second, ...), each target in id order.
+    A quiet chat's row therefore goes out in a batch's first chunk, not behind a burst's
+    hundred rows in the same batch."""
+    rows.sort(key=lambda row: row.id)
+    turn: dict[UUID | None, int] = {}
+    ranked = []
+    for row in rows:
+        target = row.target_user_id if row.target_kind == TargetKind.USER else row.chat_id
+        turn[target] = turn.get(target, 0) + 1
+        ranked.append((row.kind not in URGENT_KINDS, turn[target], row.id, row))
+    ranked.sort(key=lambda entry: entry[:3])
+    return [entry[3] for entry in ranked]
 
 
 async def record(conn: Conn, outcomes: Sequence[RowOutcome], max_attempts: int) -> None:
