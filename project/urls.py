@@ -18,3 +18,9 @@ urlpatterns = [
     path("", include("messenger_realtime.hub.routing")),
     path("", include("project.messenger.api.urls")),
 ]
+
+# Error pages: JSON under /api/, Django's own elsewhere.
+handler400 = "project.messenger.api.errors.bad_request"
+handler403 = "project.messenger.api.errors.permission_denied"
+handler404 = "project.messenger.api.errors.page_not_found"
+handler500 = "project.messenger.api.errors.server_error"
