@@ -68,11 +68,30 @@ TEMPLATES = [
     },
 ]
 
+# Daphne runs each request's sync code on a thread of its own, so a connection kept per
+# thread (CONN_MAX_AGE > 0) grows with the concurrency until PostgreSQL refuses clients.
+# Each process instead borrows from a psycopg pool of at most DATABASE_POOL_MAX_SIZE
+# connections (a request waits up to DATABASE_POOL_TIMEOUT seconds for one, then fails).
+# DATABASE_POOL_MAX_SIZE=0 turns the pool off (behind PgBouncer): a connection per request,
+# or kept DATABASE_CONN_MAX_AGE seconds. The dispatch worker opts out of the pool and keeps
+# one persistent connection for its domain reads (dispatch/connections.py).
+_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=10)
+_DATABASE_OPTIONS: dict[str, object] = {
+    "application_name": env.str("DATABASE_APPLICATION_NAME", default="messenger-web"),
+}
+if _POOL_MAX_SIZE > 0:
+    _DATABASE_OPTIONS["pool"] = {
+        "min_size": min(env.int("DATABASE_POOL_MIN_SIZE", default=1), _POOL_MAX_SIZE),
+        "max_size": _POOL_MAX_SIZE,
+        "timeout": env.float("DATABASE_POOL_TIMEOUT", default=10.0),
+    }
+_database = env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/messenger")
 DATABASES = {
     "default": {
-        **env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/messenger"),
-        # Long-lived processes (the worker, Daphne) keep connections, checked before reuse.
-        "CONN_MAX_AGE": env.int("DATABASE_CONN_MAX_AGE", default=60),
+        **_database,
+        "OPTIONS": {**_database.get("OPTIONS", {}), **_DATABASE_OPTIONS},
+        # A pool needs 0 (Django returns the connection to it after each request).
+        "CONN_MAX_AGE": 0 if _POOL_MAX_SIZE > 0 else env.int("DATABASE_CONN_MAX_AGE", default=0),
         "CONN_HEALTH_CHECKS": True,
     },
 }

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from messenger_realtime.conf.checks import WORKER_TAG
 from messenger_realtime.conf.settings import load_options
+from messenger_realtime.dispatch.connections import dedicate_django_connection
 from messenger_realtime.dispatch.dispatcher import Dispatcher
 from messenger_realtime.ops.health import serve
 from messenger_realtime.transport.publisher import ChannelLayerPublisher
@@ -42,6 +43,7 @@ class Command(BaseCommand):
                 "reach Daphne from another process, so the dispatcher runs inside Daphne "
                 "(single-process mode). Enable the backplane to run this worker."
             )
+        dedicate_django_connection()
         asyncio.run(self._run(options, once=once, use_lock=not no_lock))
 
     async def _run(self, options: Any, *, once: bool, use_lock: bool) -> None:
