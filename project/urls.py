@@ -3,12 +3,13 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from messenger_realtime.ops import webhealth
+from messenger_realtime.ops import exposition, webhealth
 from project.messenger import demo
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("", include("django_prometheus.urls")),  # /metrics (keep it internal)
+    # This process' own metric families (keep it internal; the proxy does not route it).
+    path("metrics", exposition.web_metrics, name="prometheus-django-metrics"),
     path("health/live", webhealth.live),
     path("health/ready", webhealth.ready),
     path("demo/", demo.page, name="demo"),

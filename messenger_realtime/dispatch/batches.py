@@ -28,6 +28,7 @@ from messenger_realtime.dispatch.outcomes import PassResult, report
 from messenger_realtime.dispatch.push import push
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
 from messenger_realtime.exceptions import InvalidRow, describe_error
+from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
 from messenger_realtime.transport.publisher import Publisher
 
@@ -134,7 +135,8 @@ async def build(outcomes: list[RowOutcome], port: DomainPort) -> None:
     if not todo:
         return
     try:
-        built = await sync_to_async(_build_with_fresh_connection)(todo, port)
+        with metrics.build_duration.time():
+            built = await sync_to_async(_build_with_fresh_connection)(todo, port)
     except Exception as exc:
         error = describe_error(exc)
         logger.warning("payload build failed", extra={"action": "build", Field.ERROR_CODE: error})

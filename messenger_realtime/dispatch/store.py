@@ -13,6 +13,7 @@ from psycopg.rows import args_row
 
 from messenger_realtime.dispatch import sql
 from messenger_realtime.dispatch.rows import ClaimedRow, Fate, RowOutcome
+from messenger_realtime.ops import metrics
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
 
 Conn = psycopg.AsyncConnection[Any]
@@ -32,9 +33,10 @@ async def claim(
         "max_attempts": max_attempts,
         "exhausted": sql.EXHAUSTED_ERROR,
     }
-    async with conn.cursor(row_factory=args_row(ClaimedRow)) as cur:
-        await cur.execute(sql.CLAIM, params)
-        rows = await cur.fetchall()
+    with metrics.claim_duration.time():
+        async with conn.cursor(row_factory=args_row(ClaimedRow)) as cur:
+            await cur.execute(sql.CLAIM, params)
+            rows = await cur.fetchall()
     rows.sort(key=lambda row: row.id)  # RETURNING order is unspecified
     outcomes = [RowOutcome(row) for row in rows]
     for outcome in outcomes:
