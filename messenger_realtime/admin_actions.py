@@ -98,7 +98,8 @@ def _confirmation(
 def _audit(request: HttpRequest, action: Action, changed: int, selected: int) -> None:
     """One admin-log entry per confirmed action (not per row): who, what, how many, which."""
     incident = request.GET.get("incident")
-    filters = "&".join(f"{k}={v}" for k, v in request.GET.items() if k not in ("p", "o"))
+    shown = [(k, v) for k, v in request.GET.items() if k not in ("p", "o", "incident")]
+    filters = "&".join(f"{k}={v}" for k, v in shown)
     message = f"{action.verb}: {changed} of {selected} selected rows {action.done}"
     if incident is not None:
         message += f"; incident {incident or '(none)'!r}"

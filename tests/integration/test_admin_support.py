@@ -3,52 +3,29 @@ batches, an audit record per action, the support group, triage columns, facets, 
 permanent-error warning, Cancel keeping the filters, and the host's User admin."""
 
 import html
-import importlib
 import re
-from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
 
 import pytest
-from django.apps import apps
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Group
-from django.db import connection
 from django.test import Client
 
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
 from project.messenger.models import User
 from tests.support.factories import LAYER_DOWN, OutboxEntryFactory, UserFactory
+from tests.support.support_admin import SUPPORT, bulk_quarantined, restore_support_group
 
 URL = "/admin/messenger_realtime/realtimeoutboxentry/"
 OUTAGE = "redis.exceptions.ConnectionError (code #)"  # LAYER_DOWN's fingerprint
-SUPPORT = "Realtime support"
 SUPPORT_PERMISSIONS = {
     "view_realtimeoutboxentry",
     "requeue_realtimeoutboxentry",
     "quarantine_realtimeoutboxentry",
 }
-
-
-def restore_support_group() -> Group:
-    """Run migration 0004's function again (transactional tests flush the tables)."""
-    migration = importlib.import_module("messenger_realtime.migrations.0004_realtime_support_group")
-    migration.create_support_group(apps, SimpleNamespace(connection=connection))
-    return Group.objects.get(name=SUPPORT)
-
-
-def bulk_quarantined(n: int, error: str) -> None:
-    """`n` Quarantined rows with one last_error, in one INSERT (an outage's aftermath)."""
-    with connection.cursor() as cur:
-        cur.execute(
-            "INSERT INTO messenger.realtime_outbox"
-            " (id, kind, target_kind, chat_id, message_id, seq, status, attempts, last_error)"
-            " SELECT gen_random_uuid(), 'MessageReceived', 'ChatGroup', gen_random_uuid(),"
-            " gen_random_uuid(), g, 'Quarantined', 8, %s FROM generate_series(1, %s) g",
-            [error, n],
-        )
 
 
 def support_member() -> tuple[Client, User]:
