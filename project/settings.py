@@ -141,10 +141,26 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".local" / "static"
+# collectstatic's output: the image collects into /app/static and the proxy serves it.
+STATIC_ROOT = Path(env.str("DJANGO_STATIC_ROOT", default=str(BASE_DIR / ".local" / "static")))
 # The official SignalR browser build, from npm (package.json), never copied into the repo.
 _SIGNALR_BROWSER = BASE_DIR / "node_modules" / "@microsoft" / "signalr" / "dist" / "browser"
 STATICFILES_DIRS = [("vendor/signalr", _SIGNALR_BROWSER)] if _SIGNALR_BROWSER.is_dir() else []
+
+# Behind the TLS-terminating reverse proxy (ops/nginx/, compose.yaml), from the environment;
+# the defaults suit plain-HTTP local runs. `manage.py check --deploy` is clean with the
+# production values (docs/operations.md "Deploying"; tests/unit/test_deploy_settings.py).
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+if env.bool("DJANGO_SECURE_PROXY_SSL_HEADER", default=False):
+    # The proxy sets X-Forwarded-Proto and strips any the client sent (ops/nginx/).
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=False)
+# Probes and Prometheus reach Daphne directly over plain HTTP inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^health/", r"^metrics$"]
+SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=False)
 
 # The demo chat page (/demo/): password-less sign-in as demo users. Never in production.
 DEMO_ENABLED = env.bool("DEMO_ENABLED", default=False)

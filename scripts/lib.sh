@@ -68,6 +68,10 @@ ensure_promtool() {  # tests/unit/test_alert_rules.py checks ops/prometheus/*.ym
   command -v promtool >/dev/null || apt_install --no-install-recommends prometheus
 }
 
+ensure_nginx() {  # tests/e2e/test_proxy.py runs Debian's nginx with ops/nginx/'s config
+  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_install --no-install-recommends nginx
+}
+
 port_open() {  # host port
   python3 -c 'import socket,sys; s=socket.socket(); s.settimeout(0.5); sys.exit(s.connect_ex((sys.argv[1], int(sys.argv[2]))))' "$1" "$2"
 }
