@@ -113,3 +113,19 @@ def test_alerts_stay_silent_with_both_jobs_scraped_and_worker_down_fires_without
     assert worker and web
     firing(worker + web, [], tmp_path)
     firing(web, ["RealtimeDispatchWorkerDown"], tmp_path)
+
+
+def test_in_single_process_mode_daphne_runs_the_dispatcher_and_exports_its_families(
+    worker_env: dict[str, str],
+) -> None:
+    daphne = DaphneProcess(dict(worker_env, REALTIME_BACKPLANE_ENABLED="false"))
+    try:
+        daphne.wait_for("dispatcher running inside Daphne")
+        names = family_names(http_get(f"{daphne.http}/metrics")[1])
+        assert {
+            "messenger_realtime_last_pass_timestamp_seconds",
+            "messenger_realtime_pending",
+        } <= names
+        assert "messenger_realtime_hub_connections" in names
+    finally:
+        daphne.kill()
