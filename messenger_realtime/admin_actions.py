@@ -8,7 +8,7 @@ refused by Django with a bare 400), and the change runs BATCH_SIZE rows per tran
 action, counts and the incident.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -50,10 +50,8 @@ def confirm_or_apply(
     """The confirmation page on the first POST; with post=yes, change and report."""
     if request.POST.get("post") != "yes":
         return _confirmation(modeladmin, request, queryset, action)
-    # Both read before the change: an incident filter selects Quarantined rows only.
-    selected = queryset.count()
-    ids = list(queryset.filter(status=action.eligible).order_by("id").values_list("id", flat=True))
-    changed = action.change(ids, operator=operator_of(request))
+    selected = queryset.count()  # before the change: an incident selects Quarantined rows
+    changed = action.change(_eligible_ids(queryset, action.eligible), operator=operator_of(request))
     left = selected - changed
     text = f"{action.done.capitalize()} {changed} of {selected} selected rows."
     if left:
@@ -61,6 +59,21 @@ def confirm_or_apply(
     _audit(request, action, changed, selected)
     modeladmin.message_user(request, text, messages.SUCCESS if changed else messages.WARNING)
     return None
+
+
+def _eligible_ids(queryset: Entries, status: Status) -> Iterator[UUID]:
+    """The selection's eligible ids, read a batch at a time (keyset on id), so memory
+    stays bounded however large the selection; each batch is changed before the next
+    is read."""
+    rows = queryset.filter(status=status).order_by("id")
+    last: UUID | None = None
+    while True:
+        page = rows.filter(id__gt=last) if last is not None else rows
+        ids = list(page.values_list("id", flat=True)[: operations.BATCH_SIZE])
+        yield from ids
+        if len(ids) < operations.BATCH_SIZE:
+            return
+        last = ids[-1]
 
 
 def _confirmation(

@@ -73,7 +73,7 @@ def test_select_all_over_a_5000_row_incident_requeues_every_row_in_batches_and_a
     assert 'id="permanent-warning"' not in page  # a transport outage: safe to requeue
 
     # Bounded batches: a handful of statements per 500 rows, not one per row.
-    with django_assert_max_num_queries(60):
+    with django_assert_max_num_queries(80):
         done = client.post(filtered, dict_of(fields), follow=True)
     assert done.status_code == 200
     text = " ".join(str(m) for m in done.context["messages"])
