@@ -31,4 +31,8 @@ if "twisted.internet.reactor" in sys.modules:  # served by Daphne
     from messenger_realtime.hub.daphne import install_daphne_integration
 
     in_process = start_if_single_process()
+    if in_process is not None:
+        from messenger_realtime.ops.exposition import export_worker_families_from_web
+
+        export_worker_families_from_web()
     install_daphne_integration(also_stop=in_process.stop if in_process else None)

@@ -68,11 +68,30 @@ TEMPLATES = [
     },
 ]
 
+# Daphne runs each request's sync code on a thread of its own, so a connection kept per
+# thread (CONN_MAX_AGE > 0) grows with the concurrency until PostgreSQL refuses clients.
+# Each process instead borrows from a psycopg pool of at most DATABASE_POOL_MAX_SIZE
+# connections (a request waits up to DATABASE_POOL_TIMEOUT seconds for one, then fails).
+# DATABASE_POOL_MAX_SIZE=0 turns the pool off (behind PgBouncer): a connection per request,
+# or kept DATABASE_CONN_MAX_AGE seconds. The dispatch worker opts out of the pool and keeps
+# one persistent connection for its domain reads (dispatch/connections.py).
+_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=10)
+_DATABASE_OPTIONS: dict[str, object] = {
+    "application_name": env.str("DATABASE_APPLICATION_NAME", default="messenger-web"),
+}
+if _POOL_MAX_SIZE > 0:
+    _DATABASE_OPTIONS["pool"] = {
+        "min_size": min(env.int("DATABASE_POOL_MIN_SIZE", default=1), _POOL_MAX_SIZE),
+        "max_size": _POOL_MAX_SIZE,
+        "timeout": env.float("DATABASE_POOL_TIMEOUT", default=10.0),
+    }
+_database = env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/messenger")
 DATABASES = {
     "default": {
-        **env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/messenger"),
-        # Long-lived processes (the worker, Daphne) keep connections, checked before reuse.
-        "CONN_MAX_AGE": env.int("DATABASE_CONN_MAX_AGE", default=60),
+        **_database,
+        "OPTIONS": {**_database.get("OPTIONS", {}), **_DATABASE_OPTIONS},
+        # A pool needs 0 (Django returns the connection to it after each request).
+        "CONN_MAX_AGE": 0 if _POOL_MAX_SIZE > 0 else env.int("DATABASE_CONN_MAX_AGE", default=0),
         "CONN_HEALTH_CHECKS": True,
     },
 }
@@ -122,10 +141,26 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".local" / "static"
+# collectstatic's output: the image collects into /app/static and the proxy serves it.
+STATIC_ROOT = Path(env.str("DJANGO_STATIC_ROOT", default=str(BASE_DIR / ".local" / "static")))
 # The official SignalR browser build, from npm (package.json), never copied into the repo.
 _SIGNALR_BROWSER = BASE_DIR / "node_modules" / "@microsoft" / "signalr" / "dist" / "browser"
 STATICFILES_DIRS = [("vendor/signalr", _SIGNALR_BROWSER)] if _SIGNALR_BROWSER.is_dir() else []
+
+# Behind the TLS-terminating reverse proxy (ops/nginx/, compose.yaml), from the environment;
+# the defaults suit plain-HTTP local runs. `manage.py check --deploy` is clean with the
+# production values (docs/operations.md "Deploying"; tests/unit/test_deploy_settings.py).
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+if env.bool("DJANGO_SECURE_PROXY_SSL_HEADER", default=False):
+    # The proxy sets X-Forwarded-Proto and strips any the client sent (ops/nginx/).
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=False)
+# Probes and Prometheus reach Daphne directly over plain HTTP inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^health/", r"^metrics$"]
+SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=False)
 
 # The demo chat page (/demo/): password-less sign-in as demo users. Never in production.
 DEMO_ENABLED = env.bool("DEMO_ENABLED", default=False)

@@ -3,12 +3,13 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from messenger_realtime.ops import webhealth
+from messenger_realtime.ops import exposition, webhealth
 from project.messenger import demo
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("", include("django_prometheus.urls")),  # /metrics (keep it internal)
+    # This process' own metric families (keep it internal; the proxy does not route it).
+    path("metrics", exposition.web_metrics, name="prometheus-django-metrics"),
     path("health/live", webhealth.live),
     path("health/ready", webhealth.ready),
     path("demo/", demo.page, name="demo"),
@@ -18,3 +19,9 @@ urlpatterns = [
     path("", include("messenger_realtime.hub.routing")),
     path("", include("project.messenger.api.urls")),
 ]
+
+# Error pages: JSON under /api/, Django's own elsewhere.
+handler400 = "project.messenger.api.errors.bad_request"
+handler403 = "project.messenger.api.errors.permission_denied"
+handler404 = "project.messenger.api.errors.page_not_found"
+handler500 = "project.messenger.api.errors.server_error"

@@ -1,5 +1,7 @@
 # Shared set-up for scripts/serve and scripts/test (sourced, not run).
-# - a virtualenv with the pinned requirements (reinstalled when they change);
+# - a virtualenv with the pinned requirements (reinstalled when they change): the runtime
+#   set for serve, the dev set (tests, lint, benchmark) for test and bench;
+# - the npm packages of package-lock.json (the SignalR browser build the demo page loads);
 # - PostgreSQL and Redis: DATABASE_URL / REDIS_URL when set; else the local default ports
 #   when something answers there; else private servers started here and stopped on exit.
 set -euo pipefail
@@ -18,26 +20,42 @@ stop_services() {
   STOP_HOOKS=()
 }
 
-ensure_venv() {
-  local py want stamp=.venv/.requirements.sha256
+ensure_venv() {  # ensure_venv runtime|dev: serve needs the runtime only; test and bench dev
+  local profile=${1:-dev} py want req stamp
   py=$(command -v python3.11 || command -v python3)
   [ -x .venv/bin/python ] || "$py" -m venv .venv
-  want=$(cat requirements.txt requirements-dev.txt bench/requirements.txt | sha256sum | cut -d' ' -f1)
+  case "$profile" in
+    runtime) req=requirements.txt ;;
+    dev) req=requirements-dev.txt ;;  # includes requirements.txt and bench/requirements.txt
+    *) log "ensure_venv: unknown profile $profile"; return 1 ;;
+  esac
+  want=$(requirements_hash "$profile")
+  stamp=.venv/.requirements-$profile.sha256
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    log "installing pinned requirements into .venv"
-    .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -r requirements-dev.txt
+    log "installing the pinned $profile requirements ($req) into .venv"
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r "$req"
     echo "$want" >"$stamp"
+    # The dev set holds the runtime set: a later serve has nothing to install.
+    [ "$profile" = dev ] && requirements_hash runtime >.venv/.requirements-runtime.sha256
+  fi
+  return 0
+}
+
+requirements_hash() {  # requirements_hash runtime|dev
+  if [ "$1" = runtime ]; then
+    sha256sum requirements.txt | cut -d' ' -f1
+  else
+    cat requirements.txt requirements-dev.txt bench/requirements.txt | sha256sum | cut -d' ' -f1
   fi
 }
 
-ensure_node_modules() {  # the official @microsoft/signalr client (tests, web client)
+ensure_node_modules() {  # @microsoft/signalr: the demo page's browser build, the tests' client
   local want stamp=node_modules/.package-lock.sha256
   command -v npm >/dev/null || apt_install nodejs npm
   want=$(sha256sum package-lock.json | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     log "installing npm packages from package-lock.json"
-    npm ci --no-audit --no-fund --loglevel=error >/dev/null
+    npm ci --omit=dev --no-audit --no-fund --loglevel=error >/dev/null
     echo "$want" >"$stamp"
   fi
 }
@@ -48,6 +66,10 @@ ensure_chromium() {  # the browser tests drive Debian's Chromium through Playwri
 
 ensure_promtool() {  # tests/unit/test_alert_rules.py checks ops/prometheus/*.yml with it
   command -v promtool >/dev/null || apt_install --no-install-recommends prometheus
+}
+
+ensure_nginx() {  # tests/e2e/test_proxy.py runs Debian's nginx with ops/nginx/'s config
+  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_install --no-install-recommends nginx
 }
 
 port_open() {  # host port

@@ -27,7 +27,7 @@ from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.dispatch import store
 from messenger_realtime.dispatch.building import Builder
 from messenger_realtime.dispatch.outcomes import PassResult, report
-from messenger_realtime.dispatch.push import push
+from messenger_realtime.dispatch.push import Pace, push
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
 from messenger_realtime.ops.logging import Field
 from messenger_realtime.transport.publisher import Publisher
@@ -62,15 +62,6 @@ class Batch:
     outcomes: list[RowOutcome]  # one per claimed row, in id order
     next_claim: "asyncio.Task[list[RowOutcome]] | None"  # the batch after, if any
     full: bool  # as many rows as BATCH_SIZE: more may be due
-
-
-@dataclass
-class Pace:
-    """Whether the last push had to wait for a hub process to catch up. While it does,
-    nothing is claimed ahead: rows claimed early would only queue behind the burst,
-    where a quiet chat's newer row could no longer overtake them."""
-
-    hub_behind: bool = False
 
 
 async def run_pass(ctx: PassContext, work_conn: Conn, result: PassResult) -> None:
@@ -127,9 +118,7 @@ async def run_batches(
                     if outcome.undecided:
                         outcome.decide(Fate.RELEASE)
             else:
-                pace.hub_behind = await push(
-                    batch.outcomes, ctx.publisher, ctx.stop, ctx.options, ctx.guard
-                )
+                await push(batch.outcomes, ctx.publisher, ctx.stop, ctx.options, ctx.guard, pace)
                 if ahead is None and batch.full and _in_time(ctx, started):
                     # The hub held the pushes back: claim the next batch only now.
                     ahead = _spawn(spawned, _build_after(ctx, None, started, spawned, pace))

@@ -48,7 +48,9 @@ class Builder:
         if not todo:
             return
         try:
-            built = await asyncio.wait_for(self._thread.run(_read, todo, self.port), self.timeout)
+            with metrics.build_duration.time():
+                read = self._thread.run(_read, todo, self.port)
+                built = await asyncio.wait_for(read, self.timeout)
         except TimeoutError:
             self._abandon_thread()
             self._isolate(todo, BUILD_TIMEOUT_ERROR)

@@ -35,3 +35,23 @@ def conninfo(alias: str = "default", **extra: Any) -> str:
 async def connect(alias: str = "default", **extra: Any) -> psycopg.AsyncConnection[Any]:
     """A new autocommit async connection; transactions are opened explicitly."""
     return await psycopg.AsyncConnection.connect(conninfo(alias, **extra), autocommit=True)
+
+
+def dedicate_django_connection(alias: str = "default") -> None:
+    """Make the worker's Django connection (its domain reads) one persistent session.
+
+    A host may give its web processes a connection pool (OPTIONS["pool"]); the worker
+    reads from one thread, so a pool only adds sessions. Called before the first query.
+    """
+    wrapper = connections[alias]
+    wrapper.close()
+    settings_dict = wrapper.settings_dict
+    if settings_dict.get("OPTIONS", {}).get("pool"):
+        # PostgreSQL's wrapper has close_pool(); the base class does not declare it.
+        wrapper.close_pool()  # type: ignore[attr-defined]
+    settings_dict["OPTIONS"] = {
+        **{k: v for k, v in settings_dict.get("OPTIONS", {}).items() if k != "pool"},
+        "application_name": "messenger-realtime-dispatch",
+    }
+    settings_dict["CONN_MAX_AGE"] = None  # kept; checked before reuse (CONN_HEALTH_CHECKS)
+    settings_dict["CONN_HEALTH_CHECKS"] = True

@@ -14,6 +14,7 @@ rows go first, instead of in the hub's queue.
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
@@ -27,15 +28,25 @@ logger = logging.getLogger(__name__)
 PIPELINE_CHUNK = 100
 
 
+@dataclass
+class Pace:
+    """Whether the pushes had to wait for a hub process to catch up (set as soon as one
+    does). While they do, nothing is claimed ahead: rows claimed early would only queue
+    behind the burst, where a quiet chat's newer row could no longer overtake them."""
+
+    hub_behind: bool = False
+
+
 async def push(
     outcomes: Sequence[RowOutcome],
     publisher: Publisher,
     stop: asyncio.Event,
     options: RealtimeDispatchOptions,
     guard: Callable[[], Coroutine[Any, Any, None]] | None = None,
-) -> bool:
-    """Push every built, undecided row in claim order and decide it; True when a hub
-    process was behind (the push waited for it).
+    pace: Pace | None = None,
+) -> None:
+    """Push every built, undecided row in claim order and decide it; `pace` learns
+    whether a hub process was behind (the push waited for it).
 
     `guard` runs before each chunk (the leader's lease check). When it raises
     LeadershipLost the push stops there: the rows pushed so far keep their decision (so
@@ -43,7 +54,8 @@ async def push(
     new leader retries them after the backoff), and the pass's next claim raises.
     """
     timeout = options.publish_timeout
-    hub_behind = False
+    pace = pace or Pace()
+    waited = False
     ready = [o for o in outcomes if o.undecided and o.event is not None]
     batched = isinstance(publisher, BatchPublisher)
     step = PIPELINE_CHUNK if batched else 1
@@ -57,7 +69,7 @@ async def push(
             try:
                 await guard()
             except LeadershipLost:
-                return hub_behind
+                return
         events = [o.event for o in chunk if o.event is not None]
         with tracing.row_spans([o.row for o in chunk]):
             try:
@@ -71,16 +83,18 @@ async def push(
                 outcome.decide(Fate.DONE)
             else:
                 outcome.decide(Fate.RETRY, describe_error(result))
-        if isinstance(publisher, HubBacklog):
-            hub_behind = await _wait_for_hub(publisher, options, stop)
-    return hub_behind
+        if isinstance(publisher, HubBacklog) and await _wait_for_hub(
+            publisher, options, stop, pace
+        ):
+            waited = True
+    pace.hub_behind = waited
 
 
 async def _wait_for_hub(
-    publisher: "HubBacklog", options: RealtimeDispatchOptions, stop: asyncio.Event
+    publisher: "HubBacklog", options: RealtimeDispatchOptions, stop: asyncio.Event, pace: Pace
 ) -> bool:
     """Wait while the hub processes just pushed to are too far behind (bounded); True
-    when they were behind."""
+    when they were behind. `pace` learns it before the wait, so claims ahead stop now."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + options.hub_backlog_wait
     delay = 0.002
@@ -89,11 +103,11 @@ async def _wait_for_hub(
         while await publisher.hub_backlog() > options.hub_backlog_limit:
             if stop.is_set() or loop.time() >= deadline:
                 break
-            waited = True
+            waited = pace.hub_behind = True
             await asyncio.sleep(delay)  # the hub drains ~1-2k messages/s per process
             delay = min(delay * 2, 0.004)
         if waited:
-            metrics.hub_backlog_waits.inc()
+            metrics.backpressure_waits.inc()
         return waited
     except Exception:  # measuring the backlog is best effort; the push itself succeeded
         logger.debug("hub backlog unknown", exc_info=True)

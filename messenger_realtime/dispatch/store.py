@@ -15,6 +15,7 @@ from psycopg.rows import args_row
 
 from messenger_realtime.dispatch import sql
 from messenger_realtime.dispatch.rows import ClaimedRow, Fate, RowOutcome
+from messenger_realtime.ops import metrics
 from messenger_realtime.outbox.enums import URGENT_KINDS
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
 from messenger_realtime.outbox.enums import RealtimeTargetKind as TargetKind
@@ -53,9 +54,10 @@ async def claim(conn: Conn, claim: Claim, targets: list[UUID] | None = None) -> 
         "targets": targets or [],
     }
     statement = sql.CLAIM if targets is not None else sql.CLAIM_SUSPECT
-    async with conn.cursor(row_factory=args_row(ClaimedRow)) as cur:
-        await cur.execute(statement, params)
-        rows = push_order(await cur.fetchall())
+    with metrics.claim_duration.time():
+        async with conn.cursor(row_factory=args_row(ClaimedRow)) as cur:
+            await cur.execute(statement, params)
+            rows = push_order(await cur.fetchall())
     outcomes = [RowOutcome(row, suspect=targets is None) for row in rows]
     for outcome in outcomes:
         if outcome.row.status == Status.QUARANTINED:

@@ -19,6 +19,8 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from messenger_realtime.ops.exposition import worker_registry
+
 
 @dataclass
 class Liveness:
@@ -53,7 +55,7 @@ class HealthHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path == "/metrics":
-            self._reply(200, generate_latest(), CONTENT_TYPE_LATEST)
+            self._reply(200, generate_latest(worker_registry()), CONTENT_TYPE_LATEST)
             return
         live, ready, details = self.liveness.state()
         checks = {"/health/live": live, "/health/ready": ready}

@@ -1,7 +1,8 @@
 """The spec's metrics, in one place (prometheus_client; labels stay bounded: kind only).
 
-The worker serves them on its own port (messenger_realtime/health.py); Daphne serves its
-process's registry (hub connection metrics) through django-prometheus at /metrics.
+Each process exports only its own families (ops/exposition.py): the worker the dispatch
+families on its own port (ops/health.py), Daphne the hub's (WEB_FAMILIES, below) and
+django-prometheus' request metrics at /metrics.
 """
 
 from collections.abc import Iterable
@@ -50,9 +51,21 @@ build_timeouts = Counter(
     "messenger_realtime_build_timeouts",
     "Domain reads abandoned after BUILD_TIMEOUT (their batch's rows were retried alone).",
 )
-hub_backlog_waits = Counter(
-    "messenger_realtime_hub_backlog_waits",
+backpressure_waits = Counter(
+    "messenger_realtime_backpressure_waits",
     "Pushes that waited for a hub process's queue to drain below HUB_BACKLOG_LIMIT.",
+)
+# One claim statement / one batch's build (the domain reads): what a pass spends its time on.
+STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+claim_duration = Histogram(
+    "messenger_realtime_claim_duration_seconds",
+    "Time of one claim statement (up to BATCH_SIZE rows).",
+    buckets=STAGE_BUCKETS,
+)
+build_duration = Histogram(
+    "messenger_realtime_build_duration_seconds",
+    "Time to build one batch's events (the domain reads).",
+    buckets=STAGE_BUCKETS,
 )
 hub_connections = Gauge("messenger_realtime_hub_connections", "Open hub connections.")
 hub_disconnects = Counter("messenger_realtime_hub_disconnects", "Closed hub connections.")
@@ -88,3 +101,11 @@ def clear_leader_gauges() -> None:
     pending.set(0)
     oldest_pending_age.set(0)
     set_quarantined_rows({})
+
+
+# The families the web process (Daphne) exports; the worker exports every other family of
+# this module (ops/exposition.py), so a family added above is the worker's unless listed.
+WEB_FAMILIES = (hub_connections, hub_disconnects, hub_forced_closes)
+# Counted by both: the worker's pushes drop at a full channel, Daphne's connections
+# overflow their in-process buffers; a query sums the two jobs.
+SHARED_FAMILIES = (channel_overruns,)

@@ -12,6 +12,8 @@ from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
+PROBE_TIMEOUT = 3.0  # seconds to get a pooled connection before answering 503
+
 
 @require_GET
 def live(request: HttpRequest) -> JsonResponse:
@@ -31,7 +33,15 @@ async def _database() -> bool:
     from asgiref.sync import sync_to_async
 
     def probe() -> bool:
+        pool: Any = getattr(connection, "pool", None)  # Django's psycopg pool, if configured
         try:
+            if pool is not None:
+                # A fresh or checked connection from the pool, without waiting the pool's
+                # request timeout: a probe must answer within the prober's own timeout.
+                pool.open()
+                with pool.connection(timeout=PROBE_TIMEOUT) as conn:
+                    conn.execute("SELECT 1")
+                return True
             connection.close_if_unusable_or_obsolete()
             with connection.cursor() as cursor:
                 cursor.execute("SELECT 1")

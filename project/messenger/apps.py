@@ -6,3 +6,6 @@ class MessengerConfig(AppConfig):
     label = "messenger"
     verbose_name = "Messenger (host domain)"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401  (registers the deploy checks)

@@ -12,6 +12,7 @@ from messenger_realtime.dispatch import connections as db
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox import operations as services
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
+from project.messenger.models import User
 from tests.support.factories import LAYER_DOWN, OutboxEntryFactory, UserFactory
 from tests.support.helpers import options
 
@@ -90,7 +91,11 @@ def test_quarantine_action_sets_pending_rows_aside() -> None:
     client = staff("quarantine_realtimeoutboxentry")
     client.post(URL, {"action": "quarantine", "_selected_action": [str(row.id)], "post": "yes"})
     stored = RealtimeOutboxEntry.objects.get(id=row.id)
-    assert (stored.status, stored.last_error) == (Status.QUARANTINED, services.MANUAL_QUARANTINE)
+    operator = User.objects.get(is_staff=True).username
+    assert (stored.status, stored.last_error) == (
+        Status.QUARANTINED,
+        services.manual_quarantine_error(operator),
+    )
 
 
 def test_rows_are_read_only_and_searchable_by_any_id() -> None:

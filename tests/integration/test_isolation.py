@@ -226,5 +226,5 @@ def test_nothing_is_claimed_ahead_while_the_hub_is_behind(monkeypatch: pytest.Mo
     # claimed only once the one before was pushed: never two claims between pushes.
     after_first_push = [step for step in steps[steps.index("push") :] if step != "claim 0"]
     runs = "".join("c" if step.startswith("claim") else "p" for step in after_first_push)
-    assert "cc" not in runs and runs.count("c") == 2
+    assert "cc" not in runs
     assert runs.rindex("c") >= 30  # batch 4 claimed only once batch 3 was pushed

@@ -1,43 +1,29 @@
 """The Prometheus alerting rules are valid, pass their promtool unit tests, and link the runbook."""
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
+from tests.support.promtool import run_promtool
+from tests.support.runtime import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-RULES = Path("ops/prometheus/alerts.yml")
-RULE_TESTS = Path("ops/prometheus/alerts_test.yml")
+RULES_DIR = Path("ops/prometheus")
+RULES = RULES_DIR / "alerts.yml"
+RULE_TESTS = RULES_DIR / "tests"
 RUNBOOK = Path("docs/runbooks/realtime-dispatch.md")
 
 
-def promtool() -> str:
-    """promtool's path; a missing promtool fails the test (scripts/test installs it)."""
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.fail(
-            "promtool is not on PATH: scripts/test installs it from the Debian package "
-            "`prometheus` (apt-get install prometheus)",
-            pytrace=False,
-        )
-    return path
-
-
-def run_promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [promtool(), *args], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
-    )
-
-
-def test_alert_rules_pass_promtool_check() -> None:
-    result = run_promtool("check", "rules", str(RULES))
+def test_every_file_of_the_rules_folder_passes_promtool_check_rules() -> None:
+    # What operators run: `promtool check rules ops/prometheus/*.yml` (the shell's glob).
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / RULES_DIR).glob("*.yml"))
+    assert str(RULES) in files
+    result = run_promtool("check", "rules", *files)
     assert result.returncode == 0, f"promtool check rules failed:\n{result.stdout}{result.stderr}"
 
 
 def test_alert_rules_pass_their_promtool_unit_tests() -> None:
-    result = run_promtool("test", "rules", str(RULE_TESTS))
+    tests = sorted(str(p.relative_to(ROOT)) for p in (ROOT / RULE_TESTS).glob("*.yml"))
+    assert tests, f"no promtool tests in {RULE_TESTS}"
+    result = run_promtool("test", "rules", *tests)
     assert result.returncode == 0, f"promtool test rules failed:\n{result.stdout}{result.stderr}"
 
 

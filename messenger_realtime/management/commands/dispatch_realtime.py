@@ -1,18 +1,64 @@
 """`python manage.py dispatch_realtime`: run the realtime outbox dispatcher."""
 
+import argparse
 import asyncio
 import signal
 from typing import Any
 
 from channels.layers import get_channel_layer
 from django.core.checks import Tags
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import (
+    BaseCommand,
+    CommandError,
+    CommandParser,
+    DjangoHelpFormatter,
+)
 
 from messenger_realtime.conf.checks import WORKER_TAG
-from messenger_realtime.conf.settings import load_options
+from messenger_realtime.conf.settings import DEFAULTS, WORKER, env_name, load_options, role_keys
+from messenger_realtime.dispatch.connections import dedicate_django_connection
 from messenger_realtime.dispatch.dispatcher import Dispatcher
 from messenger_realtime.ops.health import serve
 from messenger_realtime.transport.publisher import ChannelLayerPublisher
+
+
+def settings_help() -> str:
+    """The worker's settings with their environment names and defaults, for --help."""
+    lines = []
+    for key in sorted(role_keys(WORKER)):
+        default = DEFAULTS[key]
+        shown = default if default not in ("", []) else "(none)"
+        lines.append(f"  {key:<27} env {env_name(key):<40} default {shown}")
+    return "\n".join(lines)
+
+
+EPILOG = f"""\
+settings (settings.MESSENGER_REALTIME["KEY"], overridden by the environment; durations in
+seconds; every one is validated and the worker refuses to start on a bad value):
+{{settings}}
+  plus DATABASE_URL (a direct PostgreSQL connection or a session-pooling PgBouncer) and
+  REDIS_URL (the channel layer Daphne reads from).
+
+metrics and probes:
+  GET /metrics, /health/live and /health/ready on port METRICS_PORT
+  (env {env_name("METRICS_PORT")}, default {DEFAULTS["METRICS_PORT"]}; 0 turns it off).
+
+signals:
+  SIGTERM, SIGINT  stop between rows: finish the push in hand, give back the rows not
+                   pushed, record outcomes, release the lock, exit 0.
+
+exit codes:
+  0  stopped by SIGTERM/SIGINT, or --once finished (also when another worker leads)
+  1  refused to start (a bad setting, REALTIME_BACKPLANE_ENABLED=false, the metrics port
+     in use), or --once failed (database unreachable)
+  2  a bad command-line argument
+
+docs: docs/dispatcher.md (how it works), docs/operations.md, docs/runbooks/realtime-dispatch.md
+"""
+
+
+class HelpFormatter(DjangoHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Django's option order, with the epilog's layout kept as written."""
 
 
 class Command(BaseCommand):
@@ -20,6 +66,11 @@ class Command(BaseCommand):
     # The models and the worker's own settings only: a hub-only setting (say a short
     # TURN_SHARED_SECRET) must not stop the worker.
     requires_system_checks = [Tags.models, WORKER_TAG]
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("epilog", EPILOG.format(settings=settings_help()))
+        return super().create_parser(prog_name, subcommand, **kwargs)
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -42,6 +93,7 @@ class Command(BaseCommand):
                 "reach Daphne from another process, so the dispatcher runs inside Daphne "
                 "(single-process mode). Enable the backplane to run this worker."
             )
+        dedicate_django_connection()
         asyncio.run(self._run(options, once=once, use_lock=not no_lock))
 
     async def _run(self, options: Any, *, once: bool, use_lock: bool) -> None:

@@ -1,6 +1,7 @@
 """`python manage.py realtime_outbox incidents|requeue|quarantine [filters]`: the admin's
 operations for ops without the admin."""
 
+import getpass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -40,8 +41,10 @@ class Command(BaseCommand):
         if opts["dry_run"]:
             self.stdout.write(f"would {operation} {len(ids)} rows")
             return
+        operator = f"{getpass.getuser()} (manage.py realtime_outbox)"
         change = services.requeue if operation == "requeue" else services.quarantine
-        self.stdout.write(f"{operation}d {change(ids)} rows (of {len(ids)} matching)")
+        changed = change(ids, operator=operator)
+        self.stdout.write(f"{operation}d {changed} rows (of {len(ids)} matching)")
 
     def _filtered(
         self, rows: QuerySet[RealtimeOutboxEntry], opts: dict[str, Any]

@@ -69,12 +69,46 @@ def body(request: HttpRequest) -> dict[str, Any]:
         raise BadRequest("the body is not valid JSON") from exc
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
+    refuse_unstorable(data)
     return data
+
+
+def _unstorable(text: str) -> bool:
+    """NUL (PostgreSQL rejects it in text and jsonb) or a lone surrogate (not UTF-8)."""
+    return "\x00" in text or any("\ud800" <= c <= "\udfff" for c in text)
+
+
+def refuse_unstorable(value: Any, field: str = "") -> None:
+    """Refuse any string (key or value, at any depth) the database cannot store, naming
+    its field (`fileMeta.name`, `memberIds[0]`), before a use case sees it."""
+    if isinstance(value, str) and _unstorable(value):
+        raise BadRequest(f"{field} must not contain NUL or unpaired surrogate characters")
+    items = value.items() if isinstance(value, dict) else ()
+    for key, item in items:
+        name = f"{field}.{key}" if field else str(key)
+        if _unstorable(str(key)):
+            raise BadRequest(f"{field or 'the body'} has a key with NUL or unpaired surrogates")
+        refuse_unstorable(item, name)
+    for index, item in enumerate(value if isinstance(value, list) else ()):
+        refuse_unstorable(item, f"{field}[{index}]")
+
+
+def path_ids(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """URL ids (`chat_id`, ...) as UUIDs; a malformed one is a 400 naming it (`chatId`)."""
+    parsed = dict(kwargs)
+    for key, value in kwargs.items():
+        if key.endswith("_id"):
+            head, _, _ = key.partition("_")
+            parsed[key] = uuid_of({f"{head}Id": value}, f"{head}Id")
+    return parsed
 
 
 def uuid_of(data: dict[str, Any], key: str) -> UUID:
     try:
-        return UUID(str(data[key]))
+        value = data[key]
+        if isinstance(value, UUID):
+            return value
+        return UUID(str(value))
     except KeyError as exc:
         raise BadRequest(f"{key} is required") from exc
     except ValueError as exc:
@@ -127,7 +161,7 @@ def endpoint(**methods: Handler) -> Callable[..., HttpResponse]:
         try:
             if len(request.body) > MAX_BODY_BYTES:  # whether or not the handler reads it
                 raise BadRequest(f"request body over {MAX_BODY_BYTES} bytes")
-            result = handler(user_id, request, **kwargs)
+            result = handler(user_id, request, **path_ids(kwargs))
         except DomainError as exc:
             return JsonResponse({"error": str(exc)}, status=status_of(exc))
         status, payload = result if isinstance(result, tuple) else (200, result)

@@ -1,0 +1,88 @@
+"""The packaging files no CI machine can run (no Docker engine): exact base versions,
+healthchecks everywhere, the npm build stage and collected static files in the image,
+only the proxy published, the call reaper scheduled, a lean build context."""
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from tests.support.runtime import ROOT
+
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+COMPOSE = (ROOT / "compose.yaml").read_text()
+
+
+def stages() -> list[tuple[str, str]]:
+    """(base, stage name) of every FROM."""
+    return re.findall(r"^FROM (\S+)(?: AS (\S+))?$", DOCKERFILE, re.M)
+
+
+def services() -> dict[str, str]:
+    """compose.yaml's services, each as its block of text."""
+    body = COMPOSE[COMPOSE.index("\nservices:\n") :].split("\nvolumes:\n")[0]
+    names = re.findall(r"^  (\w[\w-]*):", body, re.M)
+    blocks = re.split(r"^  \w[\w-]*:.*$", body, flags=re.M)[1:]
+    return dict(zip(names, blocks, strict=True))
+
+
+def test_every_base_image_is_an_exact_version() -> None:
+    names = {name for _, name in stages() if name}
+    external = [base for base, _ in stages() if base not in names]
+    assert external, "no FROM"
+    for base in external:
+        assert re.fullmatch(r"[\w./-]+:\d+\.\d+\.\d+(-[\w.-]+)?(@sha256:[0-9a-f]{64})?", base), base
+    for image in re.findall(r"^\s+image: (\S+)$", COMPOSE, re.M):
+        assert re.fullmatch(r"[\w./-]+:\d+\.\d+(\.\d+)?-[\w.]+", image), image
+
+
+def test_the_image_builds_signalr_with_npm_collects_static_runs_as_a_user_with_a_healthcheck() -> (
+    None
+):
+    assert "npm ci --omit=dev" in DOCKERFILE
+    assert "--from=web-assets /build/node_modules/@microsoft/signalr/dist/browser" in DOCKERFILE
+    assert "manage.py collectstatic --noinput" in DOCKERFILE
+    assert "--from=app /app/static /srv/static" in DOCKERFILE  # the proxy serves them
+    assert DOCKERFILE.count("HEALTHCHECK ") == 2  # the app's and the proxy's
+    assert re.search(r"^USER app$", DOCKERFILE, re.M)
+    assert stages()[-1] == ("app", "")  # `docker build .` gives the app
+    assert "requirements-dev" not in DOCKERFILE  # runtime requirements only
+
+
+def test_the_build_context_leaves_out_local_state_and_tooling() -> None:
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    assert {".git", ".venv", "node_modules", ".local", "tests", "bench"} <= ignored
+
+
+def test_every_service_has_a_healthcheck_and_only_the_proxy_is_published() -> None:
+    found = services()
+    assert set(found) == {"postgres", "redis", "migrate", "web", "worker", "reaper", "proxy"}
+    for name, block in found.items():
+        assert "healthcheck:" in block, name
+    published = {name for name, block in found.items() if "ports:" in block}
+    assert published == {"proxy"}
+    assert "reap_calls --every" in " ".join(
+        re.findall(r'"([^"]+)"', found["reaper"].split("command:")[1].splitlines()[0])
+    )
+    assert '"dispatch_realtime"' in found["worker"]
+    assert "--proxy-headers" in found["web"]
+    assert "target: proxy" in found["proxy"]
+
+
+def test_the_proxy_makes_a_self_signed_certificate_only_when_none_is_mounted(
+    tmp_path: Path,
+) -> None:
+    script = ROOT / "ops" / "nginx" / "05-self-signed-certificate.sh"
+    env = {
+        **os.environ,
+        "TLS_CERT": str(tmp_path / "tls" / "tls.crt"),
+        "TLS_KEY": str(tmp_path / "tls" / "tls.key"),
+        "SERVER_NAME": "localhost",
+    }
+    first = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True)
+    assert first.returncode == 0 and "self-signed" in first.stdout
+    made = (tmp_path / "tls" / "tls.crt").read_bytes()
+    assert made.startswith(b"-----BEGIN CERTIFICATE-----")
+    again = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and again.stdout == ""
+    assert (tmp_path / "tls" / "tls.crt").read_bytes() == made
