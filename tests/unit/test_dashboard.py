@@ -79,11 +79,15 @@ def test_every_panel_query_parses_as_promql(tmp_path: Path) -> None:
 def test_the_specs_metrics_are_on_the_dashboard_each_read_from_the_job_that_exports_it() -> None:
     text = "\n".join(expr for _, expr in expressions())
     web = {d.name for family in metrics.WEB_FAMILIES for d in family.describe()}
-    worker = exposition.worker_family_names()
+    worker = exposition.worker_family_names() | exposition.shared_family_names()
     shown = set(re.findall(r"\b(messenger_realtime_\w+?)(?:_total|_bucket|_count|_sum)?\{", text))
     assert shown >= SPEC_FAMILIES, SPEC_FAMILIES - shown
     assert shown <= worker | web, shown - worker - web  # no family the code does not have
+    shared = exposition.shared_family_names()
     for name in shown:
         uses = re.findall(rf"\b{name}\w*\{{([^}}]*)\}}", text)
-        job = "messenger-web" if name in web else "messenger-realtime"
-        assert all(f'job="{job}"' in labels for labels in uses), (name, uses)
+        jobs = ["messenger-web"] if name in web else ["messenger-realtime"]
+        if name in shared:  # both processes count their share: read from both jobs
+            jobs = ["messenger-realtime", "messenger-web"]
+        assert [j for j in jobs if any(f'job="{j}"' in u for u in uses)] == jobs, (name, uses)
+        assert all(any(f'job="{j}"' in u for j in jobs) for u in uses), (name, uses)
