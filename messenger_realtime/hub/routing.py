@@ -2,13 +2,14 @@
 
 from django.urls import path, re_path
 
-from messenger_realtime.hub.consumer import HubConsumer
 from messenger_realtime.hub.negotiate import negotiate
+from messenger_realtime.hub.transports.websocket import HubConsumer
 
 HUB_PATH = "hubs/messenger"
 
-# HTTP: negotiate, with and without a trailing slash.
+# HTTP (Django): negotiate, with and without a trailing slash.
 urlpatterns = [re_path(rf"^{HUB_PATH}/negotiate/?$", negotiate, name="hub-negotiate")]
+
 
 # WebSocket: the hub itself.
 websocket_urlpatterns = [path(HUB_PATH, HubConsumer.as_asgi())]

@@ -22,7 +22,8 @@ from typing import Any
 from daphne.ws_protocol import WebSocketProtocol
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.hub import protocol
+from messenger_realtime.hub.protocols import json_protocol
+from messenger_realtime.hub.protocols.base import message_too_big
 
 # Room beyond MAX_MESSAGE_SIZE for a record separator and a small record (a ping) sharing
 # the frame; a record over MAX_MESSAGE_SIZE is refused by the hub itself.
@@ -61,6 +62,7 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
     maxMessagePayloadSize: int
     send_buffer_limit = 0  # set per connection in onConnect
     overflowed = False
+    hub_state: dict[str, bool] = {}  # replaced per connection (hub/daphne.py)
     _written = 0  # bytes written since the socket was last asked (amortises the syscall)
 
     def onConnect(self, request: Any) -> Any:
@@ -76,8 +78,8 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
     def _max_message_size_exceeded(self, msg_size: int, max_msg_size: int, reason: str) -> None:
         """The hub's Close message first, then a WebSocket close instead of a TCP drop."""
         if self.state == self.STATE_OPEN:
-            too_big = protocol.message_too_big(self.max_message_size)
-            self._write(protocol.close(too_big).encode())
+            too_big = message_too_big(self.max_message_size)
+            self._write(json_protocol.close(too_big).encode())
         self.failByDrop = False
         self._fail_connection(MESSAGE_TOO_BIG, reason)
 

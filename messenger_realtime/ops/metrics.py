@@ -59,8 +59,16 @@ hub_disconnects = Counter("messenger_realtime_hub_disconnects", "Closed hub conn
 hub_forced_closes = Counter(
     "messenger_realtime_hub_forced_closes",
     "Hub connections the server closed with allowReconnect, by reason: expired (token or "
-    "session), send_buffer (over SEND_BUFFER_LIMIT), overrun (events were dropped).",
+    "session), send_buffer (over SEND_BUFFER_LIMIT), overrun (events were dropped), "
+    "replay_buffer (a dropped stateful connection's unacked events passed "
+    "STATEFUL_RECONNECT_BUFFER_SIZE).",
     ["reason"],
+)
+hub_resumes = Counter(
+    "messenger_realtime_hub_resumes",
+    "Stateful reconnect resumes of a connection this process holds, by outcome: resumed, "
+    "refused (another user, ended, or past its buffer).",
+    ["outcome"],
 )
 
 

@@ -224,6 +224,23 @@ def test_websocket_without_valid_credentials_is_refused_before_accept(
     assert refused.value.response.status_code == 403
 
 
+def test_a_negotiated_token_opens_one_connection_only(daphne: DaphneProcess) -> None:
+    user = UserFactory()
+    token = token_for(user.id)
+    _, body, _ = negotiate(daphne, token)
+    query = f"?id={body['connectionToken']}"
+    with hub_socket(daphne, token, query) as first:
+        first.send('{"protocol":"json","version":1}' + RS)
+        assert records(first) == [{}]
+        with pytest.raises(InvalidStatus) as refused, hub_socket(daphne, token, query):
+            pass
+        assert refused.value.response.status_code == 403
+        invoke(first, "GetGroups")  # the first one is untouched
+        assert records(first)[0]["result"] == [f"user:{user.id}"]
+    line = daphne.wait_for("hub connection refused.*connection cannot resume")
+    assert body["connectionToken"] not in line
+
+
 # -- handshake -----------------------------------------------------------------------
 
 
