@@ -38,6 +38,7 @@ from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
+FIRST_MESSAGE_WAIT = 0.5  # stateful: the longest events wait for the client's first message
 
 
 class HubConnection(
@@ -113,8 +114,7 @@ class HubConnection(
         """Act on one message; False once the connection was closed."""
         if self.stateful is not None and not self._sequenced_in(message):
             return True  # an Ack, a Sequence or a duplicate: nothing more to do
-        if self.delivery is None:
-            self._start_delivery()  # stateful: the client's first message after the handshake
+        self._start_delivery()  # stateful: the client's first message after the handshake
         return await self._handle(message)
 
     async def _read_handshake(self, data: Frame) -> bytes | None:
@@ -153,12 +153,19 @@ class HubConnection(
         )
         if self.stateful is None:
             self._start_delivery()
+        else:
+            # The official JavaScript client counts messages only once it has handled
+            # the handshake response, and in Node a message read together with that
+            # response would go uncounted (then be delivered twice after a resume).
+            # It sends a Ping right after; clients that do not (.NET) wait this long.
+            self.loop.call_later(FIRST_MESSAGE_WAIT, self._start_delivery)
         return rest
 
     # -- server -> client -----------------------------------------------------------
 
     def _start_delivery(self) -> None:
-        self.delivery = asyncio.create_task(self._deliver())
+        if self.delivery is None and not self.closing:
+            self.delivery = asyncio.create_task(self._deliver())
 
     async def _deliver(self) -> None:
         """Forward what the channel layer has for this connection, one at a time."""

@@ -37,12 +37,13 @@ def negotiated(daphne: DaphneProcess, user: Any, query: str = STATEFUL) -> str:
 
 @contextlib.contextmanager
 def open_stateful(
-    daphne: DaphneProcess, user: Any, connection_token: str, version: int = 2
+    daphne: DaphneProcess, user: Any, connection_token: str, version: int = 2, ping: bool = True
 ) -> Iterator[ClientConnection]:
     with hub_socket(daphne, token_for(user.id), f"?id={connection_token}") as ws:
         ws.send(json.dumps({"protocol": "json", "version": version}) + RS)
         assert records(ws) == [{}]
-        ws.send('{"type":6}' + RS)  # as the official client: its first message after it
+        if ping:
+            ws.send('{"type":6}' + RS)  # as the official client: its first message after it
         yield ws
 
 
@@ -103,6 +104,17 @@ def test_a_dropped_connection_resumes_with_the_sequence_then_what_was_not_acked(
         assert [r.get("invocationId") for r in answers if r["type"] == 3] == ["b"]
     line = daphne.wait_for(f"hub connection resumed.*UserId={user.id}")
     assert "replayed=4" in line
+
+
+def test_events_wait_for_the_clients_first_message_or_half_a_second(
+    daphne: DaphneProcess,
+) -> None:
+    user = UserFactory()
+    with open_stateful(daphne, user, negotiated(daphne, user), ping=False) as quiet:
+        push_to_user(user.id, 1)
+        with pytest.raises(TimeoutError):
+            records(quiet, timeout=0.2)  # held back: the client has said nothing yet
+        assert until(quiet, is_event(1), timeout=2)[-1]["arguments"] == [{"seq": 1}]
 
 
 def test_a_resume_replaces_a_half_open_socket(daphne: DaphneProcess) -> None:
