@@ -2,7 +2,7 @@
 
 Measures, in-process and without a network, the CPU time per event of
 HubConnection.realtime_event down to the WebSocket's ASGI send (what every delivered
-event costs the hub) for an unversioned
+event costs the hub; the same event in MessagePack too) for an unversioned
 chat event (the held-set check alone, as before issue 13) and for a versioned one (the
 membership-version check, plus the expiry check both pay), and the per-send cost of the
 send-bound check Daphne's protocol runs (Twisted's buffer each send, the socket's queue
@@ -32,7 +32,7 @@ from messenger_realtime.conf.settings import load_hub_options  # noqa: E402
 from messenger_realtime.hub import wsprotocol  # noqa: E402
 from messenger_realtime.hub.auth import Identity  # noqa: E402
 from messenger_realtime.hub.connection import HubConnection  # noqa: E402
-from messenger_realtime.hub.protocols import JsonProtocol  # noqa: E402
+from messenger_realtime.hub.protocols import JsonProtocol, MessagePackProtocol  # noqa: E402
 from messenger_realtime.hub.transports.websocket import HubConsumer, WebSocketTransport  # noqa: E402
 
 EVENTS = 200_000
@@ -58,7 +58,7 @@ def consumer(chat: uuid.UUID, binary: bool = False) -> HubConnection:
     )
     hub.handshaken = True
     size = options.max_message_size
-    hub.protocol = JsonProtocol(size)
+    hub.protocol = MessagePackProtocol(size) if binary else JsonProtocol(size)
     hub.memberships.update({chat: 7})
     hub.loop = SimpleNamespace(time=time.monotonic)  # type: ignore[assignment]
     return hub
@@ -111,10 +111,12 @@ def send_check() -> dict[str, float]:
 def main() -> None:
     unversioned = asyncio.run(per_event(None))
     versioned = asyncio.run(per_event(7))
+    msgpack = asyncio.run(per_event(7, binary=True))
     result = {
         "event_unversioned_us": round(unversioned, 3),
         "event_versioned_us": round(versioned, 3),
         "version_check_us": round(versioned - unversioned, 3),
+        "event_messagepack_us": round(msgpack, 3),
         **send_check(),
     }
     print(json.dumps(result, indent=2))

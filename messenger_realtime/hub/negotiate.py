@@ -1,5 +1,5 @@
-"""POST /hubs/messenger/negotiate: who may connect, and how (WebSockets with JSON, and
-stateful reconnect when the client asks for it)."""
+"""POST /hubs/messenger/negotiate: who may connect, and how (WebSockets with JSON text
+or MessagePack binary frames, and stateful reconnect when the client asks for it)."""
 
 import logging
 from typing import Any
@@ -15,8 +15,8 @@ from messenger_realtime.hub.auth import authenticate, bearer_token, new_connecti
 
 logger = logging.getLogger(__name__)
 
-# JSON over text frames only (MessagePack is not offered).
-TRANSPORTS = [{"transport": "WebSockets", "transferFormats": ["Text"]}]
+# JSON over text frames, MessagePack over binary frames.
+TRANSPORTS = [{"transport": "WebSockets", "transferFormats": ["Text", "Binary"]}]
 MAX_NEGOTIATE_VERSION = 1
 
 

@@ -104,7 +104,9 @@ def test_negotiate_v1_returns_a_connection_id_a_secret_token_and_websockets(
     status, body, _ = negotiate(daphne, token_for(UserFactory().id))
     assert status == 200
     assert body["negotiateVersion"] == 1
-    assert body["availableTransports"] == [{"transport": "WebSockets", "transferFormats": ["Text"]}]
+    assert body["availableTransports"] == [
+        {"transport": "WebSockets", "transferFormats": ["Text", "Binary"]}
+    ]
     assert body["connectionToken"] != body["connectionId"]
     assert "useStatefulReconnect" not in body
 
@@ -247,7 +249,7 @@ def test_a_negotiated_token_opens_one_connection_only(daphne: DaphneProcess) -> 
 @pytest.mark.parametrize(
     ("handshake", "error"),
     [
-        ('{"protocol":"messagepack","version":1}', "The protocol 'messagepack' is not supported."),
+        ('{"protocol":"xml","version":1}', "The protocol 'xml' is not supported."),
         ('{"protocol":"json","version":9}', "The server does not support version 9"),
         ("GET / HTTP/1.1", "An unexpected error occurred during connection handshake."),
     ],

@@ -29,9 +29,10 @@ def proxy(hub: Hub) -> Iterator[TcpProxy]:
 def stateful_client(hub: Hub, proxy: TcpProxy) -> Iterator[Any]:
     started: list[HubClient] = []
 
-    def connect(user: Any) -> HubClient:
+    def connect(user: Any, **options: Any) -> HubClient:
         url = f"http://127.0.0.1:{proxy.port}/hubs/messenger"
-        client = HubClient("@microsoft/signalr", url, token_for(user.id), hub.env, STATEFUL)
+        options = {**STATEFUL, **options}
+        client = HubClient("@microsoft/signalr", url, token_for(user.id), hub.env, options)
         started.append(client)
         client.next("state", "connected")
         hub.daphne.wait_for(f"hub connected.*UserId={user.id}.*stateful=True")
@@ -55,12 +56,15 @@ def states(client: HubClient) -> list[str]:
     return [o["state"] for o in client.outputs("state")]
 
 
+@pytest.mark.parametrize("messagepack", [False, True])
 def test_a_cut_connection_resumes_and_every_event_arrives_once_in_order(
-    hub: Hub, proxy: TcpProxy, stateful_client: Any
+    hub: Hub, proxy: TcpProxy, stateful_client: Any, messagepack: bool
 ) -> None:
     alice, bob = UserFactory(), UserFactory()
     chat = services.create_chat(alice.id, [bob.id])
-    client = stateful_client(bob)
+    client = stateful_client(bob, messagepack=messagepack)
+    opened = next(line for line in hub.daphne.lines if "connected ConnectionId" in line)
+    assert ("protocol=messagepack" in opened) is messagepack
     for n in range(1, 61):
         services.post_message(alice.id, chat.id, f"m{n}")
         if n in (15, 40):  # while the worker is still pushing the ones before

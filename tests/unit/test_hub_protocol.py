@@ -36,15 +36,22 @@ def test_record_buffer_refuses_a_record_over_the_limit_even_before_its_separator
 
 
 @pytest.mark.parametrize("version", [0, 1, 2])
-def test_json_handshake_versions_zero_to_two_are_accepted(version: int) -> None:
-    request = parse_handshake(f'{{"protocol":"json","version":{version}}}')
-    assert (request.protocol, request.version) == ("json", version)
+@pytest.mark.parametrize("name", ["json", "messagepack"])
+def test_handshake_versions_zero_to_two_are_accepted_for_both_protocols(
+    name: str, version: int
+) -> None:
+    request = parse_handshake(f'{{"protocol":"{name}","version":{version}}}')
+    assert (request.protocol, request.version) == (name, version)
 
 
 @pytest.mark.parametrize(
     ("record", "error"),
     [
-        ('{"protocol":"messagepack","version":1}', "The protocol 'messagepack' is not supported."),
+        ('{"protocol":"xml","version":1}', "The protocol 'xml' is not supported."),
+        (
+            '{"protocol":"messagepack","version":3}',
+            "The server does not support version 3 of the 'messagepack' protocol.",
+        ),
         (
             '{"protocol":"json","version":3}',
             "The server does not support version 3 of the 'json' protocol.",
@@ -59,6 +66,12 @@ def test_bad_handshake_is_refused_with_aspnet_wording(record: str, error: str) -
     with pytest.raises(HandshakeError) as caught:
         parse_handshake(record)
     assert error in str(caught.value)
+
+
+def test_messagepack_is_refused_on_a_text_only_transport() -> None:
+    with pytest.raises(HandshakeError, match="does not support 'Binary' transfer format"):
+        parse_handshake('{"protocol":"messagepack","version":1}', binary_ok=False)
+    assert parse_handshake('{"protocol":"json","version":1}', binary_ok=False).version == 1
 
 
 @pytest.mark.parametrize(

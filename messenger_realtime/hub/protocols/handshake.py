@@ -1,8 +1,8 @@
 """The handshake: JSON text ending in 0x1E for every protocol, in both directions.
 
 Spec: dotnet/aspnetcore src/SignalR/docs/specs/HubProtocol.md. The client names its
-protocol and version; JSON accepts versions 0 to 2 (2 is the stateful reconnect
-handshake of @microsoft/signalr; signalrcore sends 0). Wording as ASP.NET Core.
+protocol and version; JSON and MessagePack both accept versions 0 to 2 (2 is the stateful
+reconnect handshake of @microsoft/signalr; signalrcore sends 0). Wording as ASP.NET Core.
 """
 
 import json
@@ -14,7 +14,7 @@ from messenger_realtime.hub.protocols.base import too_big
 RS = "\x1e"
 HANDSHAKE_OK = "{}" + RS
 MAX_VERSION = 2
-PROTOCOLS = {"json": False}  # name -> binary
+PROTOCOLS = {"json": False, "messagepack": True}  # name -> binary
 _BAD = "An unexpected error occurred during connection handshake."
 
 
