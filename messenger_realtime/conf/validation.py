@@ -23,6 +23,7 @@ POSITIVE_DURATIONS = (
     "BUILD_TIMEOUT",
     "HUB_BACKLOG_WAIT",
     "DISCONNECT_TIMEOUT",
+    "LONG_POLL_TIMEOUT",
 )
 # Kinds a delivery deadline may drop: never a message, a receipt or any chat state change
 # (clients rebuild those from REST anyway, but a lost message event is never acceptable).
@@ -52,6 +53,9 @@ MIN_SEND_BUFFER_LIMIT = 64 * 1024
 # A replay buffer smaller than a few events would give up on healthy connections.
 MIN_REPLAY_BUFFER = 16 * 1024
 MAX_DISCONNECT_TIMEOUT = 300.0
+TRANSPORT_NAMES = ("WebSockets", "ServerSentEvents", "LongPolling")
+# The official client abandons a poll after 100 s: the server must answer before.
+CLIENT_POLL_TIMEOUT = 100.0
 
 
 def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -110,7 +114,7 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def _hub_transport_rules(values: dict[str, Any], rule: Any) -> None:
-    """E018-E019: stateful reconnect's bounds."""
+    """E018-E021: stateful reconnect's bounds, long polling's timeout, the transports."""
     replay = values.get("STATEFUL_RECONNECT_BUFFER_SIZE", 0)
     ok = replay == 0 or replay >= MIN_REPLAY_BUFFER
     problem = f"must be 0 (stateful reconnect off) or at least {MIN_REPLAY_BUFFER} bytes"
@@ -120,3 +124,9 @@ def _hub_transport_rules(values: dict[str, Any], rule: Any) -> None:
     window = values.get("DISCONNECT_TIMEOUT", 0)
     ok = window <= MAX_DISCONNECT_TIMEOUT
     rule("E019", "DISCONNECT_TIMEOUT", ok, f"must be at most {MAX_DISCONNECT_TIMEOUT:.0f} s")
+    poll = values.get("LONG_POLL_TIMEOUT", 1)
+    problem = f"must be below {CLIENT_POLL_TIMEOUT:.0f} s (the client's own poll timeout)"
+    rule("E020", "LONG_POLL_TIMEOUT", poll < CLIENT_POLL_TIMEOUT, problem)
+    names = values.get("TRANSPORTS", list(TRANSPORT_NAMES))
+    ok = bool(names) and all(name in TRANSPORT_NAMES for name in names)
+    rule("E021", "TRANSPORTS", ok, f"must name at least one of {', '.join(TRANSPORT_NAMES)}")

@@ -87,15 +87,19 @@ def install_daphne_integration(also_stop: Callable[[], Awaitable[None]] | None =
 
 
 def _install_protocol() -> None:
-    """Serve WebSockets with HubWebSocketProtocol; give a WebSocket's scope its `scheme`
-    and the dict (HUB_STATE) through which the hub tells Daphne's protocol about it."""
+    """Serve WebSockets with HubWebSocketProtocol and HTTP with HubWebRequest; give a
+    WebSocket's scope its `scheme`, and every scope the dict (HUB_STATE) through which
+    the hub tells Daphne's protocol about the connection (binary frames, SSE's bound)."""
+    from daphne import http_protocol
     from daphne.server import Server
     from daphne.ws_protocol import WebSocketFactory
 
+    from messenger_realtime.hub.httpprotocol import HubWebRequest
     from messenger_realtime.hub.transports.websocket import HUB_STATE
     from messenger_realtime.hub.wsprotocol import HubWebSocketProtocol, scheme
 
     WebSocketFactory.protocol = HubWebSocketProtocol
+    http_protocol.WebRequest = HubWebRequest  # HTTPFactory builds requests from this name
     if getattr(Server.create_application, "adds_scheme", False):
         return
     create_application = Server.create_application
@@ -103,7 +107,7 @@ def _install_protocol() -> None:
     def with_scheme(server: Any, connection: Any, scope: dict[str, Any]) -> Any:
         if scope.get("type") == "websocket" and isinstance(connection, HubWebSocketProtocol):
             scope.setdefault("scheme", scheme(connection))
-        if isinstance(connection, HubWebSocketProtocol):
+        if isinstance(connection, HubWebSocketProtocol | HubWebRequest):
             scope[HUB_STATE] = connection.hub_state = {}
         return create_application(server, connection, scope)
 

@@ -1,5 +1,5 @@
-"""POST /hubs/messenger/negotiate: who may connect, and how (WebSockets with JSON text
-or MessagePack binary frames, and stateful reconnect when the client asks for it)."""
+"""POST /hubs/messenger/negotiate: who may connect, and how (the transports of TRANSPORTS,
+JSON or MessagePack, and stateful reconnect when the client asks for it)."""
 
 import logging
 from typing import Any
@@ -15,13 +15,21 @@ from messenger_realtime.hub.auth import authenticate, bearer_token, new_connecti
 
 logger = logging.getLogger(__name__)
 
-# JSON over text frames, MessagePack over binary frames.
-TRANSPORTS = [{"transport": "WebSockets", "transferFormats": ["Text", "Binary"]}]
+# ASP.NET Core's order; Server-Sent Events carry text (JSON) only.
+FORMATS = {
+    "WebSockets": ["Text", "Binary"],
+    "ServerSentEvents": ["Text"],
+    "LongPolling": ["Text", "Binary"],
+}
 MAX_NEGOTIATE_VERSION = 1
 
 
 def available_transports(options: HubOptions) -> list[dict[str, Any]]:
-    return TRANSPORTS
+    return [
+        {"transport": name, "transferFormats": formats}
+        for name, formats in FORMATS.items()
+        if name in options.transports
+    ]
 
 
 def wants_stateful(request: HttpRequest, options: HubOptions) -> bool:
@@ -30,7 +38,7 @@ def wants_stateful(request: HttpRequest, options: HubOptions) -> bool:
     asked = next(
         (str(v) for k, v in request.GET.items() if k.lower() == "usestatefulreconnect"), ""
     )
-    offered = options.stateful_reconnect_buffer_size > 0
+    offered = options.stateful_reconnect_buffer_size > 0 and "WebSockets" in options.transports
     return asked.lower() == "true" and offered
 
 

@@ -110,3 +110,43 @@ def test_routed_elsewhere_a_resume_is_refused_and_the_client_starts_afresh(
     finally:
         client.kill()
         balancer.close()
+
+
+@pytest.mark.parametrize("transport", ["ServerSentEvents", "LongPolling"])
+def test_routed_by_id_every_request_of_a_connection_reaches_its_process(
+    hubs: TwoHubs, transport: str
+) -> None:
+    balancer = Balancer([d.port for d in hubs.daphnes], sticky=True)
+    alice, bob = UserFactory(), UserFactory()
+    chat = services.create_chat(alice.id, [bob.id])
+    client = connect(hubs, balancer, bob, transport=transport)
+    try:
+        services.post_message(alice.id, chat.id, "one")
+        assert client.message()["body"] == "one"
+        assert client.groups() == [f"user:{bob.id}", f"chat:{chat.id}"]
+        holder = hubs.holding(bob)
+        hub_requests = [r for r in balancer.routed if r.path == "/hubs/messenger"]
+        assert len(hub_requests) >= 3  # the stream or polls, the handshake, the invocation
+        assert {r.backend for r in hub_requests} == {holder}
+    finally:
+        client.kill()
+        balancer.close()
+
+
+def test_routed_elsewhere_a_poll_or_send_of_a_long_polling_connection_is_404(
+    hubs: TwoHubs,
+) -> None:
+    balancer = Balancer([d.port for d in hubs.daphnes], sticky=False)  # round robin
+    bob = UserFactory()
+    url = f"{balancer.url}/hubs/messenger"
+    options = {"transport": "LongPolling"}
+    client = HubClient("@microsoft/signalr", url, token_for(bob.id), hubs.env, options)
+    try:
+        failed = client.next("state", "failed", timeout=30)
+        assert "404" in failed["error"]  # a request of it reached the other process
+        polls = [r.backend for r in balancer.routed if r.path == "/hubs/messenger"]
+        assert polls[:2] == [1, 0]  # the first poll opened it on 1; the next request went to 0
+        hubs.daphnes[0].wait_for(r'"(GET|POST) /hubs/messenger\?id=\[redacted\][^"]*" 404')
+    finally:
+        client.kill()
+        balancer.close()

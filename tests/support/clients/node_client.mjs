@@ -51,7 +51,9 @@ const EVENTS = [
   "screen_share_stopped", "blacklist_changed",
 ];
 for (const name of EVENTS) {
-  connection.on(name, (payload) => print({ event: name, payload: marked(payload) }));
+  connection.on(name, (payload) => {
+    print({ event: name, payload: marked(payload) }); // no return value: events take none
+  });
 }
 connection.onreconnecting((error) => print({ state: "reconnecting", error: String(error) }));
 connection.onreconnected((id) => print({ state: "reconnected", connectionId: id }));
