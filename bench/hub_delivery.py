@@ -1,7 +1,8 @@
 """Hot-path cost of the hub's delivery checks (issue 13): `python bench/hub_delivery.py`.
 
 Measures, in-process and without a network, the CPU time per event of
-HubConsumer.realtime_event (what every delivered event costs the hub) for an unversioned
+HubConnection.realtime_event down to the WebSocket's ASGI send (what every delivered
+event costs the hub; the same event in MessagePack too) for an unversioned
 chat event (the held-set check alone, as before issue 13) and for a versioned one (the
 membership-version check, plus the expiry check both pay), and the per-send cost of the
 send-bound check Daphne's protocol runs (Twisted's buffer each send, the socket's queue
@@ -29,32 +30,44 @@ django.setup()
 
 from messenger_realtime.conf.settings import load_hub_options  # noqa: E402
 from messenger_realtime.hub import wsprotocol  # noqa: E402
-from messenger_realtime.hub.consumer import HubConsumer  # noqa: E402
-from messenger_realtime.hub.membership import ChatMemberships  # noqa: E402
+from messenger_realtime.hub.auth import Identity  # noqa: E402
+from messenger_realtime.hub.connection import HubConnection  # noqa: E402
+from messenger_realtime.hub.protocols import JsonProtocol, MessagePackProtocol  # noqa: E402
+from messenger_realtime.hub.transports.websocket import HubConsumer, WebSocketTransport  # noqa: E402
 
 EVENTS = 200_000
 REPEATS = 5
 
 
-def consumer(chat: uuid.UUID) -> HubConsumer:
-    hub = HubConsumer()
-    hub.user_id, hub.handshaken = uuid.uuid4(), True
-    hub.memberships = ChatMemberships()
-    hub.memberships.update({chat: 7})
-    hub.options = load_hub_options()
-    hub.loop = SimpleNamespace(time=time.monotonic)
+def consumer(chat: uuid.UUID, binary: bool = False) -> HubConnection:
+    """A connection past its handshake on a WebSocket whose ASGI send does nothing."""
+    socket_consumer = HubConsumer()
 
     async def base_send(message: dict[str, Any]) -> None:
         return None
 
-    hub.base_send = base_send
+    socket_consumer.base_send, socket_consumer.scope = base_send, {}
+    options = load_hub_options()
+    hub = HubConnection(
+        connection_id=uuid.uuid4().hex,
+        identity=Identity(uuid.uuid4(), None),
+        token=None,
+        options=options,
+        transport=WebSocketTransport(socket_consumer),
+        channel_layer=None,
+    )
+    hub.handshaken = True
+    size = options.max_message_size
+    hub.protocol = MessagePackProtocol(size) if binary else JsonProtocol(size)
+    hub.memberships.update({chat: 7})
+    hub.loop = SimpleNamespace(time=time.monotonic)  # type: ignore[assignment]
     return hub
 
 
-async def per_event(version: int | None) -> float:
-    """Best of REPEATS: microseconds per realtime_event, JSON encoding and send included."""
+async def per_event(version: int | None, binary: bool = False) -> float:
+    """Best of REPEATS: microseconds per realtime_event, encoding and send included."""
     chat = uuid.uuid4()
-    hub = consumer(chat)
+    hub = consumer(chat, binary)
     message = {
         "type": "realtime.event",
         "chat": str(chat),
@@ -98,10 +111,12 @@ def send_check() -> dict[str, float]:
 def main() -> None:
     unversioned = asyncio.run(per_event(None))
     versioned = asyncio.run(per_event(7))
+    msgpack = asyncio.run(per_event(7, binary=True))
     result = {
         "event_unversioned_us": round(unversioned, 3),
         "event_versioned_us": round(versioned, 3),
         "version_check_us": round(versioned - unversioned, 3),
+        "event_messagepack_us": round(msgpack, 3),
         **send_check(),
     }
     print(json.dumps(result, indent=2))

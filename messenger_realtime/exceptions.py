@@ -7,7 +7,8 @@ RealtimeError
 ├── InvalidToken          a credential the hub or the API refuses
 └── HubProtocolError
     ├── HandshakeError    a handshake the hub refuses
-    └── ProtocolError     a message that breaks the SignalR protocol
+    ├── ProtocolError     a message that breaks the SignalR protocol
+    └── SequenceError     a stateful reconnect Sequence that skips messages
 """
 
 
@@ -47,6 +48,11 @@ class HandshakeError(HubProtocolError):
 
 class ProtocolError(HubProtocolError):
     """A message that breaks the protocol; the connection is closed with this reason."""
+
+
+class SequenceError(HubProtocolError):
+    """A Sequence message naming an id the hub never received (InvalidOperationException
+    in ASP.NET's wording); the connection is closed with this reason."""
 
 
 def describe_error(exc: BaseException) -> str:

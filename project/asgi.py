@@ -13,14 +13,26 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.urls import path, re_path  # noqa: E402
 
-from messenger_realtime.hub.routing import websocket_urlpatterns  # noqa: E402
+from messenger_realtime.hub.routing import (  # noqa: E402
+    HUB_PATH,
+    HubHttpConsumer,
+    websocket_urlpatterns,
+)
 
 application = ProtocolTypeRouter(
     {
-        # Static files (the web client, the demo page) straight from the app and npm;
-        # a production deployment puts collectstatic's output behind a CDN instead.
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        "http": URLRouter(
+            [
+                # The hub's Server-Sent Events and long polling (bearer tokens, or the
+                # session of the project's own pages, as for WebSockets).
+                path(HUB_PATH, AuthMiddlewareStack(HubHttpConsumer.as_asgi())),
+                # Django, with static files (the web client, the demo page) straight
+                # from the app and npm; production puts collectstatic's output on a CDN.
+                re_path(r"", ASGIStaticFilesHandler(django_asgi_app)),  # type: ignore[arg-type]
+            ]
+        ),
         # Session auth for the project's own pages; bearer tokens are checked by the hub.
         "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
     }

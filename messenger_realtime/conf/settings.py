@@ -67,6 +67,14 @@ DEFAULTS: dict[str, Any] = {
     # unacknowledged bytes) before it is closed with allowReconnect: a client that
     # stops reading costs at most this much memory.
     "SEND_BUFFER_LIMIT": 1024 * 1024,
+    # Stateful reconnect: unacked bytes kept per connection for a resume (0: not offered).
+    "STATEFUL_RECONNECT_BUFFER_SIZE": 100_000,
+    # How long a connection without its transport is kept: a dropped stateful
+    # WebSocket awaiting its resume, a long-polling connection between polls.
+    "DISCONNECT_TIMEOUT": 15.0,
+    # Transports negotiate offers, in this order (docs/hub.md).
+    "TRANSPORTS": ["WebSockets", "ServerSentEvents", "LongPolling"],
+    "LONG_POLL_TIMEOUT": 90.0,  # a poll with nothing to deliver is answered empty after this
     # Media credentials minted at delivery (messenger_realtime/media.py); secrets.
     "MEDIA_JWT_SIGNING_KEY": "",
     "MEDIA_JWT_ISSUER": "messenger",
@@ -89,6 +97,8 @@ _KINDS: dict[str, type] = {
     "CORS_ALLOWED_ORIGINS": list,
     "MAX_MESSAGE_SIZE": int,
     "SEND_BUFFER_LIMIT": int,
+    "STATEFUL_RECONNECT_BUFFER_SIZE": int,
+    "TRANSPORTS": list,
     "METRICS_PORT": int,
     "DELIVERY_DEADLINES": dict,
     "HUB_BACKLOG_LIMIT": int,
@@ -141,6 +151,10 @@ class HubOptions:
     handshake_timeout: float
     max_message_size: int
     send_buffer_limit: int
+    stateful_reconnect_buffer_size: int
+    disconnect_timeout: float
+    transports: list[str]
+    long_poll_timeout: float
     media_jwt_signing_key: str = dataclasses.field(repr=False)
     media_jwt_issuer: str
     media_jwt_audience: str

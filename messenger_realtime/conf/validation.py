@@ -22,6 +22,8 @@ POSITIVE_DURATIONS = (
     "TURN_TTL",
     "BUILD_TIMEOUT",
     "HUB_BACKLOG_WAIT",
+    "DISCONNECT_TIMEOUT",
+    "LONG_POLL_TIMEOUT",
 )
 # Kinds a delivery deadline may drop: never a message, a receipt or any chat state change
 # (clients rebuild those from REST anyway, but a lost message event is never acceptable).
@@ -48,6 +50,12 @@ MIN_JWT_KEY_BYTES = 32  # RFC 7518: an HS256 key at least as long as the hash
 # Twisted's own write buffer threshold: a smaller bound would close healthy connections
 # on a single large event.
 MIN_SEND_BUFFER_LIMIT = 64 * 1024
+# A replay buffer smaller than a few events would give up on healthy connections.
+MIN_REPLAY_BUFFER = 16 * 1024
+MAX_DISCONNECT_TIMEOUT = 300.0
+TRANSPORT_NAMES = ("WebSockets", "ServerSentEvents", "LongPolling")
+# The official client abandons a poll after 100 s: the server must answer before.
+CLIENT_POLL_TIMEOUT = 100.0
 
 
 def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -101,4 +109,24 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
     limit = values.get("SEND_BUFFER_LIMIT", MIN_SEND_BUFFER_LIMIT)
     ok = limit >= MIN_SEND_BUFFER_LIMIT
     rule("E017", "SEND_BUFFER_LIMIT", ok, f"must be at least {MIN_SEND_BUFFER_LIMIT} bytes")
+    _hub_transport_rules(values, rule)
     return found
+
+
+def _hub_transport_rules(values: dict[str, Any], rule: Any) -> None:
+    """E018-E021: stateful reconnect's bounds, long polling's timeout, the transports."""
+    replay = values.get("STATEFUL_RECONNECT_BUFFER_SIZE", 0)
+    ok = replay == 0 or replay >= MIN_REPLAY_BUFFER
+    problem = f"must be 0 (stateful reconnect off) or at least {MIN_REPLAY_BUFFER} bytes"
+    rule("E018", "STATEFUL_RECONNECT_BUFFER_SIZE", ok, problem)
+    # A connection without its transport holds its buffer, its groups and its tasks;
+    # clients come back within seconds (a resume is immediate, polls are back to back).
+    window = values.get("DISCONNECT_TIMEOUT", 0)
+    ok = window <= MAX_DISCONNECT_TIMEOUT
+    rule("E019", "DISCONNECT_TIMEOUT", ok, f"must be at most {MAX_DISCONNECT_TIMEOUT:.0f} s")
+    poll = values.get("LONG_POLL_TIMEOUT", 1)
+    problem = f"must be below {CLIENT_POLL_TIMEOUT:.0f} s (the client's own poll timeout)"
+    rule("E020", "LONG_POLL_TIMEOUT", poll < CLIENT_POLL_TIMEOUT, problem)
+    names = values.get("TRANSPORTS", list(TRANSPORT_NAMES))
+    ok = bool(names) and all(name in TRANSPORT_NAMES for name in names)
+    rule("E021", "TRANSPORTS", ok, f"must name at least one of {', '.join(TRANSPORT_NAMES)}")

@@ -32,7 +32,28 @@ class Contract:
     joins: Callable[[OutboxRow, Any], UUID | None] | None = None
 
 
+# The payload fields that hold a time (always written with iso()): ISO 8601 text in JSON,
+# the timestamp extension in MessagePack (hub/protocols/messagepack.py), which is what
+# the official MessagePack clients read as a date.
+TIME_FIELDS = frozenset(
+    {
+        "at",
+        "sentAt",
+        "editedAt",
+        "deletedAt",
+        "createdAt",
+        "answeredAt",
+        "endedAt",
+        "joinedAt",
+        "leftAt",
+        "startedAt",
+        "stoppedAt",
+    }
+)
+
+
 def iso(value: datetime | None) -> str | None:
+    """A time field's value (its key belongs in TIME_FIELDS)."""
     return value.isoformat() if value is not None else None
 
 

@@ -87,24 +87,43 @@ def bearer_token(headers: dict[bytes, bytes] | None, query: dict[str, list[str]]
     return values[0] if values and values[0] else None
 
 
-def new_connection_token(user_id: UUID) -> tuple[str, str]:
-    """(connectionId, connectionToken): the token is signed and names its user."""
+def new_connection_token(user_id: UUID, *, stateful: bool = False) -> tuple[str, str]:
+    """(connectionId, connectionToken): the token is signed, names its user and says
+    whether negotiate granted stateful reconnect."""
     connection_id = uuid7().hex
-    token = signing.dumps({"c": connection_id, "u": str(user_id)}, salt=_CONNECTION_SALT)
-    return connection_id, token
+    data: dict[str, Any] = {"c": connection_id, "u": str(user_id)}
+    if stateful:
+        data["s"] = 1
+    return connection_id, signing.dumps(data, salt=_CONNECTION_SALT)
 
 
-def check_connection_token(token: str, user_id: UUID, max_age: float) -> str:
-    """The connectionId of a fresh token issued to this user; InvalidToken otherwise."""
+@dataclass(frozen=True)
+class ConnectionGrant:
+    """What negotiate granted: a connection id, and whether it may resume (stateful)."""
+
+    connection_id: str
+    stateful: bool
+
+
+def read_connection_token(token: str, user_id: UUID, max_age: float | None) -> ConnectionGrant:
+    """The grant of a token issued to this user (no older than max_age seconds, when
+    given: a resume of a long-lived connection presents its original token);
+    InvalidToken otherwise."""
+    age = timedelta(seconds=max_age) if max_age is not None else None
     try:
-        data = signing.loads(token, salt=_CONNECTION_SALT, max_age=timedelta(seconds=max_age))
+        data = signing.loads(token, salt=_CONNECTION_SALT, max_age=age)
     except signing.SignatureExpired as exc:
         raise InvalidToken("connection token expired; negotiate again") from exc
     except signing.BadSignature as exc:
         raise InvalidToken("unknown connection id") from exc
-    if data.get("u") != str(user_id):
+    if not isinstance(data, dict) or data.get("u") != str(user_id):
         raise InvalidToken("connection id belongs to another user")
-    return str(data["c"])
+    return ConnectionGrant(str(data["c"]), bool(data.get("s")))
+
+
+def check_connection_token(token: str, user_id: UUID, max_age: float) -> str:
+    """The connectionId of a fresh token issued to this user; InvalidToken otherwise."""
+    return read_connection_token(token, user_id, max_age).connection_id
 
 
 def authenticate(token: str | None, session_user: Any, options: HubOptions) -> UUID:
@@ -118,17 +137,24 @@ def authenticate(token: str | None, session_user: Any, options: HubOptions) -> U
 
 
 def identify(
-    token: str | None, session_user: Any, options: HubOptions, session: Any = None
+    token: str | None,
+    session_user: Any,
+    options: HubOptions,
+    session: Any = None,
+    *,
+    lookup: bool = True,
 ) -> Identity:
     """As authenticate(), with the credentials' expiry: the token's `exp`, or the end of
-    `session` (the Django session the user came from) when there is no token."""
+    `session` (the Django session the user came from) when there is no token.
+    lookup=False skips the domain's user check (a request of a connection whose user was
+    checked when it opened: long polls and sends)."""
     if token is not None:
         identity = read_access_token(token, options)
     elif session_user is not None and session_user.is_authenticated:
         identity = Identity(UUID(str(session_user.pk)), session_expiry(session))
     else:
         raise InvalidToken("no credentials")
-    if not get_domain_port().user_exists(identity.user_id):
+    if lookup and not get_domain_port().user_exists(identity.user_id):
         raise InvalidToken("unknown user")
     return identity
 

@@ -16,14 +16,14 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from messenger_realtime.hub.consumer import LIVE_CONNECTIONS, HubConsumer
+from messenger_realtime.hub import registry
 from messenger_realtime.ops.logging import scrub_query_secrets
 
 logger = logging.getLogger(__name__)
 
 
 async def close_all_connections() -> int:
-    connections = list(LIVE_CONNECTIONS)
+    connections = registry.live()
     await asyncio.gather(*(c.shutdown() for c in connections), return_exceptions=True)
     return len(connections)
 
@@ -49,7 +49,7 @@ async def _let_applications_finish(timeout: float) -> None:
 
 
 async def _shutdown(also_stop: Callable[[], Awaitable[None]] | None) -> None:
-    HubConsumer.accepting = False  # clients told to reconnect must go to another process
+    registry.accepting = False  # clients told to reconnect must go to another process
     closed = await close_all_connections()
     if also_stop is not None:
         await also_stop()
@@ -87,13 +87,19 @@ def install_daphne_integration(also_stop: Callable[[], Awaitable[None]] | None =
 
 
 def _install_protocol() -> None:
-    """Serve WebSockets with HubWebSocketProtocol and give their scope a `scheme`."""
+    """Serve WebSockets with HubWebSocketProtocol and HTTP with HubWebRequest; give a
+    WebSocket's scope its `scheme`, and every scope the dict (HUB_STATE) through which
+    the hub tells Daphne's protocol about the connection (binary frames, SSE's bound)."""
+    from daphne import http_protocol
     from daphne.server import Server
     from daphne.ws_protocol import WebSocketFactory
 
+    from messenger_realtime.hub.httpprotocol import HubWebRequest
+    from messenger_realtime.hub.transports.websocket import HUB_STATE
     from messenger_realtime.hub.wsprotocol import HubWebSocketProtocol, scheme
 
     WebSocketFactory.protocol = HubWebSocketProtocol
+    http_protocol.WebRequest = HubWebRequest  # HTTPFactory builds requests from this name
     if getattr(Server.create_application, "adds_scheme", False):
         return
     create_application = Server.create_application
@@ -101,6 +107,8 @@ def _install_protocol() -> None:
     def with_scheme(server: Any, connection: Any, scope: dict[str, Any]) -> Any:
         if scope.get("type") == "websocket" and isinstance(connection, HubWebSocketProtocol):
             scope.setdefault("scheme", scheme(connection))
+        if isinstance(connection, HubWebSocketProtocol | HubWebRequest):
+            scope[HUB_STATE] = connection.hub_state = {}
         return create_application(server, connection, scope)
 
     with_scheme.adds_scheme = True  # type: ignore[attr-defined]

@@ -1,5 +1,5 @@
 """A connection's layer groups: its user group and the chats the domain says it holds.
-A mixin of HubConsumer; the membership rules themselves are in membership.py."""
+A mixin of HubConnection; the membership rules themselves are in membership.py."""
 
 from collections.abc import Collection
 from typing import Any

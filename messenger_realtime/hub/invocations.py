@@ -1,6 +1,6 @@
 """Client-to-server hub messages: invocations of the hub's methods and their completions.
 
-A mixin of HubConsumer, kept apart so the consumer stays about connections and events.
+A mixin of HubConnection, kept apart so the connection stays about its lifecycle.
 Wording of errors follows ASP.NET Core SignalR, which clients may show or match.
 """
 
@@ -9,29 +9,29 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from messenger_realtime.contracts.events import HubTarget
-from messenger_realtime.hub import protocol
-from messenger_realtime.hub.protocol import MessageType
+from messenger_realtime.hub.protocols.base import Frame, HubProtocol, MessageType
 
 logger = logging.getLogger(__name__)
 
 
 class HubInvocations:
     user_id: UUID
+    protocol: HubProtocol | None
 
-    if TYPE_CHECKING:  # provided by HubConsumer and its WebSocket consumer base
+    if TYPE_CHECKING:  # provided by HubConnection and its mixins
 
         @property
         def chats(self) -> frozenset[UUID]: ...
 
-        async def close(self) -> None: ...
+        async def _client_closed(self) -> None: ...
 
-        async def _send(self, text: str) -> None: ...
+        async def _emit(self, frame: Frame) -> None: ...
 
     async def _handle(self, message: dict[str, Any]) -> bool:
         """Act on one message; False when the connection was closed."""
         kind = message["type"]
         if kind == MessageType.CLOSE:
-            await self.close()
+            await self._client_closed()
             return False
         if kind == MessageType.INVOCATION:
             await self._invoke(message)
@@ -76,7 +76,8 @@ class HubInvocations:
         """Exactly one Completion for an invocation with an id; none without one."""
         invocation_id = message.get("invocationId")
         if invocation_id is not None:
-            await self._send(protocol.completion(invocation_id, result=result, error=error))
+            assert self.protocol is not None
+            await self._emit(self.protocol.completion(invocation_id, result=result, error=error))
 
     # -- hub methods clients may call -----------------------------------------------
 

@@ -1,4 +1,5 @@
-"""POST /hubs/messenger/negotiate: who may connect, and how (WebSockets only)."""
+"""POST /hubs/messenger/negotiate: who may connect, and how (the transports of TRANSPORTS,
+JSON or MessagePack, and stateful reconnect when the client asks for it)."""
 
 import logging
 from typing import Any
@@ -8,15 +9,37 @@ from uuid import UUID
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.conf.settings import HubOptions, load_hub_options
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub.auth import authenticate, bearer_token, new_connection_token
 
 logger = logging.getLogger(__name__)
 
-# JSON over text frames only (MessagePack is not offered); no stateful reconnect.
-TRANSPORTS = [{"transport": "WebSockets", "transferFormats": ["Text"]}]
+# ASP.NET Core's order; Server-Sent Events carry text (JSON) only.
+FORMATS = {
+    "WebSockets": ["Text", "Binary"],
+    "ServerSentEvents": ["Text"],
+    "LongPolling": ["Text", "Binary"],
+}
 MAX_NEGOTIATE_VERSION = 1
+
+
+def available_transports(options: HubOptions) -> list[dict[str, Any]]:
+    return [
+        {"transport": name, "transferFormats": formats}
+        for name, formats in FORMATS.items()
+        if name in options.transports
+    ]
+
+
+def wants_stateful(request: HttpRequest, options: HubOptions) -> bool:
+    """The client asked (`useStatefulReconnect=true`, any case) and the hub offers it:
+    a replay buffer, over WebSockets. Never granted unasked: the client would fail."""
+    asked = next(
+        (str(v) for k, v in request.GET.items() if k.lower() == "usestatefulreconnect"), ""
+    )
+    offered = options.stateful_reconnect_buffer_size > 0 and "WebSockets" in options.transports
+    return asked.lower() == "true" and offered
 
 
 def _cors(request: HttpRequest, response: HttpResponse) -> HttpResponse:
@@ -68,13 +91,18 @@ def negotiate(request: HttpRequest) -> HttpResponse:
         response = JsonResponse({"error": f"Unauthorized: {exc}"}, status=401)
         response["WWW-Authenticate"] = 'Bearer realm="messenger"'
         return _cors(request, response)
-    connection_id, connection_token = new_connection_token(user_id)
+    options = load_hub_options()
     version = min(requested, MAX_NEGOTIATE_VERSION)
-    body: dict[str, Any] = {"negotiateVersion": version, "availableTransports": TRANSPORTS}
+    stateful = version >= 1 and wants_stateful(request, options)
+    connection_id, connection_token = new_connection_token(user_id, stateful=stateful)
+    body: dict[str, Any] = {"negotiateVersion": version}
     if version >= 1:
         body.update(connectionId=connection_id, connectionToken=connection_token)
+        if stateful:
+            body["useStatefulReconnect"] = True
     else:
         # Version 0 has no token: the client sends the connectionId as `id`, so the
         # signed token itself serves as the id.
         body.update(connectionId=connection_token)
+    body["availableTransports"] = available_transports(options)
     return _cors(request, JsonResponse(body))

@@ -1,7 +1,8 @@
 """Daphne's WebSocket protocol with the hub's transport rules (installed by hub/daphne.py).
 
 - Incoming limits: a frame or message over MAX_MESSAGE_SIZE + FRAME_SLACK gets the hub's
-  Close message ({"type":7,"error":"... maximum message size ..."}) and a WebSocket close
+  Close message ({"type":7,"error":"... maximum message size ..."}, in MessagePack on a
+  binary connection: the hub says which through `hub_state`) and a WebSocket close
   (1009), where Autobahn alone drops the TCP connection without a word. The limit binds
   what clients send only: Autobahn applies its message limit to outgoing messages too,
   and an event may be larger than anything a client may send.
@@ -22,7 +23,8 @@ from typing import Any
 from daphne.ws_protocol import WebSocketProtocol
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.hub import protocol
+from messenger_realtime.hub.protocols import json_protocol, messagepack
+from messenger_realtime.hub.protocols.base import message_too_big
 
 # Room beyond MAX_MESSAGE_SIZE for a record separator and a small record (a ping) sharing
 # the frame; a record over MAX_MESSAGE_SIZE is refused by the hub itself.
@@ -61,6 +63,7 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
     maxMessagePayloadSize: int
     send_buffer_limit = 0  # set per connection in onConnect
     overflowed = False
+    hub_state: dict[str, bool] = {}  # replaced per connection (hub/daphne.py)
     _written = 0  # bytes written since the socket was last asked (amortises the syscall)
 
     def onConnect(self, request: Any) -> Any:
@@ -76,8 +79,11 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
     def _max_message_size_exceeded(self, msg_size: int, max_msg_size: int, reason: str) -> None:
         """The hub's Close message first, then a WebSocket close instead of a TCP drop."""
         if self.state == self.STATE_OPEN:
-            too_big = protocol.message_too_big(self.max_message_size)
-            self._write(protocol.close(too_big).encode())
+            too_big = message_too_big(self.max_message_size)
+            if self.hub_state.get("binary"):
+                self._write(messagepack.close(too_big), True)
+            else:
+                self._write(json_protocol.close(too_big).encode())
         self.failByDrop = False
         self._fail_connection(MESSAGE_TOO_BIG, reason)
 

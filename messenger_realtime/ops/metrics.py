@@ -72,8 +72,16 @@ hub_disconnects = Counter("messenger_realtime_hub_disconnects", "Closed hub conn
 hub_forced_closes = Counter(
     "messenger_realtime_hub_forced_closes",
     "Hub connections the server closed with allowReconnect, by reason: expired (token or "
-    "session), send_buffer (over SEND_BUFFER_LIMIT), overrun (events were dropped).",
+    "session), send_buffer (over SEND_BUFFER_LIMIT), overrun (events were dropped), "
+    "replay_buffer (a dropped stateful connection's unacked events passed "
+    "STATEFUL_RECONNECT_BUFFER_SIZE).",
     ["reason"],
+)
+hub_resumes = Counter(
+    "messenger_realtime_hub_resumes",
+    "Stateful reconnect resumes of a connection this process holds, by outcome: resumed, "
+    "refused (another user, ended, or past its buffer).",
+    ["outcome"],
 )
 
 
@@ -105,7 +113,7 @@ def clear_leader_gauges() -> None:
 
 # The families the web process (Daphne) exports; the worker exports every other family of
 # this module (ops/exposition.py), so a family added above is the worker's unless listed.
-WEB_FAMILIES = (hub_connections, hub_disconnects, hub_forced_closes)
+WEB_FAMILIES = (hub_connections, hub_disconnects, hub_forced_closes, hub_resumes)
 # Counted by both: the worker's pushes drop at a full channel, Daphne's connections
 # overflow their in-process buffers; a query sums the two jobs.
 SHARED_FAMILIES = (channel_overruns,)

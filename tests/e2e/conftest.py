@@ -26,8 +26,10 @@ def hub(hub_env: dict[str, str]) -> Iterator[Hub]:
 def clients(hub: Hub) -> Iterator[Any]:
     started: list[HubClient] = []
 
-    def connect(user: Any, library: str = "@microsoft/signalr") -> HubClient:
-        client = HubClient(library, hub.url, token_for(user.id), hub.env)
+    def connect(
+        user: Any, library: str = "@microsoft/signalr", options: dict[str, Any] | None = None
+    ) -> HubClient:
+        client = HubClient(library, hub.url, token_for(user.id), hub.env, options)
         started.append(client)
         client.next("state", "connected")
         return client

@@ -1,12 +1,14 @@
 """Every RealtimeDispatchKind from its owner use case (REST over HTTP, or the reaper and
 recording commands) through the real worker and Daphne to connected official clients,
-with the contracts' shapes pinned and the media secrets checked."""
+with the contracts' shapes pinned and the media secrets checked; every event reaches the
+official MessagePack client too, with the same content (its times as timestamps)."""
 
 import base64
 import hashlib
 import hmac
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import jwt
@@ -15,6 +17,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.contracts.base import TIME_FIELDS
 from messenger_realtime.outbox.enums import RealtimeDispatchKind, event_name
 from tests.support.api_client import Api
 from tests.support.factories import UserFactory
@@ -25,23 +28,53 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
 
 
 class Person:
-    """A user with a REST client and a connected @microsoft/signalr client."""
+    """A user with a REST client and two connected @microsoft/signalr clients: JSON and
+    MessagePack (the official protocol package)."""
 
-    def __init__(self, hub: Hub, clients: Callable[[Any], HubClient], name: str) -> None:
+    def __init__(self, hub: Hub, clients: Callable[..., HubClient], name: str) -> None:
         self.user = UserFactory(name=name)
         self.id = str(self.user.id)
         self.api = Api(hub.daphne.http, token_for(self.user.id))
         self.client = clients(self.user)
+        self.binary = clients(self.user, options={"messagepack": True})
+        # (event, JSON payload, MessagePack payload) of every event read
+        self.pairs: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
 
     def event(self, name: str, **match: Any) -> dict[str, Any]:
-        """The next `name` event whose payload has the `match` items."""
+        """The next `name` event whose payload has the `match` items (and the same event
+        from the MessagePack client, kept in `pairs`)."""
 
         def accept(line: str) -> bool:
             return f'"event":"{name}"' in line and all(
                 f'"{k}":"{v}"' in line for k, v in match.items()
             )
 
-        return dict(json.loads(self.client.wait_line(accept, name, timeout=20))["payload"])
+        payload = dict(json.loads(self.client.wait_line(accept, name, timeout=20))["payload"])
+        binary = json.loads(self.binary.wait_line(accept, name, timeout=20))["payload"]
+        self.pairs.append((name, payload, binary))
+        return payload
+
+
+def as_dates(payload: Any, *, binary: bool, key: str = "") -> Any:
+    """The payload with each time as UTC to the millisecond (what a JavaScript Date holds):
+    JSON's ISO text, or the MessagePack client's Date ({"$date": ISO}); only time fields
+    may hold one."""
+    if isinstance(payload, dict) and set(payload) == {"$date"}:
+        assert binary and key in TIME_FIELDS, key
+        return datetime.fromisoformat(payload["$date"]).astimezone(UTC).isoformat()
+    if isinstance(payload, dict):
+        return {k: as_dates(v, binary=binary, key=k) for k, v in payload.items()}
+    if isinstance(payload, str) and key in TIME_FIELDS:
+        assert not binary, f"{key} arrived as text over MessagePack"
+        moment = datetime.fromisoformat(payload).astimezone(UTC)
+        return moment.replace(microsecond=moment.microsecond // 1000 * 1000).isoformat()
+    return payload
+
+
+def without_media_secrets(payload: dict[str, Any]) -> dict[str, Any]:
+    """Media credentials are minted per delivery: only the room must be the same."""
+    media = payload.get("media")
+    return {**payload, "media": media["roomName"]} if media else payload
 
 
 def keys(payload: dict[str, Any]) -> set[str]:
@@ -120,6 +153,18 @@ def test_every_kind_reaches_its_recipients_with_its_contract(hub: Hub, clients: 
     seen["conference_ended"] = carol.event("conference_ended")
 
     assert set(seen) == {event_name(k) for k in RealtimeDispatchKind.values}
+
+    # The same 26 kinds over MessagePack, with the same content ------------------------
+    pairs = [pair for person in (alice, bob, carol) for pair in person.pairs]
+    assert {name for name, _, _ in pairs} == set(seen)
+    for _, text, binary in pairs:
+        assert without_media_secrets(as_dates(binary, binary=True)) == without_media_secrets(
+            as_dates(text, binary=False)
+        )
+    assert all(
+        "$date" in json.dumps(binary) for name, _, binary in pairs if name != "read_receipt_updated"
+    )
+    assert "protocol=messagepack" in "\n".join(hub.daphne.lines)
 
     # Pinned shapes --------------------------------------------------------------------
     base_message = {"chatId", "messageId", "seq", "senderUserId", "kind", "sentAt"}

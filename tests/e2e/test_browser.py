@@ -17,6 +17,7 @@ from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus
 from project.messenger import services
 from project.messenger.models import Chat, User
+from tests.support.balancer import Balancer
 from tests.support.hub_clients import Hub
 from tests.support.runtime import ROOT, wait_until
 
@@ -50,9 +51,11 @@ def browser() -> Iterator[Browser]:
         chromium.close()
 
 
-def sign_in(browser: Browser, hub: Hub, name: str, chat: str = "Demo team") -> Page:
+def sign_in(
+    browser: Browser, hub: Hub, name: str, chat: str = "Demo team", base: str | None = None
+) -> Page:
     page = browser.new_context().new_page()
-    page.goto(f"{hub.daphne.http}/demo/")
+    page.goto(f"{base or hub.daphne.http}/demo/")
     page.select_option("#username", f"demo-{name}")
     page.click("#sign-in")
     page.wait_for_selector("#connection.connected")
@@ -210,6 +213,31 @@ def test_edits_deletes_and_an_incoming_call_arrive_live(pages: tuple[Page, Page]
     shot(bob, "incoming-call")
     bob.click("#call-decline")
     bob.wait_for_selector("#call-banner", state="hidden")
+
+
+@pytest.mark.parametrize(
+    ("block_sse", "transport"), [(False, "ServerSentEvents"), (True, "LongPolling")]
+)
+def test_with_websockets_blocked_the_page_falls_back_and_stays_live(
+    hub: Hub, browser: Browser, block_sse: bool, transport: str
+) -> None:
+    off_loop(call_command, "seed_demo")
+    proxy = Balancer([hub.daphne.port])  # a network that refuses WebSocket upgrades
+    proxy.block_websockets, proxy.block_sse = True, block_sse
+    try:
+        bob = sign_in(browser, hub, "bob", base=proxy.url)
+        post("alice", team(), "over the fallback")
+        bob.wait_for_selector("#messages li >> text=over the fallback")
+        bob.fill("#body", "and back")
+        bob.click("#send")
+        bob.wait_for_selector("#messages li >> text=and back")
+        refused = {r.kind for r in proxy.routed if r.backend == -1}
+        assert refused == ({"websocket", "sse"} if block_sse else {"websocket"})
+        line = hub.daphne.wait_for(f"hub connected.*UserId={user('bob').id}")
+        assert f"transport={transport}" in line
+        shot(bob, f"fallback-{transport}")
+    finally:
+        proxy.close()
 
 
 def test_the_demo_is_off_unless_enabled_and_only_for_demo_users(

@@ -27,6 +27,7 @@ from tests.support.wire import (
     hub_socket,
     invoke,
     joined,
+    push_to_user,
     records,
     session_cookie,
     until_closed,
@@ -119,16 +120,6 @@ def test_a_session_websocket_is_accepted_only_from_the_same_scheme_host_and_port
 
 
 # -- token and session lifetime ------------------------------------------------------
-
-
-def push_to_user(user_id: Any, seq: int) -> None:
-    """One user-group event through the real channel layer (no worker needed)."""
-
-    async def push() -> None:
-        message = {"type": "realtime.event", "event": "contact_removed", "payload": {"seq": seq}}
-        await layer(str(settings.REDIS_URL)).group_send(f"user.{user_id}", message)
-
-    run(push())
 
 
 def events_until_closed(ws: ClientConnection, user_id: Any, until: float) -> dict[str, Any]:

@@ -51,7 +51,10 @@ def test_negotiate_v1_returns_a_connection_id_a_secret_token_and_websockets(
     status, body, _ = negotiate(daphne, token_for(UserFactory().id))
     assert status == 200
     assert body["negotiateVersion"] == 1
-    assert body["availableTransports"] == [{"transport": "WebSockets", "transferFormats": ["Text"]}]
+    assert body["availableTransports"][0] == {
+        "transport": "WebSockets",
+        "transferFormats": ["Text", "Binary"],
+    }
     assert body["connectionToken"] != body["connectionId"]
     assert "useStatefulReconnect" not in body
 
@@ -171,13 +174,30 @@ def test_websocket_without_valid_credentials_is_refused_before_accept(
     assert refused.value.response.status_code == 403
 
 
+def test_a_negotiated_token_opens_one_connection_only(daphne: DaphneProcess) -> None:
+    user = UserFactory()
+    token = token_for(user.id)
+    _, body, _ = negotiate(daphne, token)
+    query = f"?id={body['connectionToken']}"
+    with hub_socket(daphne, token, query) as first:
+        first.send('{"protocol":"json","version":1}' + RS)
+        assert records(first) == [{}]
+        with pytest.raises(InvalidStatus) as refused, hub_socket(daphne, token, query):
+            pass
+        assert refused.value.response.status_code == 403
+        invoke(first, "GetGroups")  # the first one is untouched
+        assert records(first)[0]["result"] == [f"user:{user.id}"]
+    line = daphne.wait_for("hub connection refused.*connection cannot resume")
+    assert body["connectionToken"] not in line
+
+
 # -- handshake -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("handshake", "error"),
     [
-        ('{"protocol":"messagepack","version":1}', "The protocol 'messagepack' is not supported."),
+        ('{"protocol":"xml","version":1}', "The protocol 'xml' is not supported."),
         ('{"protocol":"json","version":9}', "The server does not support version 9"),
         ("GET / HTTP/1.1", "An unexpected error occurred during connection handshake."),
     ],

@@ -20,7 +20,7 @@ from tests.support.workers import DaphneProcess, WorkerProcess
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
 CLIENTS, POSTS = 10, 50
 POOL_MAX = 6
-WORKER_SESSIONS = 4  # lock/LISTEN, claims, outcomes, domain reads (docs/dispatcher.md)
+WORKER_SESSIONS = 5  # lease, LISTEN, claims, outcomes, domain reads (docs/dispatcher.md)
 WEB_APP = "messenger-web-under-load"
 WORKER_APP = "messenger-realtime-dispatch"
 

@@ -1,5 +1,6 @@
-"""The consumer in-process: its refusal paths (through Channels' ASGI test communicator)
-and the membership check at delivery, against the real database and channel layer."""
+"""The hub in-process: the WebSocket consumer's refusal paths (through Channels' ASGI test
+communicator) and a connection's membership check at delivery, against the real database
+and channel layer."""
 
 import json
 import time
@@ -15,8 +16,12 @@ from channels.testing import WebsocketCommunicator
 from django.db import connections
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.hub.consumer import HubConsumer
-from messenger_realtime.hub.membership import ChatMemberships
+from messenger_realtime.hub import registry
+from messenger_realtime.hub.auth import Identity
+from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.protocols import JsonProtocol
+from messenger_realtime.hub.protocols.base import Frame
+from messenger_realtime.hub.transports.websocket import HubConsumer
 from project.messenger import services
 from project.messenger.realtime_port import HostDomainPort
 from tests.support.factories import UserFactory
@@ -28,7 +33,7 @@ from tests.support.runtime import run
 def test_a_refused_connection_disconnects_cleanly(
     shutting_down: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(HubConsumer, "accepting", not shutting_down)
+    monkeypatch.setattr(registry, "accepting", not shutting_down)
 
     async def scenario() -> bool:
         communicator = WebsocketCommunicator(HubConsumer.as_asgi(), "/hubs/messenger")
@@ -42,22 +47,49 @@ def test_a_refused_connection_disconnects_cleanly(
     assert run(scenario()) is False
 
 
-def consumer_of(user_id: uuid.UUID, held: dict[uuid.UUID, int]) -> tuple[HubConsumer, list[Any]]:
-    """A consumer past its handshake that holds `held` (chat -> membership version), its
+class Recorder:
+    """A transport that keeps what it is given (as parsed JSON)."""
+
+    name, binary_ok, inherent_keepalive = "WebSockets", True, False
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    async def send(self, frame: Frame) -> None:
+        assert isinstance(frame, str)
+        self.sent.append(json.loads(frame.rstrip("\x1e")))
+
+    async def close(self) -> None: ...
+
+    def use_binary(self, binary: bool) -> None: ...
+
+    def idle_since(self) -> float | None:
+        return None
+
+    def lingers(self) -> bool:
+        return False
+
+
+def consumer_of(user_id: uuid.UUID, held: dict[uuid.UUID, int]) -> tuple[HubConnection, list[Any]]:
+    """A connection past its handshake that holds `held` (chat -> membership version), its
     sent frames collected in the returned list."""
-    consumer = HubConsumer()
-    consumer.user_id, consumer.handshaken = user_id, True
-    consumer.memberships = ChatMemberships()
-    consumer.memberships.update(held)
-    consumer.options = load_hub_options()
-    consumer.loop = SimpleNamespace(time=time.monotonic)  # only its clock is read
-    sent: list[Any] = []
+    recorder = Recorder()
 
-    async def base_send(message: dict[str, Any]) -> None:
-        sent.append(json.loads(message["text"].rstrip("\x1e")))
+    async def create() -> HubConnection:
+        return HubConnection(
+            connection_id=uuid.uuid4().hex,
+            identity=Identity(user_id, None),
+            token=None,
+            options=load_hub_options(),
+            transport=recorder,
+            channel_layer=None,
+        )
 
-    consumer.base_send = base_send
-    return consumer, sent
+    connection = run(create())
+    connection.handshaken, connection.protocol = True, JsonProtocol(32768)
+    connection.memberships.update(held)
+    connection.loop = SimpleNamespace(time=time.monotonic)  # type: ignore[assignment]
+    return connection, recorder.sent
 
 
 def event(chat: uuid.UUID, seq: int, version: int | None) -> dict[str, Any]:

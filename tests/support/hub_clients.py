@@ -38,11 +38,19 @@ class Hub:
 class HubClient(LoggedProcess):
     """One of the real clients in a process of its own; its output is JSON lines."""
 
-    def __init__(self, library: str, url: str, token: str, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        library: str,
+        url: str,
+        token: str,
+        env: dict[str, str],
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        """options: the official client's (node_client.mjs): stateful, transport, ..."""
         if library == "@microsoft/signalr":
             node = shutil.which("node")
             assert node, "node is required (scripts/test installs it on a fresh machine)"
-            argv = [node, str(CLIENTS / "node_client.mjs"), url, token]
+            argv = [node, str(CLIENTS / "node_client.mjs"), url, token, json.dumps(options or {})]
         else:
             argv = [sys.executable, str(CLIENTS / "py_client.py"), library, url, token]
         super().__init__(argv, env, cwd=str(ROOT))
@@ -65,3 +73,15 @@ class HubClient(LoggedProcess):
 
     def message(self) -> dict[str, Any]:
         return dict(self.next("event", "message_received")["payload"])
+
+    def outputs(self, key: str) -> list[dict[str, Any]]:
+        """Every output object so far that has `key` (the cursor of next() stays put)."""
+        found = []
+        for line in list(self.lines):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and key in obj:
+                found.append(obj)
+        return found

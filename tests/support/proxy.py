@@ -1,5 +1,6 @@
-"""A TCP proxy a test can cut and restore: makes a real PostgreSQL or Redis unreachable
-for one process without touching the server itself."""
+"""A TCP proxy a test can cut and restore: makes a real PostgreSQL, Redis or hub
+unreachable for one process without touching the server itself, drops a client's
+connections without a close (as a network blip would), or holds new connections back."""
 
 import contextlib
 import socket
@@ -12,6 +13,9 @@ class TcpProxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.open = True
+        self.holding = False
+        self.accepted = 0  # connections accepted so far
+        self._held: list[socket.socket] = []
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -22,18 +26,26 @@ class TcpProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
+            with self._lock:
+                self.accepted += 1
+                if self.open and self.holding:
+                    self._held.append(client)
+                    continue
             if not self.open:
                 client.close()
                 continue
-            try:
-                upstream = socket.create_connection(self.target)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            self._forward(client)
+
+    def _forward(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(self.target)
+        except OSError:
+            client.close()
+            return
+        with self._lock:
+            self._conns += [client, upstream]
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
     @staticmethod
     def _pipe(source: socket.socket, sink: socket.socket) -> None:
@@ -47,9 +59,9 @@ class TcpProxy:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
 
-    def cut(self) -> None:
-        """Drop every proxied connection and refuse new ones."""
-        self.open = False
+    def drop(self) -> None:
+        """End every proxied connection, both ways, with no WebSocket close (each end
+        sees a dropped connection: code 1006); new connections are still accepted."""
         with self._lock:
             conns, self._conns = self._conns, []
         for conn in conns:
@@ -57,9 +69,32 @@ class TcpProxy:
                 conn.shutdown(socket.SHUT_RDWR)
             conn.close()
 
+    def cut(self) -> None:
+        """Drop every proxied connection and refuse new ones."""
+        self.open = False
+        self.drop()
+
     def restore(self) -> None:
         self.open = True
 
+    def hold(self) -> None:
+        """Accept new connections but keep them from the target until release()."""
+        self.holding = True
+
+    def held(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    def release(self) -> None:
+        with self._lock:
+            self.holding, held, self._held = False, self._held, []
+        for client in held:
+            self._forward(client)
+
     def close(self) -> None:
         self.cut()
+        with self._lock:
+            held, self._held = self._held, []
+        for client in held:
+            client.close()
         self.listener.close()

@@ -13,11 +13,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.test import Client
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from tests.support.helpers import layer
 from tests.support.hub_helpers import token_for
+from tests.support.runtime import run
 from tests.support.workers import DaphneProcess
 
 RS = "\x1e"
@@ -105,8 +108,10 @@ class StuckClient:
         self._send_text('{"protocol":"json","version":1}' + RS)
 
     def ping(self) -> None:
-        """A SignalR ping: the client is alive, it just does not read."""
-        self._send_text('{"type":6}' + RS)
+        """A SignalR ping: the client is alive, it just does not read. Once the server
+        has dropped it (the point of these tests) there is nobody left to ping."""
+        with contextlib.suppress(OSError):
+            self._send_text('{"type":6}' + RS)
 
     def _send_text(self, text: str) -> None:
         payload, mask = text.encode(), os.urandom(4)
@@ -139,3 +144,13 @@ def until_closed(ws: ClientConnection, timeout: float = 10) -> list[dict[str, An
     except ConnectionClosed:
         return seen
     raise AssertionError(f"still open after {timeout}s: {seen[-3:]}")
+
+
+def push_to_user(user_id: Any, seq: int) -> None:
+    """One user-group event through the real channel layer (no worker needed)."""
+
+    async def push() -> None:
+        message = {"type": "realtime.event", "event": "contact_removed", "payload": {"seq": seq}}
+        await layer(str(settings.REDIS_URL)).group_send(f"user.{user_id}", message)
+
+    run(push())

@@ -21,6 +21,7 @@ HUB_FAMILIES = {
     "messenger_realtime_hub_connections",
     "messenger_realtime_hub_disconnects",
     "messenger_realtime_hub_forced_closes",
+    "messenger_realtime_hub_resumes",
 }
 SHARED = {"messenger_realtime_channel_overruns"}  # both count their own lost deliveries
 

@@ -9,15 +9,17 @@ from django.core import signing
 
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.exceptions import HandshakeError, InvalidToken, ProtocolError
-from messenger_realtime.hub import protocol
 from messenger_realtime.hub.auth import (
     bearer_token,
     check_connection_token,
     mint_access_token,
     new_connection_token,
+    read_connection_token,
     verify_access_token,
 )
-from messenger_realtime.hub.protocol import RecordBuffer
+from messenger_realtime.hub.protocols import json_protocol as protocol
+from messenger_realtime.hub.protocols.handshake import HANDSHAKE_OK, parse_handshake
+from messenger_realtime.hub.protocols.json_protocol import RecordBuffer
 from messenger_realtime.ops.logging import scrub_query_secrets
 
 
@@ -34,14 +36,22 @@ def test_record_buffer_refuses_a_record_over_the_limit_even_before_its_separator
 
 
 @pytest.mark.parametrize("version", [0, 1, 2])
-def test_json_handshake_versions_zero_to_two_are_accepted(version: int) -> None:
-    assert protocol.parse_handshake(f'{{"protocol":"json","version":{version}}}') == version
+@pytest.mark.parametrize("name", ["json", "messagepack"])
+def test_handshake_versions_zero_to_two_are_accepted_for_both_protocols(
+    name: str, version: int
+) -> None:
+    request = parse_handshake(f'{{"protocol":"{name}","version":{version}}}')
+    assert (request.protocol, request.version) == (name, version)
 
 
 @pytest.mark.parametrize(
     ("record", "error"),
     [
-        ('{"protocol":"messagepack","version":1}', "The protocol 'messagepack' is not supported."),
+        ('{"protocol":"xml","version":1}', "The protocol 'xml' is not supported."),
+        (
+            '{"protocol":"messagepack","version":3}',
+            "The server does not support version 3 of the 'messagepack' protocol.",
+        ),
         (
             '{"protocol":"json","version":3}',
             "The server does not support version 3 of the 'json' protocol.",
@@ -54,8 +64,14 @@ def test_json_handshake_versions_zero_to_two_are_accepted(version: int) -> None:
 )
 def test_bad_handshake_is_refused_with_aspnet_wording(record: str, error: str) -> None:
     with pytest.raises(HandshakeError) as caught:
-        protocol.parse_handshake(record)
+        parse_handshake(record)
     assert error in str(caught.value)
+
+
+def test_messagepack_is_refused_on_a_text_only_transport() -> None:
+    with pytest.raises(HandshakeError, match="does not support 'Binary' transfer format"):
+        parse_handshake('{"protocol":"messagepack","version":1}', binary_ok=False)
+    assert parse_handshake('{"protocol":"json","version":1}', binary_ok=False).version == 1
 
 
 @pytest.mark.parametrize(
@@ -69,6 +85,9 @@ def test_bad_handshake_is_refused_with_aspnet_wording(record: str, error: str) -
         ('{"type":1,"target":5}', "Expected 'target' to be of type String."),
         ('{"type":1,"target":"x","arguments":{}}', "Expected 'arguments' to be of type array."),
         ('{"type":1,"target":"x","invocationId":7}', "'invocationId' to be of type String."),
+        ('{"type":8}', "Missing required property 'sequenceId'."),
+        ('{"type":9,"sequenceId":true}', "Expected 'sequenceId' to be of type Number."),
+        ('{"type":9,"sequenceId":"2"}', "Expected 'sequenceId' to be of type Number."),
     ],
 )
 def test_malformed_message_is_a_protocol_error(record: str, error: str) -> None:
@@ -83,7 +102,7 @@ def test_unknown_properties_and_message_types_parse_for_the_hub_to_ignore() -> N
 
 
 def test_server_messages_are_framed_with_the_record_separator() -> None:
-    assert protocol.HANDSHAKE_OK == "{}\x1e"
+    assert HANDSHAKE_OK == "{}\x1e"
     assert protocol.PING == '{"type":6}\x1e'
     assert protocol.invocation("message_received", [{"seq": 1}]) == (
         '{"type":1,"target":"message_received","arguments":[{"seq":1}]}\x1e'
@@ -92,6 +111,9 @@ def test_server_messages_are_framed_with_the_record_separator() -> None:
     assert protocol.completion("7", error="no") == '{"type":3,"invocationId":"7","error":"no"}\x1e'
     assert protocol.close(allow_reconnect=True) == '{"type":7,"allowReconnect":true}\x1e'
     assert protocol.close("bad") == '{"type":7,"error":"bad"}\x1e'
+    json_hub = protocol.JsonProtocol(max_message_size=100)
+    assert json_hub.ack(3) == '{"type":8,"sequenceId":3}\x1e'
+    assert json_hub.sequence(4) == '{"type":9,"sequenceId":4}\x1e'
 
 
 def test_access_token_round_trip_and_refusals() -> None:
@@ -145,6 +167,15 @@ def test_connection_token_is_bound_to_its_user_and_expires() -> None:
     old = signing.dumps({"c": "c1", "u": str(user)}, salt="messenger_realtime.hub.connection")
     with pytest.raises(InvalidToken, match="expired"):
         check_connection_token(old, user, max_age=-1)
+
+
+def test_connection_token_says_whether_stateful_reconnect_was_granted() -> None:
+    user = uuid.uuid4()
+    connection_id, token = new_connection_token(user, stateful=True)
+    assert read_connection_token(token, user, max_age=60).stateful is True
+    assert read_connection_token(new_connection_token(user)[1], user, 60).stateful is False
+    # A resume presents the token its connection opened with, however old.
+    assert read_connection_token(token, user, max_age=None).connection_id == connection_id
 
 
 def test_access_log_lines_lose_their_tokens() -> None:

@@ -21,6 +21,10 @@ HUB_ONLY = {
     "CORS_ALLOWED_ORIGINS",
     "MAX_MESSAGE_SIZE",
     "SEND_BUFFER_LIMIT",
+    "STATEFUL_RECONNECT_BUFFER_SIZE",
+    "DISCONNECT_TIMEOUT",
+    "LONG_POLL_TIMEOUT",
+    "TRANSPORTS",
 }
 
 
@@ -85,6 +89,19 @@ def test_environment_overrides_settings(monkeypatch: pytest.MonkeyPatch) -> None
         ({"MAX_MESSAGE_SIZE": 0}, "messenger_realtime.E010"),
         ({"SEND_BUFFER_LIMIT": 4096}, "messenger_realtime.E017"),
         ({"SEND_BUFFER_LIMIT": 65536}, None),
+        ({"STATEFUL_RECONNECT_BUFFER_SIZE": 1000}, "messenger_realtime.E018"),
+        ({"STATEFUL_RECONNECT_BUFFER_SIZE": -1}, "messenger_realtime.E018"),
+        ({"STATEFUL_RECONNECT_BUFFER_SIZE": 0}, None),  # stateful reconnect not offered
+        ({"STATEFUL_RECONNECT_BUFFER_SIZE": 16384}, None),
+        ({"DISCONNECT_TIMEOUT": 0}, "messenger_realtime.E007"),
+        ({"DISCONNECT_TIMEOUT": 301}, "messenger_realtime.E019"),
+        ({"DISCONNECT_TIMEOUT": 300}, None),
+        ({"LONG_POLL_TIMEOUT": 100}, "messenger_realtime.E020"),
+        ({"LONG_POLL_TIMEOUT": 0}, "messenger_realtime.E007"),
+        ({"LONG_POLL_TIMEOUT": 99.5}, None),
+        ({"TRANSPORTS": []}, "messenger_realtime.E021"),
+        ({"TRANSPORTS": ["WebSockets", "CarrierPigeon"]}, "messenger_realtime.E021"),
+        ({"TRANSPORTS": "LongPolling"}, None),  # a string is a 1-item list
         ({"DOMAIN_PORT": ""}, "messenger_realtime.E011"),
         ({"DOMAIN_PORT": "project.nowhere.Port"}, "messenger_realtime.E011"),
         ({"DOMAIN_PORT": "builtins.object"}, "messenger_realtime.E011"),

@@ -1,20 +1,44 @@
 // A controllable @microsoft/signalr client for the Python tests.
-// Usage: node node_client.mjs URL TOKEN
-// Prints one JSON object per line (connection states, events, invocation results);
-// reads commands from stdin: "groups" (invoke GetGroups), "token JWT" (the token the next
-// (re)connect uses), "stop".
+// Usage: node node_client.mjs URL TOKEN [OPTIONS_JSON]
+// OPTIONS_JSON (all optional): {"stateful": true} (withStatefulReconnect),
+// "bufferSize" (its client-side buffer), "transport": "WebSockets" | "ServerSentEvents" |
+// "LongPolling" (only that one), "messagepack": true (the MessagePack hub protocol).
+// Prints one JSON object per line (connection states, events, invocation results; a
+// Date in a payload prints as {"$date": ISO}); reads commands from stdin: "groups"
+// (invoke GetGroups), "token JWT" (the token the next (re)connect uses), "transport"
+// (print the transport in use), "drop" (destroy the WebSocket's TCP socket), "stop".
 import * as signalR from "@microsoft/signalr";
 import * as readline from "node:readline";
 
-const [url, firstToken] = process.argv.slice(2);
+const [url, firstToken, optionsJson] = process.argv.slice(2);
+const options = JSON.parse(optionsJson || "{}");
 let token = firstToken;
 const print = (obj) => process.stdout.write(JSON.stringify(obj) + "\n");
 
-const connection = new signalR.HubConnectionBuilder()
-  .withUrl(url, { accessTokenFactory: () => token })
+// Dates (MessagePack timestamps) made visible: JSON.stringify would turn them into text.
+const marked = (value) => {
+  if (value instanceof Date) return { $date: value.toISOString() };
+  if (Array.isArray(value)) return value.map(marked);
+  if (value && typeof value === "object") {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, marked(v)]));
+  }
+  return value;
+};
+
+const httpOptions = { accessTokenFactory: () => token };
+if (options.transport) httpOptions.transport = signalR.HttpTransportType[options.transport];
+let builder = new signalR.HubConnectionBuilder()
+  .withUrl(url, httpOptions)
   .withAutomaticReconnect([0, 250, 500, 1000, 1000, 1000, 2000, 2000, 2000])
-  .configureLogging(signalR.LogLevel.Warning)
-  .build();
+  .configureLogging(signalR.LogLevel.Warning);
+if (options.stateful) {
+  builder = builder.withStatefulReconnect(options.bufferSize ? { bufferSize: options.bufferSize } : {});
+}
+if (options.messagepack) {
+  const { MessagePackHubProtocol } = await import("@microsoft/signalr-protocol-msgpack");
+  builder = builder.withHubProtocol(new MessagePackHubProtocol());
+}
+const connection = builder.build();
 
 // Every event of the hub (docs/contracts.md).
 const EVENTS = [
@@ -27,15 +51,19 @@ const EVENTS = [
   "screen_share_stopped", "blacklist_changed",
 ];
 for (const name of EVENTS) {
-  connection.on(name, (payload) => print({ event: name, payload }));
+  connection.on(name, (payload) => {
+    print({ event: name, payload: marked(payload) }); // no return value: events take none
+  });
 }
 connection.onreconnecting((error) => print({ state: "reconnecting", error: String(error) }));
 connection.onreconnected((id) => print({ state: "reconnected", connectionId: id }));
 connection.onclose((error) => print({ state: "closed", error: error ? String(error) : null }));
 
+const transportName = () => connection.connection.transport?.constructor?.name ?? null;
+
 try {
   await connection.start();
-  print({ state: "connected", connectionId: connection.connectionId });
+  print({ state: "connected", connectionId: connection.connectionId, transport: transportName() });
 } catch (error) {
   print({ state: "failed", error: String(error) });
   process.exit(1);
@@ -52,6 +80,11 @@ for await (const line of commands) {
   } else if (line.startsWith("token ")) {
     token = line.slice("token ".length);
     print({ token: "set" });
+  } else if (line === "transport") {
+    print({ transport: transportName() });
+  } else if (line === "drop") {
+    connection.connection.transport._webSocket._socket.destroy();
+    print({ dropped: true });
   } else if (line === "stop") {
     await connection.stop();
     process.exit(0);

@@ -1,34 +1,19 @@
 """The SignalR JSON hub protocol as pure functions (no I/O).
 
 Spec: dotnet/aspnetcore src/SignalR/docs/specs/HubProtocol.md. Every JSON message ends
-with the record separator 0x1E; one WebSocket frame may carry several records, and a
-record may span frames. Error texts follow ASP.NET Core's wording so that clients and
-people see the same messages as from the .NET hub.
+with the record separator 0x1E; one WebSocket frame (or POST body) may carry several
+records, and a record may span frames. Error texts follow ASP.NET Core's wording so that
+clients and people see the same messages as from the .NET hub.
 """
 
 import json
-from enum import IntEnum
+from collections.abc import Iterator
 from typing import Any
 
-from messenger_realtime.exceptions import HandshakeError, ProtocolError
+from messenger_realtime.exceptions import ProtocolError
+from messenger_realtime.hub.protocols.base import Frame, MessageType, too_big
 
 RS = "\x1e"
-SUPPORTED_PROTOCOL = "json"
-# ASP.NET's JSON protocol accepts versions up to 2: signalrcore sends 0 (its negotiate
-# version), @microsoft/signalr 1 (2 with stateful reconnect, which is not offered here).
-MAX_JSON_VERSION = 2
-
-
-class MessageType(IntEnum):
-    INVOCATION = 1
-    STREAM_ITEM = 2
-    COMPLETION = 3
-    STREAM_INVOCATION = 4
-    CANCEL_INVOCATION = 5
-    PING = 6
-    CLOSE = 7
-    ACK = 8
-    SEQUENCE = 9
 
 
 class RecordBuffer:
@@ -41,51 +26,13 @@ class RecordBuffer:
     def feed(self, data: str) -> list[str]:
         """Complete records in `data` (plus what came before), without separators."""
         *records, self._pending = (self._pending + data).split(RS)
-        too_big = [r for r in records if len(r.encode()) > self.max_size]
-        if too_big or len(self._pending.encode()) > self.max_size:
-            raise ProtocolError(_too_big(self.max_size))
+        too_long = [r for r in records if len(r.encode()) > self.max_size]
+        if too_long or len(self._pending.encode()) > self.max_size:
+            raise ProtocolError(too_big(self.max_size))
         return records
 
-
-def _too_big(max_size: int) -> str:
-    return (
-        f"The maximum message size of {max_size}B was exceeded. The message size "
-        "can be configured in AddHubOptions."
-    )
-
-
-def message_too_big(max_size: int) -> str:
-    """The Close error for a record (or frame) over max_size bytes, as ASP.NET words it."""
-    return f"Connection closed with an error. InvalidDataException: {_too_big(max_size)}"
-
-
-_BAD_HANDSHAKE = "An unexpected error occurred during connection handshake."
-
-
-def parse_handshake(record: str) -> int:
-    """The protocol version of a valid JSON handshake request."""
-    try:
-        request = json.loads(record)
-    except ValueError as exc:
-        raise HandshakeError(f"{_BAD_HANDSHAKE} InvalidDataException: Error reading JSON.") from exc
-    if not isinstance(request, dict):
-        raise HandshakeError(f"{_BAD_HANDSHAKE} InvalidDataException: Expected a JSON object.")
-    protocol, version = request.get("protocol"), request.get("version")
-    if not isinstance(protocol, str):
-        raise HandshakeError(
-            f"{_BAD_HANDSHAKE} InvalidDataException: Missing required property 'protocol'."
-        )
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise HandshakeError(
-            f"{_BAD_HANDSHAKE} InvalidDataException: Missing required property 'version'."
-        )
-    if protocol != SUPPORTED_PROTOCOL:
-        raise HandshakeError(f"The protocol '{protocol}' is not supported.")
-    if not 0 <= version <= MAX_JSON_VERSION:
-        raise HandshakeError(
-            f"The server does not support version {version} of the '{protocol}' protocol."
-        )
-    return version
+    def reset(self) -> None:
+        self._pending = ""
 
 
 def parse_message(record: str) -> dict[str, Any]:
@@ -100,7 +47,7 @@ def parse_message(record: str) -> dict[str, Any]:
     kind = message.get("type")
     if kind is None:
         raise ProtocolError("Missing required property 'type'.")
-    if not isinstance(kind, int) or isinstance(kind, bool):
+    if not _is_int(kind):
         raise ProtocolError("Expected 'type' to be of type Number.")
     if kind in (MessageType.INVOCATION, MessageType.STREAM_INVOCATION):
         if "target" not in message:
@@ -112,19 +59,23 @@ def parse_message(record: str) -> dict[str, Any]:
         invocation_id = message.get("invocationId")
         if invocation_id is not None and not isinstance(invocation_id, str):
             raise ProtocolError("Expected 'invocationId' to be of type String.")
+    elif kind in (MessageType.ACK, MessageType.SEQUENCE):
+        if "sequenceId" not in message:
+            raise ProtocolError("Missing required property 'sequenceId'.")
+        if not _is_int(message["sequenceId"]):
+            raise ProtocolError("Expected 'sequenceId' to be of type Number.")
     return message
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def encode(message: dict[str, Any]) -> str:
     return json.dumps(message, separators=(",", ":"), ensure_ascii=False) + RS
 
 
-HANDSHAKE_OK = encode({})
 PING = encode({"type": MessageType.PING})
-
-
-def handshake_error(reason: str) -> str:
-    return encode({"error": reason})
 
 
 def invocation(target: str, arguments: list[Any]) -> str:
@@ -147,3 +98,37 @@ def close(error: str | None = None, *, allow_reconnect: bool = False) -> str:
     if allow_reconnect:
         message["allowReconnect"] = True
     return encode(message)
+
+
+class JsonProtocol:
+    """The JSON hub protocol for one connection (text frames)."""
+
+    name = "json"
+    binary = False
+
+    def __init__(self, max_message_size: int) -> None:
+        self.records = RecordBuffer(max_message_size)
+
+    def parse(self, data: Frame) -> Iterator[dict[str, Any]]:
+        """Raises ProtocolError, or UnicodeDecodeError for bytes that are not UTF-8 (a
+        malformed record after good ones in the same frame: those come first)."""
+        text = data if isinstance(data, str) else data.decode("utf-8")
+        for record in self.records.feed(text):
+            yield parse_message(record)
+
+    def reset(self) -> None:
+        self.records.reset()
+
+    # The encoders are the module's functions (the hot path calls them directly).
+    invocation = staticmethod(invocation)
+    completion = staticmethod(completion)
+    close = staticmethod(close)
+
+    def ping(self) -> str:
+        return PING
+
+    def ack(self, sequence_id: int) -> str:
+        return encode({"type": MessageType.ACK, "sequenceId": sequence_id})
+
+    def sequence(self, sequence_id: int) -> str:
+        return encode({"type": MessageType.SEQUENCE, "sequenceId": sequence_id})

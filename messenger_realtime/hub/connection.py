@@ -1,0 +1,298 @@
+"""One logical SignalR connection, whatever transport carries it.
+
+A HubConnection authenticates once, speaks the handshake, joins the groups the user may
+receive (decided here, from the domain port, never by the client), forwards dispatcher
+events and keeps itself alive. It owns its channel-layer channel and groups, so it can
+outlive the physical connection: a stateful WebSocket that dropped waits for its resume
+(resume.py), a long-polling connection lives between polls. Transports (transports/)
+hand it what the client sent and carry what it sends; framing and messages are the
+negotiated protocol's (protocols/).
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+from uuid import UUID
+
+from messenger_realtime.conf.settings import HubOptions
+from messenger_realtime.exceptions import (
+    HandshakeError,
+    HubProtocolError,
+    ProtocolError,
+    SequenceError,
+)
+from messenger_realtime.hub import protocols, registry
+from messenger_realtime.hub.auth import Identity
+from messenger_realtime.hub.events import OVERRUN, EventHandlers
+from messenger_realtime.hub.groups import ConnectionGroups
+from messenger_realtime.hub.invocations import HubInvocations
+from messenger_realtime.hub.membership import ChatMemberships
+from messenger_realtime.hub.protocols import handshake
+from messenger_realtime.hub.protocols.base import Frame, HubProtocol
+from messenger_realtime.hub.resume import REPLAY_OVERFLOW, StatefulConnection
+from messenger_realtime.hub.timers import ConnectionTimers
+from messenger_realtime.hub.transports.base import Transport
+from messenger_realtime.ops import metrics
+from messenger_realtime.ops.logging import Field
+
+logger = logging.getLogger(__name__)
+FIRST_MESSAGE_WAIT = 0.5  # stateful: the longest events wait for the client's first message
+
+
+class HubConnection(
+    EventHandlers, StatefulConnection, HubInvocations, ConnectionGroups, ConnectionTimers
+):
+    protocol: HubProtocol | None = None  # chosen by the handshake
+
+    def __init__(
+        self,
+        *,
+        connection_id: str,
+        identity: Identity,
+        token: str | None,
+        options: HubOptions,
+        transport: Transport,
+        channel_layer: Any,
+        stateful_allowed: bool = False,
+    ) -> None:
+        self.connection_id, self.user_id = connection_id, identity.user_id
+        self.token, self.options, self.transport = token, options, transport
+        self.channel_layer, self.stateful_allowed = channel_layer, stateful_allowed
+        self.handshaken = self.closing = self.ended = False
+        self.memberships = ChatMemberships()
+        self.handshake_buffer = handshake.HandshakeBuffer(options.max_message_size)
+        self.loop = asyncio.get_running_loop()
+        self.opened_at = self.last_received = self.last_sent = self.loop.time()
+        self.expires_at, self.expiry_reason = self.credentials_end(identity, token)
+        self.wake = asyncio.Event()
+        self.receiving = asyncio.Lock()  # POSTs of one connection, one at a time
+        self.delivery: asyncio.Task[None] | None = None
+        self.detached_at: float | None = None
+        self.stateful = None
+
+    def credentials_end(self, identity: Identity, token: str | None) -> tuple[float, str]:
+        """Loop time when these credentials expire (nothing is forwarded from then on)."""
+        if identity.expires_at is None:
+            return float("inf"), "session expired"
+        reason = "token expired" if token else "session expired"
+        return self.loop.time() + identity.expires_at - time.time(), reason
+
+    async def open(self) -> None:
+        """Take a channel of the layer and start the clock; the transport has accepted."""
+        self.channel_name = await self.channel_layer.new_channel()
+        registry.add(self.connection_id, self)
+        metrics.hub_connections.inc()
+        self.opened = True
+        self.watchdog = asyncio.create_task(self._watch())
+
+    # -- client -> server -------------------------------------------------------
+
+    async def receive(self, data: Frame) -> None:
+        """What the transport got from the client: a frame, or a POST body."""
+        self.last_received = now = self.loop.time()
+        if self.closing:
+            return
+        if now >= self.expires_at:
+            await self._drop(self.expiry_reason)
+            return
+        try:
+            if not self.handshaken:
+                rest = await self._read_handshake(data)
+                if rest is None:
+                    return
+                data = rest
+            assert self.protocol is not None
+            for message in self.protocol.parse(data):
+                if not await self._receive_message(message):
+                    return
+        except (UnicodeDecodeError, HubProtocolError) as exc:
+            await self._close_with_error(_reason(exc))
+
+    async def _receive_message(self, message: dict[str, Any]) -> bool:
+        """Act on one message; False once the connection was closed."""
+        if self.stateful is not None and not self._sequenced_in(message):
+            return True  # an Ack, a Sequence or a duplicate: nothing more to do
+        self._start_delivery()  # stateful: the client's first message after the handshake
+        return await self._handle(message)
+
+    async def _read_handshake(self, data: Frame) -> bytes | None:
+        """The bytes after a successful handshake, or None (incomplete, or refused)."""
+        record, rest = self.handshake_buffer.feed(data.encode() if isinstance(data, str) else data)
+        transport = self.transport
+        if record is None or transport is None:
+            return None
+        try:
+            request = handshake.parse_handshake(record, binary_ok=transport.binary_ok)
+        except HandshakeError as exc:
+            self.closing = True
+            await self._send(handshake.handshake_error(str(exc)))
+            await self._finish()
+            return None
+        self.protocol = protocols.create(request.protocol, self.options.max_message_size)
+        transport.use_binary(self.protocol.binary)
+        self._choose_stateful(request.version)
+        # Join before answering, and start forwarding only after: the client never sees
+        # an event before its handshake response.
+        await self._sync_groups()
+        self.handshaken = True
+        ok = handshake.HANDSHAKE_OK
+        await self._send(ok.encode() if self.protocol.binary else ok)
+        logger.info(
+            "hub connected",
+            extra={
+                "action": "connected",
+                Field.CONNECTION_ID: self.connection_id,
+                Field.USER_ID: self.user_id,
+                "chats": len(self.chats),
+                "transport": transport.name,
+                "protocol": self.protocol.name,
+                "stateful": self.stateful is not None,
+            },
+        )
+        if self.stateful is None:
+            self._start_delivery()
+        else:
+            # The official JavaScript client counts messages only once it has handled
+            # the handshake response, and in Node a message read together with that
+            # response would go uncounted (then be delivered twice after a resume).
+            # It sends a Ping right after; clients that do not (.NET) wait this long.
+            self.loop.call_later(FIRST_MESSAGE_WAIT, self._start_delivery)
+        return rest
+
+    # -- server -> client -----------------------------------------------------------
+
+    def _start_delivery(self) -> None:
+        if self.delivery is None and not self.closing:
+            self.delivery = asyncio.create_task(self._deliver())
+
+    async def _deliver(self) -> None:
+        """Forward what the channel layer has for this connection, one at a time."""
+        receive, name = self.channel_layer.receive, self.channel_name
+        try:
+            while not self.closing:
+                await self.dispatch(await receive(name))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("hub connection failed", extra=self._ids())
+            await self.shutdown()
+
+    async def _send(self, frame: Frame) -> None:
+        """A message outside the sequence (handshake, ping, Close, Ack, Sequence)."""
+        self.last_sent = self.loop.time()
+        transport = self.transport
+        if transport is not None:
+            await transport.send(frame)
+
+    async def _emit(self, frame: Frame) -> None:
+        """A hub invocation message (an event, a completion): numbered and kept for a
+        resume when stateful (resume.py)."""
+        self.last_sent = self.loop.time()
+        if self.stateful is not None:
+            await self._emit_stateful(frame)
+            return
+        transport = self.transport
+        if transport is not None:
+            await transport.send(frame)
+
+    # -- ending -------------------------------------------------------------------
+
+    async def transport_lost(self, transport: Transport, *, resumable: bool = False) -> None:
+        """The physical connection ended: wait for a resume if it may come, else end."""
+        if transport is not self.transport:
+            return  # already replaced by a resume
+        self.transport = None
+        if resumable and self._may_resume():
+            self._detach()
+            return
+        await self.end()
+
+    async def _finish(self) -> None:
+        """Close the transport (after what was sent) and end the connection."""
+        self.closing = True
+        transport = self.transport
+        if transport is not None:
+            with contextlib.suppress(Exception):  # the socket may be gone already
+                await transport.close()
+        await self.end()
+
+    async def end(self) -> None:
+        """Release everything, once: groups, tasks, the registry entry."""
+        if self.ended:
+            return
+        self.ended = self.closing = True
+        self.wake.set()
+        transport = self.transport
+        if transport is None or not transport.lingers():
+            registry.remove(self.connection_id, self)
+        if getattr(self, "opened", False):
+            metrics.hub_connections.dec()
+            metrics.hub_disconnects.inc()
+            logger.info("hub disconnected", extra={**self._ids(), "action": "disconnected"})
+        current = asyncio.current_task()
+        for task in (self.delivery, getattr(self, "watchdog", None)):
+            if task is not None and task is not current:
+                task.cancel()
+        if self.handshaken:
+            with contextlib.suppress(Exception):  # Redis may be unreachable: groups expire
+                for group in self._layer_groups(self.chats):
+                    await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def _close_with_error(self, reason: str, *, allow_reconnect: bool = False) -> None:
+        logger.info("hub connection closed", extra={**self._ids(), "reason": reason})
+        self.closing = True  # before the Close: a resume it may prompt is refused
+        close = self.protocol.close if self.protocol else protocols.JsonProtocol.close
+        with contextlib.suppress(Exception):
+            await self._send(close(reason, allow_reconnect=allow_reconnect))
+        await self._finish()
+
+    async def _drop(self, reason: str, **fields: Any) -> None:
+        """Close with allowReconnect, once: the client reconnects (authenticating again)
+        and resyncs over REST. Logged with the connection's ids, never a payload."""
+        if self.closing:
+            return
+        self.closing = True
+        metrics.hub_forced_closes.labels(reason=_REASONS.get(reason, "other")).inc()
+        logger.info("hub connection closed", extra={**self._ids(), "reason": reason, **fields})
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Close, telling the client to reconnect (server shutdown, or ops' request)."""
+        self.closing = True
+        close = self.protocol.close if self.protocol else protocols.JsonProtocol.close
+        with contextlib.suppress(Exception):  # the socket may be gone already
+            await self._send(close(allow_reconnect=True))
+        await self._finish()
+
+    async def _client_closed(self) -> None:
+        """The client sent Close: end without a word (no resume follows)."""
+        await self._finish()
+
+    def _ids(self) -> dict[str, Any]:
+        return {
+            "action": "close",
+            Field.CONNECTION_ID: self.connection_id,
+            Field.USER_ID: self.user_id,
+        }
+
+    def is_user(self, user_id: UUID) -> bool:
+        return self.user_id == user_id
+
+
+# Bounded label values of messenger_realtime_hub_forced_closes_total.
+_REASONS = {
+    "token expired": "expired",
+    "session expired": "expired",
+    "send buffer over SEND_BUFFER_LIMIT": "send_buffer",
+    OVERRUN: "overrun",
+    REPLAY_OVERFLOW: "replay_buffer",
+}
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, SequenceError):
+        return f"Connection closed with an error. InvalidOperationException: {exc}"
+    detail = str(exc) if isinstance(exc, ProtocolError) else "Invalid UTF-8 in a text message."
+    return f"Connection closed with an error. InvalidDataException: {detail}"

@@ -1,0 +1,89 @@
+"""What the channel layer brings a connection: dispatcher events and control messages.
+A mixin of HubConnection; each handler is named after its Channels message type."""
+
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from channels.consumer import get_handler_name
+
+from messenger_realtime.hub.media import media_join
+from messenger_realtime.hub.membership import ChatMemberships
+from messenger_realtime.hub.protocols.base import Frame, HubProtocol
+
+OVERRUN = "events dropped (channel layer overrun)"
+
+
+class EventHandlers:
+    user_id: UUID
+    closing: bool
+    expires_at: float
+    expiry_reason: str
+    memberships: ChatMemberships
+    protocol: HubProtocol | None
+    options: Any
+
+    if TYPE_CHECKING:  # provided by HubConnection and its mixins
+        loop: Any
+
+        async def _deliverable(self, chat: str, version: int | None) -> bool: ...
+
+        async def _sync_groups(self) -> None: ...
+
+        async def _emit(self, frame: Frame) -> None: ...
+
+        async def _drop(self, reason: str, **fields: Any) -> None: ...
+
+        async def shutdown(self) -> None: ...
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """As a Channels consumer's, minus the close_old_connections() Channels runs in a
+        thread before every handler: a thread hop per delivered event, the hub's hottest
+        path. Every database read here goes through database_sync_to_async, which does
+        that itself."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    async def realtime_event(self, message: dict[str, Any]) -> None:
+        """A dispatcher event for one of this connection's groups."""
+        if self.closing or self.loop.time() >= self.expires_at:
+            await self._drop(self.expiry_reason)  # no event once the credentials expired
+            return
+        chat = message.get("chat")
+        if chat is not None:
+            # The hot path inline (a lookup and a comparison); anything else, such as a
+            # version newer than this connection's read, is for _deliverable().
+            version, held = message.get("membership_version"), self.memberships.held.get(chat)
+            if (held is None or (version is not None and version > held)) and not (
+                await self._deliverable(chat, version)
+            ):
+                return
+        elif message["event"] == "chat_updated":
+            # This user's memberships may have changed: re-read them first, so a client
+            # that sees the event finds its groups already rebuilt.
+            await self._sync_groups()
+        payload = message["payload"]
+        if message.get("per_recipient") and "media" in payload:
+            # Minted here, per recipient, at delivery: never stored, queued or logged.
+            room = payload["media"]["roomName"]
+            payload = {**payload, "media": media_join(room, self.user_id, self.options)}
+        assert self.protocol is not None
+        await self._emit(self.protocol.invocation(message["event"], [payload]))
+
+    async def realtime_membership(self, message: dict[str, Any]) -> None:
+        """The user's chat memberships changed: rebuild the chat groups from the domain."""
+        await self._sync_groups()
+
+    async def realtime_disconnect(self, message: dict[str, Any]) -> None:
+        """Ops asked this user's connections to reconnect (see control.disconnect_user)."""
+        await self.shutdown()
+
+    async def realtime_overrun(self, message: dict[str, Any]) -> None:
+        """The channel layer dropped a message meant for this connection (transport/layer.py)."""
+        await self._drop(OVERRUN)
+
+    async def send_overflow(self, unsent: Any) -> None:
+        """Daphne: the connection's unsent data passed SEND_BUFFER_LIMIT (wsprotocol.py,
+        httpprotocol.py)."""
+        await self._drop("send buffer over SEND_BUFFER_LIMIT", unsent=unsent)

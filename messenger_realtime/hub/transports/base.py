@@ -1,0 +1,34 @@
+"""What a logical connection needs from the transport that carries it."""
+
+from typing import Protocol
+
+from messenger_realtime.hub.protocols.base import Frame
+
+WEBSOCKETS, SERVER_SENT_EVENTS, LONG_POLLING = "WebSockets", "ServerSentEvents", "LongPolling"
+
+
+class Transport(Protocol):
+    name: str  # WEBSOCKETS, SERVER_SENT_EVENTS or LONG_POLLING
+    binary_ok: bool  # can carry the MessagePack protocol
+    inherent_keepalive: bool  # liveness comes from the transport: no pings, no client timeout
+
+    async def send(self, frame: Frame) -> None:
+        """Deliver one message (or queue it for the next poll)."""
+        ...
+
+    async def close(self) -> None:
+        """End the physical connection after what was sent (the hub's Close included)."""
+        ...
+
+    def use_binary(self, binary: bool) -> None:
+        """The handshake chose a binary protocol (or not)."""
+        ...
+
+    def idle_since(self) -> float | None:
+        """Loop time since which the client has not been reachable (long polling: no poll
+        pending), or None."""
+        ...
+
+    def lingers(self) -> bool:
+        """Whether the ended connection must stay findable to hand over its last output."""
+        ...

@@ -1,0 +1,234 @@
+"""The hub's HTTP endpoint (`/hubs/messenger?id=<connectionToken>`): Server-Sent Events
+and long polling, as ASP.NET Core's HttpConnectionDispatcher answers them.
+
+- GET with `Accept: text/event-stream`: the event stream (sse.py); other GETs: a poll
+  (longpolling.py). The first GET with a fresh token opens the connection.
+- POST: what the client sends (any number of messages, as one body).
+- DELETE: ends a long-polling connection (202).
+Every request authenticates as the WebSocket does (transports/credentials.py) and must be
+the connection's user. Errors are the protocol's: 400 `Connection ID required`, 404 `No
+Connection with that ID` (unknown, ended, another user's token, or a connection held by
+another hub process: route by `id`, docs/hub.md), 400 `Cannot change transports
+mid-connection`, 409 for a second event stream, 405 for POST on a WebSocket connection,
+401 for bad credentials.
+"""
+
+import logging
+from typing import Any
+
+from channels.consumer import AsyncConsumer, get_handler_name
+from channels.exceptions import StopConsumer
+
+from messenger_realtime.conf.settings import HubOptions, load_hub_options
+from messenger_realtime.exceptions import InvalidToken
+from messenger_realtime.hub import registry
+from messenger_realtime.hub.protocols.base import message_too_big
+from messenger_realtime.hub.transports import opening, sse
+from messenger_realtime.hub.transports.base import (
+    LONG_POLLING,
+    SERVER_SENT_EVENTS,
+    WEBSOCKETS,
+)
+from messenger_realtime.hub.transports.credentials import identify_scope, query_of
+from messenger_realtime.hub.transports.longpolling import NO_CACHE, LongPollingTransport
+from messenger_realtime.hub.transports.websocket import HUB_STATE
+
+logger = logging.getLogger(__name__)
+POST_LIMIT_MESSAGES = 16  # a POST body may batch messages: up to this many at the limit
+NOT_FOUND = "No Connection with that ID"
+TEXT = [(b"content-type", b"text/plain")]
+
+
+class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
+    channel_layer_alias = "messenger_realtime.hub.none"  # the connection has the channel
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.chunks: list[bytes] = []
+        self.size, self.responded = 0, False
+        self.on_gone: Any = None  # what to tell when the client goes (poll, stream)
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """As Channels' own, minus the close_old_connections() thread hop per message."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    async def http_request(self, message: dict[str, Any]) -> None:
+        self.options = load_hub_options()
+        self.size += len(message.get("body", b""))
+        if self.size <= self.options.max_message_size * POST_LIMIT_MESSAGES:
+            self.chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            await self.handle(b"".join(self.chunks))
+        # No StopConsumer here: a held poll or an event stream answers later. Daphne's
+        # http.disconnect (after the response, or when the client goes) ends this one.
+
+    async def http_disconnect(self, message: dict[str, Any]) -> None:
+        if self.on_gone is not None:
+            await self.on_gone()
+        raise StopConsumer
+
+    async def hub_send_overflow(self, message: dict[str, Any]) -> None:
+        """Daphne: this event stream's unsent data passed SEND_BUFFER_LIMIT."""
+        connection = getattr(self, "connection", None)
+        if connection is not None:
+            await connection.send_overflow(message.get("unsent"))
+
+    async def respond(
+        self, status: int, body: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        if self.responded:
+            return
+        self.responded = True
+        self.on_gone = None
+        start = {"type": "http.response.start", "status": status}
+        await self.send({**start, "headers": [*(headers or TEXT), *self._cors()]})
+        await self.send({"type": "http.response.body", "body": body})
+
+    async def handle(self, body: bytes) -> None:
+        method, options = self.scope["method"], self.options
+        if method == "OPTIONS":
+            await self.respond(204, headers=[(b"access-control-max-age", b"600")])
+            return
+        if method not in ("GET", "POST", "DELETE"):
+            await self.respond(405, headers=[*TEXT, (b"allow", b"GET, POST, DELETE, OPTIONS")])
+            return
+        ids = query_of(self.scope).get("id")
+        if not ids:
+            await self.respond(400, b"Connection ID required")
+            return
+        try:
+            identity, _ = await identify_scope(self.scope, options, lookup=False)
+        except InvalidToken as exc:
+            logger.info("hub request refused", extra={"action": "refused", "reason": str(exc)})
+            www = (b"www-authenticate", b'Bearer realm="messenger"')
+            await self.respond(401, f"Unauthorized: {exc}".encode(), [*TEXT, www])
+            return
+        try:
+            _, connection = opening.find(ids[0], identity.user_id)
+        except InvalidToken as exc:
+            logger.info("hub request refused", extra={"action": "refused", "reason": str(exc)})
+            await self.respond(404, NOT_FOUND.encode())
+            return
+        if method == "POST":
+            await self._post(connection, body)
+        elif method == "DELETE":
+            await self._delete(connection)
+        elif connection is None:
+            await self._open(ids[0], options)
+        else:
+            await self._get(connection)
+
+    async def _open(self, connection_token: str, options: HubOptions) -> None:
+        """The first GET of a fresh token: an event stream, or the first (empty) poll."""
+        stream = b"text/event-stream" in dict(self.scope["headers"]).get(b"accept", b"")
+        name = SERVER_SENT_EVENTS if stream else LONG_POLLING
+        if name not in options.transports:
+            unsupported = f"{name} transport not supported by this end point type"
+            await self.respond(404, unsupported.encode())
+            return
+        transport: Any = (
+            sse.ServerSentEventsTransport(self) if stream else LongPollingTransport(options)
+        )
+        try:
+            if not registry.accepting:
+                raise InvalidToken("shutting down")
+            identity, token = await identify_scope(self.scope, options)
+            self.connection = await opening.new_connection(
+                connection_token=connection_token,
+                identity=identity,
+                token=token,
+                options=options,
+                transport=transport,
+            )
+        except InvalidToken as exc:
+            logger.info("hub connection refused", extra={"action": "refused", "reason": str(exc)})
+            await self.respond(404, NOT_FOUND.encode())
+            return
+        # Registered before the client hears back: its next request (the handshake's
+        # POST) finds the connection.
+        await self.connection.open()
+        if stream:
+            await self._stream(transport)
+        else:
+            transport.connection = self.connection
+            await self.respond(200, headers=[*NO_CACHE, (b"content-length", b"0")])
+
+    async def _stream(self, transport: sse.ServerSentEventsTransport) -> None:
+        self.responded = True
+        state = self.scope.get(HUB_STATE)
+        if state is not None:  # Daphne bounds the stream (hub/httpprotocol.py)
+            state["send_limit"] = self.options.send_buffer_limit
+        start = {"type": "http.response.start", "status": 200}
+        await self.send({**start, "headers": [*sse.HEADERS, *self._cors()]})
+        await self.send_body(sse.OPENING, more_body=True)
+        connection = self.connection
+
+        async def gone() -> None:
+            await connection.transport_lost(transport)
+
+        self.on_gone = gone
+
+    async def _get(self, connection: Any) -> None:
+        """A poll (or a second event stream) for a connection that is open here."""
+        stream = b"text/event-stream" in dict(self.scope["headers"]).get(b"accept", b"")
+        transport = connection.transport
+        if transport is None or transport.name != (SERVER_SENT_EVENTS if stream else LONG_POLLING):
+            await self.respond(400, b"Cannot change transports mid-connection")
+        elif stream:
+            await self.respond(409)
+        else:
+            self.on_gone = self._poll_gone(transport)
+            await transport.take_poll(self)
+
+    def _poll_gone(self, transport: LongPollingTransport) -> Any:
+        async def gone() -> None:
+            transport.poll_gone(self)
+
+        return gone
+
+    async def _post(self, connection: Any, body: bytes) -> None:
+        transport = connection.transport if connection is not None else None
+        if connection is None or connection.closing or transport is None:
+            await self.respond(404, NOT_FOUND.encode())
+        elif transport.name == WEBSOCKETS:
+            await self.respond(405, b"POST requests are not allowed for WebSocket connections.")
+        elif self.size > self.options.max_message_size * POST_LIMIT_MESSAGES:
+            await self.respond(413, b"Request body too large")
+            await connection._close_with_error(message_too_big(self.options.max_message_size))
+        else:
+            async with connection.receiving:
+                await connection.receive(body)
+            await self.respond(200)
+
+    async def _delete(self, connection: Any) -> None:
+        transport = connection.transport if connection is not None else None
+        if connection is None or transport is None:
+            await self.respond(404, NOT_FOUND.encode())
+        elif transport.name != LONG_POLLING:
+            await self.respond(400, b"Cannot terminate this connection using the DELETE endpoint.")
+        else:
+            transport.terminate()
+            await connection.end()
+            await transport.close()
+            await self.respond(202)
+
+    async def send_body(self, body: bytes, *, more_body: bool = False) -> None:
+        await self.send({"type": "http.response.body", "body": body, "more_body": more_body})
+
+    def _cors(self) -> list[tuple[bytes, bytes]]:
+        origin = dict(self.scope.get("headers", [])).get(b"origin", b"").decode("latin-1")
+        if not origin or origin not in load_hub_options().cors_allowed_origins:
+            return []
+        return [
+            (b"access-control-allow-origin", origin.encode()),
+            (b"access-control-allow-credentials", b"true"),
+            (b"access-control-allow-methods", b"GET, POST, DELETE, OPTIONS"),
+            (
+                b"access-control-allow-headers",
+                b"authorization, content-type, x-requested-with, x-signalr-user-agent",
+            ),
+            (b"vary", b"Origin"),
+        ]

@@ -1,0 +1,55 @@
+"""Opening a logical connection, or finding the one a request belongs to."""
+
+from typing import Any
+from uuid import UUID
+
+from channels.layers import get_channel_layer
+
+from messenger_realtime.conf.settings import HubOptions
+from messenger_realtime.exceptions import InvalidToken
+from messenger_realtime.hub import auth, registry
+from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.transports.base import Transport
+from messenger_realtime.transport.claims import claim_connection
+from messenger_realtime.uuid7 import uuid7
+
+USED = "connection token already used (its connection ended, or lives in another process)"
+
+
+def find(connection_token: str, user_id: UUID) -> tuple[auth.ConnectionGrant, Any]:
+    """The grant of the caller's token and its live connection in this process (or None).
+    InvalidToken for a token that is not this user's; its age does not matter here."""
+    grant = auth.read_connection_token(connection_token, user_id, max_age=None)
+    return grant, registry.get(grant.connection_id)
+
+
+async def new_connection(
+    *,
+    connection_token: str | None,
+    identity: auth.Identity,
+    token: str | None,
+    options: HubOptions,
+    transport: Transport,
+) -> HubConnection:
+    """A connection for a fresh negotiated token used for the first time anywhere (or,
+    without one, for skipNegotiation); InvalidToken otherwise. Call open() once the
+    transport has accepted."""
+    layer = get_channel_layer()
+    stateful = False
+    if connection_token is None:
+        connection_id = uuid7().hex  # skipNegotiation: WebSockets straight away
+    else:
+        ttl = options.connection_token_ttl
+        grant = auth.read_connection_token(connection_token, identity.user_id, ttl)
+        if not await claim_connection(layer, grant.connection_id, ttl):
+            raise InvalidToken(USED)
+        connection_id, stateful = grant.connection_id, grant.stateful
+    return HubConnection(
+        connection_id=connection_id,
+        identity=identity,
+        token=token,
+        options=options,
+        transport=transport,
+        channel_layer=layer,
+        stateful_allowed=stateful and options.stateful_reconnect_buffer_size > 0,
+    )

@@ -1,0 +1,60 @@
+"""Server-Sent Events: one long GET response carries what a connection sends, each message
+as one event; POSTs carry what the client sends (transports/http.py). Text only (JSON).
+
+The response starts with a comment line (":"), which makes the client's EventSource
+open; each message follows as `data: <record>` and a blank line. When the connection
+ends the response ends; when the client goes away the connection ends (no resume).
+Keep-alive pings flow both ways as on WebSockets. Under Daphne the stream's unsent bytes
+are bounded by SEND_BUFFER_LIMIT (hub/httpprotocol.py).
+"""
+
+from typing import Any
+
+from messenger_realtime.hub.protocols.base import Frame
+from messenger_realtime.hub.transports.base import SERVER_SENT_EVENTS
+
+HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-store"),
+    (b"pragma", b"no-cache"),
+    (b"content-encoding", b"identity"),
+    (b"x-accel-buffering", b"no"),  # proxies must not hold events back
+]
+OPENING = b":\r\n"
+
+
+def event(frame: Frame) -> bytes:
+    """One message as an event: a `data:` line per line of it, then a blank line."""
+    text = frame if isinstance(frame, str) else frame.decode()
+    if "\n" not in text and "\r" not in text:  # always so for JSON records
+        return b"data: " + text.encode() + b"\r\n\r\n"
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return b"".join(b"data: " + line.encode() + b"\r\n" for line in lines) + b"\r\n"
+
+
+class ServerSentEventsTransport:
+    name = SERVER_SENT_EVENTS
+    binary_ok = False
+    inherent_keepalive = False
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+        self.ended = False
+
+    async def send(self, frame: Frame) -> None:
+        if not self.ended:
+            await self.consumer.send_body(event(frame), more_body=True)
+
+    async def close(self) -> None:
+        if not self.ended:
+            self.ended = True
+            await self.consumer.send_body(b"", more_body=False)
+
+    def use_binary(self, binary: bool) -> None:
+        """Never binary: the handshake refuses MessagePack on this transport."""
+
+    def idle_since(self) -> float | None:
+        return None
+
+    def lingers(self) -> bool:
+        return False

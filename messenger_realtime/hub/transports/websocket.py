@@ -1,0 +1,141 @@
+"""The hub over WebSockets: an ASGI consumer per socket, carrying a logical connection.
+
+The consumer authenticates the upgrade, then either opens a new logical connection
+(hub/connection.py) or, for a stateful reconnect, resumes the one its connection token
+names (hub/resume.py); a refused upgrade is answered 403 before accept. It has no
+channel of its own: the logical connection owns the channel and the groups, so it can
+outlive this socket.
+"""
+
+import contextlib
+import logging
+from typing import Any
+
+from channels.consumer import AsyncConsumer, get_handler_name
+from channels.exceptions import StopConsumer
+
+from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.exceptions import InvalidToken
+from messenger_realtime.hub import registry
+from messenger_realtime.hub.protocols.base import Frame
+from messenger_realtime.hub.transports import opening
+from messenger_realtime.hub.transports.base import WEBSOCKETS
+from messenger_realtime.hub.transports.credentials import identify_scope, query_of
+from messenger_realtime.ops import metrics
+from messenger_realtime.ops.logging import Field
+
+logger = logging.getLogger(__name__)
+ABNORMAL_CLOSURE = 1006  # the TCP connection went without a close frame: resumable
+HUB_STATE = "hub.state"  # a dict Daphne's protocol shares with the hub (hub/daphne.py)
+
+
+class WebSocketTransport:
+    """One WebSocket as a logical connection's transport."""
+
+    name = WEBSOCKETS
+    binary_ok = True
+    inherent_keepalive = False
+
+    def __init__(self, consumer: "HubConsumer") -> None:
+        self.consumer = consumer
+        self._send = consumer.base_send
+
+    async def send(self, frame: Frame) -> None:
+        if isinstance(frame, str):
+            await self._send({"type": "websocket.send", "text": frame})
+        else:
+            await self._send({"type": "websocket.send", "bytes": frame})
+
+    async def close(self) -> None:
+        # 1000: Autobahn refuses 1001 from the application; a Close message has already
+        # said whether to reconnect.
+        await self._send({"type": "websocket.close"})
+
+    def use_binary(self, binary: bool) -> None:
+        """Tell Daphne's protocol, for the Close it writes itself (oversized frames)."""
+        state = self.consumer.scope.get(HUB_STATE)
+        if state is not None:
+            state["binary"] = binary
+
+    def idle_since(self) -> float | None:
+        return None
+
+    def lingers(self) -> bool:
+        return False
+
+
+class HubConsumer(AsyncConsumer):  # type: ignore[misc]
+    channel_layer_alias = "messenger_realtime.hub.none"  # no channel: the connection has it
+    connection: Any = None
+    transport: WebSocketTransport | None = None
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """As Channels' own, minus the close_old_connections() thread hop per message."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    async def websocket_connect(self, message: dict[str, Any]) -> None:
+        if not registry.accepting:
+            await self._refuse("shutting down")  # the client retries elsewhere
+            return
+        options = load_hub_options()
+        ids = query_of(self.scope).get("id")
+        try:
+            identity, token = await identify_scope(self.scope, options)
+            existing = opening.find(ids[0], identity.user_id)[1] if ids else None
+            if existing is not None:
+                await self._resume(existing, identity, token)
+                return
+            transport = WebSocketTransport(self)
+            connection = await opening.new_connection(
+                connection_token=ids[0] if ids else None,
+                identity=identity,
+                token=token,
+                options=options,
+                transport=transport,
+            )
+        except InvalidToken as exc:
+            await self._refuse(str(exc))
+            return
+        await self.base_send({"type": "websocket.accept"})
+        self.connection, self.transport = connection, transport
+        await connection.open()
+
+    async def _resume(self, connection: Any, identity: Any, token: str | None) -> None:
+        why = connection.resumable_by(identity.user_id)
+        if why is not None:
+            metrics.hub_resumes.labels(outcome="refused").inc()
+            await self._refuse(why, connection_id=connection.connection_id)
+            return
+        await self.base_send({"type": "websocket.accept"})
+        self.connection, self.transport = connection, WebSocketTransport(self)
+        metrics.hub_resumes.labels(outcome="resumed").inc()
+        await connection.resume(self.transport, identity, token)
+
+    async def _refuse(self, reason: str, **fields: Any) -> None:
+        """Before accept: Daphne answers the upgrade with 403 (any refusal is alike to
+        the clients: a resume refused makes them start afresh)."""
+        extra = {"action": "refused", "reason": reason}
+        if "connection_id" in fields:
+            extra[Field.CONNECTION_ID] = fields["connection_id"]
+        logger.info("hub connection refused", extra=extra)
+        await self.base_send({"type": "websocket.close"})
+
+    async def websocket_receive(self, message: dict[str, Any]) -> None:
+        if self.connection is not None and self.connection.transport is self.transport:
+            text = message.get("text")
+            await self.connection.receive(text if text is not None else message.get("bytes", b""))
+
+    async def websocket_disconnect(self, message: dict[str, Any]) -> None:
+        if self.connection is not None and self.transport is not None:
+            resumable = message.get("code") == ABNORMAL_CLOSURE
+            with contextlib.suppress(Exception):
+                await self.connection.transport_lost(self.transport, resumable=resumable)
+        raise StopConsumer
+
+    async def hub_send_overflow(self, message: dict[str, Any]) -> None:
+        """Daphne: this socket's unsent data passed SEND_BUFFER_LIMIT (wsprotocol.py)."""
+        if self.connection is not None and self.connection.transport is self.transport:
+            await self.connection.send_overflow(message.get("unsent"))
