@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, Page
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
 from project.messenger.models import User
-from tests.support.browser import browser, off_loop, shot  # noqa: F401  (fixture)
+from tests.support.browser import off_loop, shot
 from tests.support.factories import LAYER_DOWN, OutboxEntryFactory
 from tests.support.support_admin import bulk_quarantined, restore_support_group
 from tests.support.workers import DaphneProcess
@@ -43,7 +43,7 @@ def daphne(worker_env: dict[str, str]) -> Iterator[DaphneProcess]:
     server.kill()
 
 
-def sign_in(browser: Browser, base: str, username: str) -> Page:  # noqa: F811
+def sign_in(browser: Browser, base: str, username: str) -> Page:
     page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
     page.goto(f"{base}/admin/login/?next=/admin/messenger_realtime/realtimeoutboxentry/")
     page.fill("#id_username", username)
@@ -71,7 +71,7 @@ def counts() -> dict[str, int]:
 
 def test_support_requeues_a_5000_row_incident_from_the_browser_with_only_the_group(
     daphne: DaphneProcess,
-    browser: Browser,  # noqa: F811
+    browser: Browser,
 ) -> None:
     made = off_loop(set_up)
     page = sign_in(browser, daphne.http, made["user"])

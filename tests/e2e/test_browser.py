@@ -2,53 +2,28 @@
 two browser contexts, against Daphne and the real worker. Screenshots of each scenario go
 to test-artifacts/."""
 
-import shutil
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connections
 from django.db.models.functions import Now
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus
 from project.messenger import services
 from project.messenger.models import Chat, User
 from tests.support.balancer import Balancer
+from tests.support.browser import off_loop, shot
 from tests.support.hub_clients import Hub
-from tests.support.runtime import ROOT, wait_until
+from tests.support.runtime import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
-ARTIFACTS = ROOT / "test-artifacts"
-T = TypeVar("T")
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-# Headless as root, with no background traffic (this machine has no internet).
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 @pytest.fixture
 def hub_env(worker_env: dict[str, str]) -> dict[str, str]:
     return dict(worker_env, DEMO_ENABLED="true")
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield chromium
-        chromium.close()
 
 
 def sign_in(
@@ -62,25 +37,6 @@ def sign_in(
     page.click(f"#chats li >> text={chat}")
     page.wait_for_selector("#composer:not([hidden])")
     return page
-
-
-def off_loop(fn: Callable[..., T], *args: Any) -> T:
-    """Run Django code on a thread of its own: Playwright's sync API keeps an event loop
-    running in the test's thread, where Django refuses synchronous database work."""
-
-    def call() -> T:
-        try:
-            return fn(*args)
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(call).result()
-
-
-def shot(page: Page, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
 def texts(page: Page) -> list[str]:

@@ -18,7 +18,7 @@ from django.db import connection
 from playwright.sync_api import Browser, Page
 
 from tests.support.api_client import http_get
-from tests.support.browser import browser, shot  # noqa: F401  (fixture)
+from tests.support.browser import shot
 from tests.support.runtime import ROOT, free_port, wait_until
 from tests.support.workers import LoggedProcess
 
@@ -75,7 +75,7 @@ def serve_env(database_url: str, port: int) -> dict[str, str]:
     return env
 
 
-def sign_in(browser: Browser, base: str, name: str) -> Page:  # noqa: F811
+def sign_in(browser: Browser, base: str, name: str) -> Page:
     page = browser.new_context().new_page()
     page.goto(f"{base}/demo/")
     page.select_option("#username", f"demo-{name}")
@@ -89,7 +89,7 @@ def sign_in(browser: Browser, base: str, name: str) -> Page:  # noqa: F811
 def test_serve_on_a_fresh_clone_installs_the_runtime_only_and_serves_a_working_demo(
     clone: Path,
     clone_database: str,
-    browser: Browser,  # noqa: F811
+    browser: Browser,
 ) -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
