@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -11,16 +12,22 @@ from tests.support.runtime import ROOT
 pytestmark = pytest.mark.slow
 
 
-def test_bench_smoke_runs_every_scenario(worker_env: dict[str, str]) -> None:
+def quick_run(script: str, env: dict[str, str]) -> dict[str, Any]:
+    """A benchmark script's --quick run: its JSON, after checking it exited cleanly."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "run.py"), "--quick"],
-        env=worker_env,
+        [sys.executable, str(ROOT / "bench" / script), "--quick"],
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout[proc.stdout.index("{") :])
+    results: dict[str, Any] = json.loads(proc.stdout[proc.stdout.index("{") :])
+    return results
+
+
+def test_bench_smoke_runs_every_scenario(worker_env: dict[str, str]) -> None:
+    results = quick_run("run.py", worker_env)
     for name, runs in results["drain"].items():
         assert len(runs) == 1 and runs[0] > 0, name
     assert set(results["drain"]) == {
@@ -47,15 +54,7 @@ def test_bench_smoke_runs_every_scenario(worker_env: dict[str, str]) -> None:
 
 
 def test_isolation_bench_smoke_delivers_every_event(worker_env: dict[str, str]) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "isolation.py"), "--quick"],
-        env=worker_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout[proc.stdout.index("{") :])
+    results = quick_run("isolation.py", worker_env)
     fairness, priority = results["fairness"], results["priority"]
     assert fairness["burst_received"] == fairness["burst"]
     assert fairness["quiet_received"] == fairness["quiet_sent"] > 0
