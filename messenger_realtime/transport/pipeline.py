@@ -69,13 +69,13 @@ end
 return members
 """
 
-# The longest of the given channel queues (a hub process's pending messages).
+# The length of each given channel queue (a hub process's pending messages).
 QUEUE_DEPTH_LUA = """
-local longest = 0
+local depths = {}
 for i = 1, #KEYS do
-    longest = math.max(longest, redis.call('ZCARD', KEYS[i]))
+    depths[i] = redis.call('ZCARD', KEYS[i])
 end
-return longest
+return depths
 """
 
 SCORE_STEP = 1e-6  # seconds between consecutive messages' scores (representable at 1.7e9)
@@ -168,10 +168,11 @@ async def group_send_many(
     return ChunkSent(lost, list(dict.fromkeys(keys)))
 
 
-async def queue_depth(layer: Any, channel_keys: list[str]) -> int:
-    """The longest of these channel queues, in one round trip."""
+async def queue_depths(layer: Any, channel_keys: list[str]) -> dict[str, int]:
+    """Each of these channel queues' length, in one round trip."""
     connection = layer.connection(0)
-    return int(await connection.eval(QUEUE_DEPTH_LUA, len(channel_keys), *channel_keys))
+    depths = await connection.eval(QUEUE_DEPTH_LUA, len(channel_keys), *channel_keys)
+    return {key: int(depth) for key, depth in zip(channel_keys, depths, strict=True)}
 
 
 def _names_by_key(

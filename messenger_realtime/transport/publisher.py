@@ -10,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.transport import pipeline
+from messenger_realtime.transport.backlog import QueueWatch
 from messenger_realtime.transport.groups import layer_group
 
 # Channels message type; the hub consumer handles it in realtime_event().
@@ -42,6 +43,7 @@ class ChannelLayerPublisher:
         self.layer = layer
         self.scores = pipeline.ScoreClock()
         self.last_channels: list[str] = []  # hub process queues the last chunk reached
+        self.queues = QueueWatch()
 
     async def publish(self, event: OutgoingEvent) -> None:
         if event.joins is not None and pipeline.supports(self.layer):
@@ -86,11 +88,13 @@ class ChannelLayerPublisher:
         await pipeline.copy_members(self.layer, user, chat)
 
     async def hub_backlog(self) -> int:
-        """The longest queue among the hub processes the last chunk reached (0 when the
-        layer is not the pipelined channels-redis one)."""
+        """The longest queue among the hub processes the last chunk reached that are still
+        being drained (transport/backlog.py; 0 when the layer is not the pipelined
+        channels-redis one)."""
         if not self.last_channels or not pipeline.supports(self.layer):
             return 0
-        return await pipeline.queue_depth(self.layer, self.last_channels)
+        depths = await pipeline.queue_depths(self.layer, self.last_channels)
+        return self.queues.longest_draining(depths)
 
 
 def layer_message(event: OutgoingEvent) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import redis
 from prometheus_client import REGISTRY
 
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
+from messenger_realtime.transport.backlog import QueueWatch
 from messenger_realtime.transport.publisher import ChannelLayerPublisher
 from tests.support.helpers import layer, receive, subscribe
 from tests.support.runtime import run
@@ -101,3 +102,29 @@ def test_a_user_joining_a_chat_mid_chunk_gets_the_chats_later_events(redis_url: 
         return [(await receive(channel_layer, joiner))["payload"] for _ in range(2)]
 
     assert run(scenario()) == [{"n": "joined"}, {"seq": 2}]
+
+
+def test_backpressure_stops_waiting_for_a_queue_nobody_drains(redis_url: str) -> None:
+    """A dead hub process's full queue (real Redis) is left out once it stops shrinking,
+    so it cannot slow every later push down to one chunk per HUB_BACKLOG_WAIT."""
+
+    class Clock:
+        now = 0.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    async def scenario() -> tuple[int, int]:
+        channel_layer = layer(redis_url)
+        chat = uuid.uuid4()
+        await subscribe(channel_layer, chat)  # a member whose process never reads
+        publisher = ChannelLayerPublisher(channel_layer)
+        clock = Clock()
+        publisher.queues = QueueWatch(clock, stall_after=0.5)
+        await publisher.publish_many([event(chat, seq) for seq in range(50)])
+        first = await publisher.hub_backlog()
+        clock.now += 1.0  # nothing drained it meanwhile
+        return first, await publisher.hub_backlog()
+
+    first, later = run(scenario())
+    assert (first, later) == (50, 0)
