@@ -65,6 +65,7 @@ class HubConnection(
         self.handshake_buffer = handshake.HandshakeBuffer(options.max_message_size)
         self.loop = asyncio.get_running_loop()
         self.opened_at = self.last_received = self.last_sent = self.loop.time()
+        self.groups_joined_at = self.opened_at
         self.expires_at, self.expiry_reason = self.credentials_end(identity, token)
         self.wake = asyncio.Event()
         self.receiving = asyncio.Lock()  # POSTs of one connection, one at a time
@@ -235,10 +236,8 @@ class HubConnection(
         for task in (self.delivery, getattr(self, "watchdog", None)):
             if task is not None and task is not current:
                 task.cancel()
-        if self.handshaken:
-            with contextlib.suppress(Exception):  # Redis may be unreachable: groups expire
-                for group in self._layer_groups(self.chats):
-                    await self.channel_layer.group_discard(group, self.channel_name)
+        # Also before the handshake finished: the user group is joined before it answers.
+        await self.leave_groups()
 
     async def _close_with_error(self, reason: str, *, allow_reconnect: bool = False) -> None:
         logger.info("hub connection closed", extra={**self._ids(), "reason": reason})

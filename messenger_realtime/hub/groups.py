@@ -1,6 +1,7 @@
 """A connection's layer groups: its user group and the chats the domain says it holds.
 A mixin of HubConnection; the membership rules themselves are in membership.py."""
 
+import contextlib
 from collections.abc import Collection
 from typing import Any
 from uuid import UUID
@@ -19,6 +20,7 @@ class ConnectionGroups:
     channel_layer: Any
     channel_name: str
     memberships: ChatMemberships
+    ended: bool
 
     @property
     def chats(self) -> frozenset[UUID]:
@@ -55,6 +57,24 @@ class ConnectionGroups:
             await self.channel_layer.group_add(
                 layer_group(HubTarget.chat(chat_id)), self.channel_name
             )
+        if self.ended:  # it ended while this ran: leave what it may just have joined
+            await self.leave_groups()
+
+    async def refresh_groups(self) -> None:
+        """Join every group again: channels-redis forgets members older than its
+        group_expiry (a day), which would silently cut a long-lived connection off."""
+        for group in self._layer_groups(self.chats):
+            await self.channel_layer.group_add(group, self.channel_name)
+
+    async def leave_groups(self) -> None:
+        """Leave every group (whether or not the handshake finished) and drop what the
+        layer holds in memory for this channel: nothing reads it any more."""
+        with contextlib.suppress(Exception):  # Redis may be unreachable: groups expire
+            for group in self._layer_groups(self.chats):
+                await self.channel_layer.group_discard(group, self.channel_name)
+        buffers = getattr(self.channel_layer, "receive_buffer", None)
+        if buffers is not None:
+            buffers.pop(self.channel_name, None)
 
     def _layer_groups(self, chats: Collection[UUID]) -> list[str]:
         targets = [HubTarget.user(self.user_id), *(HubTarget.chat(c) for c in chats)]

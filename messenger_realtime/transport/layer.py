@@ -28,12 +28,17 @@ with allowReconnect.
 import asyncio
 import collections
 import functools
+import logging
 from typing import Any
 
 from channels_redis.core import RedisChannelLayer
 
+from messenger_realtime.exceptions import describe_error
 from messenger_realtime.ops import metrics
+from messenger_realtime.ops.logging import Field
 from messenger_realtime.transport import pipeline
+
+logger = logging.getLogger(__name__)
 
 RECEIVE_BATCH = 100
 OVERRUN_EVENT = "realtime.overrun"  # handled by HubConsumer.realtime_overrun
@@ -118,7 +123,14 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
             )
             # Told first: a connection that lost a message stops forwarding at once.
             into.extend((name.decode(), {"type": OVERRUN_EVENT}) for name in lost)
-            into.extend(self._unpack(channel, content) for content in popped[::2])
+            for content in popped[::2]:
+                try:
+                    into.append(self._unpack(channel, content))
+                except Exception as exc:  # one bad message must not poison the batch
+                    logger.error(
+                        "undecodable channel-layer message dropped",
+                        extra={"action": "undecodable", Field.ERROR_CODE: describe_error(exc)},
+                    )
             if popped:
                 await connection.delete(backup)  # in memory now: nothing left to restore
         finally:

@@ -149,3 +149,23 @@ def test_a_connection_whose_own_buffer_overflows_gets_one_overrun_instead(
     # Three held, the fourth overflows: those four go, the overrun takes their place.
     assert run(scenario()) == [{"type": OVERRUN_EVENT}, {"type": "x", "n": 4}]
     assert overruns() - before == 4
+
+
+def test_an_undecodable_message_is_dropped_alone(private_redis: PrivateRedis) -> None:
+    """One message nobody can decode (a serializer mismatch mid-deploy) must not fail
+    every later receive of the process: it is logged and dropped, the rest arrive."""
+
+    async def scenario() -> list[int]:
+        sender, receiver = layer(private_redis.url), layer(private_redis.url)
+        first, second = await receiver.new_channel(), await receiver.new_channel()
+        await sender.send(first, {"type": "x", "n": 1})
+        key = receiver.prefix + receiver.non_local_name(first)
+        admin = redis.asyncio.Redis.from_url(private_redis.url)
+        await admin.zadd(key, {b"not a serialized message": 10**10})  # after the first
+        await admin.aclose()
+        await sender.send(second, {"type": "x", "n": 2})
+        got = [(await asyncio.wait_for(receiver.receive(first), 10))["n"]]
+        got.append((await asyncio.wait_for(receiver.receive(second), 10))["n"])
+        return got
+
+    assert run(scenario()) == [1, 2]
