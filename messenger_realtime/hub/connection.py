@@ -25,6 +25,7 @@ from messenger_realtime.exceptions import (
 )
 from messenger_realtime.hub import protocols, registry
 from messenger_realtime.hub.auth import Identity
+from messenger_realtime.hub.delivery import Delivery
 from messenger_realtime.hub.events import OVERRUN, EventHandlers
 from messenger_realtime.hub.groups import ConnectionGroups
 from messenger_realtime.hub.invocations import HubInvocations
@@ -42,7 +43,12 @@ FIRST_MESSAGE_WAIT = 0.5  # stateful: the longest events wait for the client's f
 
 
 class HubConnection(
-    EventHandlers, StatefulConnection, HubInvocations, ConnectionGroups, ConnectionTimers
+    Delivery,
+    EventHandlers,
+    StatefulConnection,
+    HubInvocations,
+    ConnectionGroups,
+    ConnectionTimers,
 ):
     protocol: HubProtocol | None = None  # chosen by the handshake
 
@@ -65,7 +71,6 @@ class HubConnection(
         self.handshake_buffer = handshake.HandshakeBuffer(options.max_message_size)
         self.loop = asyncio.get_running_loop()
         self.opened_at = self.last_received = self.last_sent = self.loop.time()
-        self.groups_joined_at = self.opened_at
         self.expires_at, self.expiry_reason = self.credentials_end(identity, token)
         self.wake = asyncio.Event()
         self.receiving = asyncio.Lock()  # POSTs of one connection, one at a time
@@ -81,8 +86,7 @@ class HubConnection(
         return self.loop.time() + identity.expires_at - time.time(), reason
 
     async def open(self) -> None:
-        """Take a channel of the layer and start the clock; the transport has accepted."""
-        self.channel_name = await self.channel_layer.new_channel()
+        """Register and start the clock; the transport has accepted."""
         registry.add(self.connection_id, self)
         metrics.hub_connections.inc()
         self.opened = True
@@ -161,42 +165,6 @@ class HubConnection(
             # It sends a Ping right after; clients that do not (.NET) wait this long.
             self.loop.call_later(FIRST_MESSAGE_WAIT, self._start_delivery)
         return rest
-
-    # -- server -> client -----------------------------------------------------------
-
-    def _start_delivery(self) -> None:
-        if self.delivery is None and not self.closing:
-            self.delivery = asyncio.create_task(self._deliver())
-
-    async def _deliver(self) -> None:
-        """Forward what the channel layer has for this connection, one at a time."""
-        receive, name = self.channel_layer.receive, self.channel_name
-        try:
-            while not self.closing:
-                await self.dispatch(await receive(name))
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            logger.exception("hub connection failed", extra=self._ids())
-            await self.shutdown()
-
-    async def _send(self, frame: Frame) -> None:
-        """A message outside the sequence (handshake, ping, Close, Ack, Sequence)."""
-        self.last_sent = self.loop.time()
-        transport = self.transport
-        if transport is not None:
-            await transport.send(frame)
-
-    async def _emit(self, frame: Frame) -> None:
-        """A hub invocation message (an event, a completion): numbered and kept for a
-        resume when stateful (resume.py)."""
-        self.last_sent = self.loop.time()
-        if self.stateful is not None:
-            await self._emit_stateful(frame)
-            return
-        transport = self.transport
-        if transport is not None:
-            await transport.send(frame)
 
     # -- ending -------------------------------------------------------------------
 

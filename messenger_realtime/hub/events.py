@@ -11,6 +11,8 @@ from messenger_realtime.hub.membership import ChatMemberships
 from messenger_realtime.hub.protocols.base import Frame, HubProtocol
 
 OVERRUN = "events dropped (channel layer overrun)"
+EVENT_TYPE = "realtime.event"  # transport/publisher.py's dispatcher events
+_FRAMES = "_frames"  # a message's frames by protocol name, filled in by the first connection
 
 
 class EventHandlers:
@@ -47,9 +49,17 @@ class EventHandlers:
 
     async def realtime_event(self, message: dict[str, Any]) -> None:
         """A dispatcher event for one of this connection's groups."""
+        frame = await self.event_frame(message)
+        if frame is not None:
+            await self._emit(frame)
+
+    async def event_frame(self, message: dict[str, Any]) -> Frame | None:
+        """The frame of a dispatcher event for this connection, or None when it must not
+        get it. One message object reaches every local connection of its group, so the
+        frame is encoded once per protocol and process and kept on the message."""
         if self.closing or self.loop.time() >= self.expires_at:
             await self._drop(self.expiry_reason)  # no event once the credentials expired
-            return
+            return None
         chat = message.get("chat")
         if chat is not None:
             # The hot path inline (a lookup and a comparison); anything else, such as a
@@ -58,18 +68,26 @@ class EventHandlers:
             if (held is None or (version is not None and version > held)) and not (
                 await self._deliverable(chat, version)
             ):
-                return
+                return None
         elif message["event"] == "chat_updated":
             # This user's memberships may have changed: re-read them first, so a client
             # that sees the event finds its groups already rebuilt.
             await self._sync_groups()
+        protocol = self.protocol
+        assert protocol is not None
         payload = message["payload"]
         if message.get("per_recipient") and "media" in payload:
             # Minted here, per recipient, at delivery: never stored, queued or logged.
             room = payload["media"]["roomName"]
             payload = {**payload, "media": media_join(room, self.user_id, self.options)}
-        assert self.protocol is not None
-        await self._emit(self.protocol.invocation(message["event"], [payload]))
+            return protocol.invocation(message["event"], [payload])
+        frames = message.get(_FRAMES)
+        if frames is None:
+            frames = message[_FRAMES] = {}
+        frame = frames.get(protocol.name)
+        if frame is None:
+            frame = frames[protocol.name] = protocol.invocation(message["event"], [payload])
+        return frame
 
     async def realtime_membership(self, message: dict[str, Any]) -> None:
         """The user's chat memberships changed: rebuild the chat groups from the domain."""

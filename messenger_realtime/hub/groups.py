@@ -1,7 +1,7 @@
 """A connection's layer groups: its user group and the chats the domain says it holds.
-A mixin of HubConnection; the membership rules themselves are in membership.py."""
+A mixin of HubConnection; the membership rules themselves are in membership.py, and the
+process (not the connection) is the layer's group member (fanout.py)."""
 
-import contextlib
 from collections.abc import Collection
 from typing import Any
 from uuid import UUID
@@ -10,6 +10,8 @@ from channels.db import database_sync_to_async
 
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
+from messenger_realtime.hub.fanout import Fanout, fanout_for
+from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.membership import ChatMemberships, Verdict
 from messenger_realtime.transport.groups import layer_group
 
@@ -18,9 +20,20 @@ class ConnectionGroups:
     user_id: UUID
     handshaken: bool
     channel_layer: Any
-    channel_name: str
     memberships: ChatMemberships
     ended: bool
+    _inbox: Inbox | None = None
+
+    @property
+    def fanout(self) -> Fanout:
+        return fanout_for(self.channel_layer)
+
+    @property
+    def inbox(self) -> Inbox:
+        """What the process's reader hands this connection (made at first use)."""
+        if self._inbox is None:
+            self._inbox = self.fanout.inbox()
+        return self._inbox
 
     @property
     def chats(self) -> frozenset[UUID]:
@@ -35,46 +48,34 @@ class ConnectionGroups:
             await self._sync_groups()
             verdict = self.memberships.settle(chat, version)
             if chat not in self.memberships.held:
-                # A stale layer group, or a join the domain undid since: stop getting these.
-                group = layer_group(HubTarget.chat(UUID(chat)))
-                await self.channel_layer.group_discard(group, self.channel_name)
+                # A join the domain undid since (copied into the chat's group through the
+                # user's): stop getting these.
+                chat_group = layer_group(HubTarget.chat(UUID(chat)))
+                await self.fanout.forget_copy(chat_group, layer_group(HubTarget.user(self.user_id)))
         return verdict is Verdict.FORWARD
 
     async def _sync_groups(self) -> None:
         """Rebuild the chat groups from the domain (and join the user group at first)."""
+        fanout, inbox = self.fanout, self.inbox
         if not self.handshaken:
-            await self.channel_layer.group_add(
-                layer_group(HubTarget.user(self.user_id)), self.channel_name
-            )
+            await fanout.join(layer_group(HubTarget.user(self.user_id)), inbox)
         current = await database_sync_to_async(get_domain_port().active_chats)(self.user_id)
         # Stop forwarding a left chat before anything else.
         left, joined = self.memberships.update(current)
         for chat_id in left:
-            await self.channel_layer.group_discard(
-                layer_group(HubTarget.chat(chat_id)), self.channel_name
-            )
+            await fanout.leave(layer_group(HubTarget.chat(chat_id)), inbox)
         for chat_id in joined:
-            await self.channel_layer.group_add(
-                layer_group(HubTarget.chat(chat_id)), self.channel_name
-            )
+            await fanout.join(layer_group(HubTarget.chat(chat_id)), inbox)
         if self.ended:  # it ended while this ran: leave what it may just have joined
             await self.leave_groups()
 
-    async def refresh_groups(self) -> None:
-        """Join every group again: channels-redis forgets members older than its
-        group_expiry (a day), which would silently cut a long-lived connection off."""
-        for group in self._layer_groups(self.chats):
-            await self.channel_layer.group_add(group, self.channel_name)
-
     async def leave_groups(self) -> None:
-        """Leave every group (whether or not the handshake finished) and drop what the
-        layer holds in memory for this channel: nothing reads it any more."""
-        with contextlib.suppress(Exception):  # Redis may be unreachable: groups expire
-            for group in self._layer_groups(self.chats):
-                await self.channel_layer.group_discard(group, self.channel_name)
-        buffers = getattr(self.channel_layer, "receive_buffer", None)
-        if buffers is not None:
-            buffers.pop(self.channel_name, None)
+        """Leave every group (whether or not the handshake finished) and drop what waits
+        in the inbox: nothing reads it any more."""
+        fanout, inbox = self.fanout, self.inbox
+        for group in self._layer_groups(self.chats):
+            await fanout.leave(group, inbox)
+        inbox.close()
 
     def _layer_groups(self, chats: Collection[UUID]) -> list[str]:
         targets = [HubTarget.user(self.user_id), *(HubTarget.chat(c) for c in chats)]

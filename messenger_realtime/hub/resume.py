@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from messenger_realtime.hub.auth import Identity
-from messenger_realtime.hub.protocols.base import SEQUENCED, Frame, HubProtocol, MessageType
+from messenger_realtime.hub.protocols.base import (
+    SEQUENCED,
+    Frame,
+    HubProtocol,
+    MessageType,
+    join_frames,
+)
 from messenger_realtime.hub.stateful import InboundSequence, ReplayBuffer
 from messenger_realtime.hub.transports.base import WEBSOCKETS, Transport
 from messenger_realtime.ops.logging import Field
@@ -101,11 +107,12 @@ class StatefulConnection:
         if sequence_id is not None:
             await self._send(self.protocol.ack(sequence_id))
 
-    async def _emit_stateful(self, frame: Frame) -> None:
+    async def _emit_stateful(self, *frames: Frame) -> None:
+        """Number and keep each message, then send them (as one frame when several)."""
         assert self.stateful is not None
         buffer = self.stateful.buffer
         was_resumable = buffer.resumable
-        kept = buffer.add(frame)
+        kept = all([buffer.add(frame) for frame in frames])
         if self.transport is None or self.resuming:  # not on the wire: only the buffer has it
             if not kept:
                 await self._drop(REPLAY_OVERFLOW)
@@ -114,7 +121,7 @@ class StatefulConnection:
             # The client acks too slowly for the bound: it stays connected, but a drop
             # from now on means a fresh start (its resume is refused).
             logger.info("hub stateful reconnect given up", extra=self._log_ids())
-        await self.transport.send(frame)
+        await self.transport.send(join_frames(list(frames)))
 
     def _may_resume(self) -> bool:
         return (

@@ -19,9 +19,6 @@ CLIENT_TIMEOUT = (
     "message/ping within the configured ClientTimeoutInterval."
 )
 LONGEST_NAP = 3600.0  # the watchdog wakes at least this often (no deadline may be infinite)
-# Groups are joined again this often: channels-redis forgets members older than its
-# group_expiry (86,400 s by default), which would cut a day-old connection off silently.
-GROUP_REFRESH = 3600.0
 
 
 class ConnectionTimers:
@@ -29,7 +26,6 @@ class ConnectionTimers:
     handshaken: bool
     closing: bool
     opened_at: float
-    groups_joined_at: float  # loop time the groups were last joined (or refreshed)
     last_received: float
     last_sent: float
     expires_at: float  # loop time; infinity when the credentials do not expire
@@ -51,8 +47,6 @@ class ConnectionTimers:
         async def _finish(self) -> None: ...
 
         async def end(self) -> None: ...
-
-        async def refresh_groups(self) -> None: ...
 
         async def _close_with_error(
             self, reason: str, *, allow_reconnect: bool = False
@@ -85,14 +79,10 @@ class ConnectionTimers:
             if keepalive and now - self.last_sent >= o.keepalive_interval:
                 assert self.protocol is not None
                 await self._send(self.protocol.ping())
-            if self.handshaken and now - self.groups_joined_at >= GROUP_REFRESH:
-                self.groups_joined_at = now
-                await self.refresh_groups()
             ack_at = self.stateful.ack_at if self.stateful is not None else None
             if ack_at is not None and now >= ack_at:
                 await self._send_ack()
             deadlines = [self.expires_at, now + LONGEST_NAP]
-            deadlines.append(self.groups_joined_at + GROUP_REFRESH)
             if not self.handshaken:
                 deadlines.append(self.opened_at + o.handshake_timeout)
             if idle is not None:

@@ -63,6 +63,14 @@ return {popped, lost}
 """
 
 
+# KEYS[1]: a process queue's overrun set: the channels that lost a message since asked.
+TAKE_OVERRUNS_LUA = """
+local lost = redis.call('SMEMBERS', KEYS[1])
+redis.call('DEL', KEYS[1])
+return lost
+"""
+
+
 class OverrunQueue(asyncio.Queue[Any]):
     """A connection's in-process buffer: when full, what it holds is dropped and replaced
     by one OVERRUN_EVENT (channels-redis' BoundedQueue drops the oldest silently)."""
@@ -110,6 +118,31 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
         received = await super().receive_single(channel)  # nothing queued: block as before
         return received
 
+    async def receive_batch(self, channel: str) -> list[tuple[Any, Any]]:
+        """What waits for this process ("specific.<client prefix>!"), at least one message
+        (blocking until one comes), addressed as receive_single's, lost-message notices
+        first. The hub's one reader per process (hub/fanout.py) takes its messages this
+        way: one round trip per batch (BZMPOP, and the overrun set in the same pipeline),
+        where channels-redis' receive costs four per message plus its per-consumer
+        machinery. Unlike receive_single it keeps no backup: the only reader is the
+        process's own, and a message it has popped is lost only when that reader is
+        cancelled, which happens when the process ends or has no connection left."""
+        assert self.require_valid_channel_name(channel, receive=True), "Channel name invalid"
+        channel_key = self.prefix + channel
+        connection = self.connection(self.consistent_hash(channel))
+        while True:
+            pipe = connection.pipeline(transaction=False)
+            pipe.execute_command(
+                "BZMPOP", self.brpop_timeout, 1, channel_key, "MIN", "COUNT", RECEIVE_BATCH
+            )
+            pipe.eval(TAKE_OVERRUNS_LUA, 1, channel_key + pipeline.OVERRUN_SUFFIX)
+            popped, lost = await pipe.execute()
+            received = [(name.decode(), {"type": OVERRUN_EVENT}) for name in lost]
+            for content, _score in popped[1] if popped else ():
+                self._append_decoded(channel, content, received)
+            if received:
+                return received
+
     async def _pop_batch(self, channel: str, into: collections.deque[tuple[Any, Any]]) -> None:
         assert self.require_valid_channel_name(channel, receive=True), "Channel name invalid"
         channel_key = self.prefix + channel
@@ -124,17 +157,20 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
             # Told first: a connection that lost a message stops forwarding at once.
             into.extend((name.decode(), {"type": OVERRUN_EVENT}) for name in lost)
             for content in popped[::2]:
-                try:
-                    into.append(self._unpack(channel, content))
-                except Exception as exc:  # one bad message must not poison the batch
-                    logger.error(
-                        "undecodable channel-layer message dropped",
-                        extra={"action": "undecodable", Field.ERROR_CODE: describe_error(exc)},
-                    )
+                self._append_decoded(channel, content, into)
             if popped:
                 await connection.delete(backup)  # in memory now: nothing left to restore
         finally:
             self.receive_clean_locks.release(channel_key)
+
+    def _append_decoded(self, channel: str, content: bytes, into: Any) -> None:
+        try:
+            into.append(self._unpack(channel, content))
+        except Exception as exc:  # one bad message must not poison the batch
+            logger.error(
+                "undecodable channel-layer message dropped",
+                extra={"action": "undecodable", Field.ERROR_CODE: describe_error(exc)},
+            )
 
     def _unpack(self, channel: str, content: bytes) -> tuple[Any, Any]:
         """As the parent's receive_single: decode, then address the local channel(s)."""

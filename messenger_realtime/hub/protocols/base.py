@@ -73,3 +73,11 @@ def too_big(max_size: int) -> str:
 def message_too_big(max_size: int) -> str:
     """The Close error for a message (or frame) over max_size bytes, as ASP.NET words it."""
     return f"Connection closed with an error. InvalidDataException: {too_big(max_size)}"
+
+
+def join_frames(frames: list[Frame]) -> Frame:
+    """Several records as one frame: text records end with their separator, binary ones
+    start with their length, so concatenation is the framing."""
+    if isinstance(frames[0], str):
+        return "".join(frames)  # type: ignore[arg-type]
+    return b"".join(frames)  # type: ignore[arg-type]

@@ -1,0 +1,105 @@
+"""Server to client: what the process's reader put in a connection's inbox goes out, the
+events waiting at once in one frame. A mixin of HubConnection."""
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from messenger_realtime.hub.events import EVENT_TYPE
+from messenger_realtime.hub.inbox import Inbox
+from messenger_realtime.hub.protocols.base import Frame, join_frames
+from messenger_realtime.hub.transports.base import Transport
+
+logger = logging.getLogger(__name__)
+# Several events waiting for a connection go out in one frame (the protocols allow any
+# number of records per frame): at most this many records, or about this many bytes.
+FRAME_RECORDS = 100
+FRAME_BYTES = 64 * 1024
+
+
+class Delivery:
+    closing: bool
+    last_sent: float
+    transport: Transport | None
+    stateful: Any
+    delivery: "asyncio.Task[None] | None"
+
+    if TYPE_CHECKING:  # provided by HubConnection and its mixins
+        loop: asyncio.AbstractEventLoop
+        inbox: Inbox
+
+        async def event_frame(self, message: dict[str, Any]) -> Frame | None: ...
+
+        async def dispatch(self, message: dict[str, Any]) -> None: ...
+
+        async def _emit_stateful(self, *frames: Frame) -> None: ...
+
+        async def shutdown(self) -> None: ...
+
+        def _ids(self) -> dict[str, Any]: ...
+
+    def _start_delivery(self) -> None:
+        if self.delivery is None and not self.closing:
+            self.delivery = asyncio.create_task(self._deliver())
+
+    async def _deliver(self) -> None:
+        """Forward what the process's reader put in this connection's inbox: the events
+        waiting at once in one frame, control messages in their turn."""
+        inbox = self.inbox
+        inbox.start_draining()
+        try:
+            while not self.closing:
+                frames: list[Frame] = []
+                for message in await inbox.take(FRAME_RECORDS):
+                    if self.closing:
+                        break
+                    if message["type"] == EVENT_TYPE:
+                        frame = await self.event_frame(message)
+                        if frame is not None:
+                            frames.append(frame)
+                        if len(frames) > 1 and sum(map(len, frames)) >= FRAME_BYTES:
+                            await self._emit_many(frames)
+                            frames = []
+                    else:
+                        await self._emit_many(frames)
+                        frames = []
+                        await self.dispatch(message)
+                await self._emit_many(frames)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("hub connection failed", extra=self._ids())
+            await self.shutdown()
+
+    async def _send(self, frame: Frame) -> None:
+        """A message outside the sequence (handshake, ping, Close, Ack, Sequence)."""
+        self.last_sent = self.loop.time()
+        transport = self.transport
+        if transport is not None:
+            await transport.send(frame)
+
+    async def _emit(self, frame: Frame) -> None:
+        """A hub invocation message (an event, a completion): numbered and kept for a
+        resume when stateful (resume.py)."""
+        self.last_sent = self.loop.time()
+        if self.stateful is not None:
+            await self._emit_stateful(frame)
+            return
+        transport = self.transport
+        if transport is not None:
+            await transport.send(frame)
+
+    async def _emit_many(self, frames: list[Frame]) -> None:
+        """Hub invocation messages as one frame (each still numbered when stateful)."""
+        if not frames:
+            return
+        if len(frames) == 1:
+            await self._emit(frames[0])
+            return
+        self.last_sent = self.loop.time()
+        if self.stateful is not None:
+            await self._emit_stateful(*frames)
+            return
+        transport = self.transport
+        if transport is not None:
+            await transport.send(join_frames(frames))

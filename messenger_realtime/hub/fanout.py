@@ -1,0 +1,227 @@
+"""One reader per hub process, and the process (not each connection) in the layer groups.
+
+channels-redis gives every consumer its own receive machinery (a lock, two tasks and an
+asyncio.wait per message received) and lists every connection of a group in the group's
+set and in every message sent to it, so a 1,000-member chat carried 1,000 channel names
+per event. Here a process joins group G once, as the channel `<process>!<G>` (all such
+channels live in the process's one Redis queue), keeps its own map of which local
+connections are in G, and one task pops the queue in batches and hands each message to
+the inboxes of G's local connections (hub/inbox.py). Every connection then drains its
+own inbox, so a quiet connection's event never waits behind another connection's burst
+once it is in the process.
+
+Backpressure: the reader takes nothing more from Redis while the process's draining
+connections hold BACKLOG_LIMIT deliveries or more in memory. A process that falls behind
+thus shows it in its Redis queue, which is what the worker's backpressure watches
+(dispatch/push.py, HUB_BACKLOG_LIMIT); nothing piles up unseen in memory.
+
+Joining a user to a chat: the worker copies the members of the user's group into the
+chat's group (transport/pipeline.copy_members), so the process's `<process>!user.<id>`
+channel receives the chat's events before its connections have read their memberships.
+Both names then arrive on one message and each connection gets it once. Once every local
+connection of that user is in the chat's group here, the copy is redundant and is taken
+out of the chat's group; when the user turns out not to be a member, the connection
+that found out takes it out (forget_copy).
+
+Other layers (the in-memory one of single-process mode) get one receive task per group
+channel instead of the batched reader.
+"""
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import weakref
+from typing import Any
+from uuid import UUID
+
+from messenger_realtime.contracts.events import HubTarget
+from messenger_realtime.exceptions import describe_error
+from messenger_realtime.hub.inbox import Inbox
+from messenger_realtime.ops.logging import Field
+from messenger_realtime.transport.groups import layer_group
+from messenger_realtime.transport.layer import OVERRUN_EVENT
+
+logger = logging.getLogger(__name__)
+BACKLOG_LIMIT = 1000  # deliveries waiting in memory before the reader stops popping
+# Groups are joined again this often: channels-redis forgets members older than its
+# group_expiry (86,400 s by default), which would cut a long-lived process off silently.
+GROUP_REFRESH = 3600.0
+RETRY_AFTER = 1.0  # s before the reader tries again after a failed receive (Redis down)
+_NAME_LIMIT = 99  # Channels' longest channel name
+
+_FANOUTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Fanout]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def fanout_for(layer: Any) -> "Fanout":
+    """This event loop's fan-out over `layer` (one per process in Daphne)."""
+    loop = asyncio.get_running_loop()
+    fanout = _FANOUTS.get(loop)
+    if fanout is None or fanout.layer is not layer:
+        fanout = _FANOUTS[loop] = Fanout(layer)
+    return fanout
+
+
+class Fanout:
+    def __init__(self, layer: Any) -> None:
+        self.layer = layer
+        self.members: dict[str, set[Inbox]] = {}  # group -> local inboxes in it
+        self.channels: dict[str, str] = {}  # this process's channel name -> its group
+        self.joined: set[str] = set()  # groups this process is a member of in the layer
+        self.backlog = 0  # deliveries waiting in draining inboxes
+        self.room = asyncio.Event()
+        self.room.set()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # reader(s) and the refresher
+        self._forgetting: set[tuple[str, str]] = set()  # (chat group, user group) in flight
+        self._batched = hasattr(layer, "receive_batch")
+        # Channels' specific-channel prefix: "specific.<client prefix>!" (channels-redis
+        # keeps all of them in that one key), or the in-memory layer's own.
+        prefix = getattr(layer, "client_prefix", "inmemory")
+        self.process_channel = f"specific.{prefix}!"
+
+    # -- membership ---------------------------------------------------------------
+
+    def inbox(self) -> Inbox:
+        return Inbox(getattr(self.layer, "capacity", 100), self._count)
+
+    async def join(self, group: str, inbox: Inbox) -> None:
+        self.members.setdefault(group, set()).add(inbox)
+        await self._reconcile(group)
+
+    async def leave(self, group: str, inbox: Inbox) -> None:
+        members = self.members.get(group)
+        if members is not None:
+            members.discard(inbox)
+            if not members:
+                del self.members[group]
+        await self._reconcile(group)
+
+    def channel_of(self, group: str) -> str:
+        name = self.process_channel + group
+        if len(name) > _NAME_LIMIT:  # a long group name: a stable digest of it instead
+            name = self.process_channel + hashlib.sha1(group.encode()).hexdigest()
+        self.channels[name] = group
+        return name
+
+    async def forget_copy(self, chat_group: str, user_group: str) -> None:
+        """The user is not in the chat: stop receiving its events through the user's
+        channel (a copy made when the user joined, since undone)."""
+        with contextlib.suppress(Exception):  # Redis may be unreachable: groups expire
+            await self.layer.group_discard(chat_group, self.channel_of(user_group))
+
+    async def _reconcile(self, group: str) -> None:
+        """Make the layer's membership of this process in `group` match whether any local
+        connection wants it. Serialized per group, so a join racing a leave cannot leave
+        the layer saying the opposite of the map."""
+        lock = self._locks.setdefault(group, asyncio.Lock())
+        async with lock:
+            wanted, joined = group in self.members, group in self.joined
+            if wanted and not joined:
+                await self.layer.group_add(group, self.channel_of(group))
+                self.joined.add(group)
+                self._start(group)
+            elif joined and not wanted:
+                self.joined.discard(group)
+                self._stop(group)
+                with contextlib.suppress(Exception):  # unreachable Redis: groups expire
+                    await self.layer.group_discard(group, self.channel_of(group))
+        if not lock.locked() and group not in self.members and group not in self.joined:
+            self._locks.pop(group, None)
+
+    # -- reading ------------------------------------------------------------------
+
+    def _start(self, group: str) -> None:
+        if "refresh" not in self._tasks:
+            self._tasks["refresh"] = asyncio.create_task(self._keep_joined())
+        key = "process" if self._batched else group
+        if key not in self._tasks:
+            channel = self.process_channel if self._batched else self.channel_of(group)
+            self._tasks[key] = asyncio.create_task(self._read(channel))
+
+    def _stop(self, group: str) -> None:
+        """Stop the readers nobody needs: a group's own (unbatched), or all when no
+        group is left (a receive cancelled mid-call loses nothing: layer.py)."""
+        names = [group] if not self._batched else []
+        if not self.joined:
+            names = list(self._tasks)
+        for name in names:
+            task = self._tasks.pop(name, None)
+            if task is not None:
+                task.cancel()
+
+    async def _read(self, channel: str) -> None:
+        layer = self.layer
+        while True:
+            await self.room.wait()
+            try:
+                if self._batched:
+                    received = await layer.receive_batch(channel)
+                else:
+                    received = [(channel, await layer.receive(channel))]
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.error(
+                    "hub receive failed; retrying",
+                    extra={"action": "receive", Field.ERROR_CODE: describe_error(exc)},
+                )
+                await asyncio.sleep(RETRY_AFTER)  # a retry pause, not synchronisation
+                continue
+            for target, message in received:
+                self.route(target, message)
+
+    def route(self, target: str | list[str], message: dict[str, Any]) -> None:
+        """Hand a message to every local connection of the groups it names, once each."""
+        names = target if isinstance(target, list) else [target]
+        groups = [g for name in names if (g := self.channels.get(name)) is not None]
+        if len(groups) == 1:
+            recipients: set[Inbox] | list[Inbox] = list(self.members.get(groups[0], ()))
+        else:
+            recipients = set().union(*(self.members.get(g, ()) for g in groups))
+            if len(groups) > 1 and message.get("type") != OVERRUN_EVENT:
+                self._drop_redundant_copies(groups, message)
+        for inbox in recipients:
+            inbox.put(message)
+
+    def _drop_redundant_copies(self, groups: list[str], message: dict[str, Any]) -> None:
+        """A chat event that came both through the chat's channel and a user's: once all
+        of that user's local connections are in the chat's group, drop the copy."""
+        chat = message.get("chat")
+        if chat is None:
+            return
+        chat_group = layer_group(HubTarget.chat(UUID(chat)))
+        if chat_group not in groups:
+            return
+        in_chat = self.members.get(chat_group, set())
+        for group in groups:
+            pair = (chat_group, group)
+            if group == chat_group or pair in self._forgetting:
+                continue
+            if self.members.get(group, set()) <= in_chat:
+                self._forgetting.add(pair)
+                task = asyncio.create_task(self._forget_once(chat_group, group))
+                self._tasks[f"forget {chat_group} {group}"] = task
+
+    async def _forget_once(self, chat_group: str, user_group: str) -> None:
+        try:
+            await self.forget_copy(chat_group, user_group)
+        finally:
+            self._forgetting.discard((chat_group, user_group))
+            self._tasks.pop(f"forget {chat_group} {user_group}", None)
+
+    def _count(self, delta: int) -> None:
+        self.backlog += delta
+        if self.backlog >= BACKLOG_LIMIT:
+            self.room.clear()
+        else:
+            self.room.set()
+
+    async def _keep_joined(self) -> None:
+        while True:
+            await asyncio.sleep(GROUP_REFRESH)  # a period, not synchronisation
+            for group in list(self.joined):
+                with contextlib.suppress(Exception):  # tried again next period
+                    await self.layer.group_add(group, self.channel_of(group))

@@ -1,0 +1,68 @@
+"""A connection's in-process queue of what the channel layer brought it (hub/fanout.py).
+
+Bounded: a connection that falls `capacity` messages behind loses what it holds and gets
+one overrun message instead, which closes it with allowReconnect (its client resyncs);
+never a silent drop. While the connection drains it (its delivery task runs), what it
+holds counts towards the process's backlog, which decides whether the process's reader
+takes more from Redis. A connection that does not drain yet (handshake pending) is left
+out, so it cannot hold the others back.
+"""
+
+import asyncio
+import collections
+from collections.abc import Callable
+from typing import Any
+
+from messenger_realtime.ops import metrics
+from messenger_realtime.transport.layer import OVERRUN_EVENT
+
+OVERRUN_MESSAGE: dict[str, Any] = {"type": OVERRUN_EVENT}
+
+
+class Inbox:
+    def __init__(self, capacity: int, count: Callable[[int], None]) -> None:
+        self.capacity = capacity
+        self._count = count  # adds a delta to the process's backlog
+        self._queue: collections.deque[dict[str, Any]] = collections.deque()
+        self._ready = asyncio.Event()
+        self._counted = 0  # what this inbox added to the backlog (all of it while draining)
+        self.draining = False
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def put(self, message: dict[str, Any]) -> None:
+        queue = self._queue
+        if len(queue) >= self.capacity:
+            metrics.channel_overruns.inc(len(queue) + 1)  # what it held, and this one
+            queue.clear()
+            message = OVERRUN_MESSAGE
+        queue.append(message)
+        self._ready.set()
+        self._recount()
+
+    async def take(self, most: int) -> list[dict[str, Any]]:
+        """The oldest messages, at most `most`; waits while there are none."""
+        queue = self._queue
+        while not queue:
+            self._ready.clear()
+            await self._ready.wait()
+        taken = [queue.popleft() for _ in range(min(most, len(queue)))]
+        self._recount()
+        return taken
+
+    def start_draining(self) -> None:
+        self.draining = True
+        self._recount()
+
+    def close(self) -> None:
+        """Nothing reads it any more: forget what it holds."""
+        self._queue.clear()
+        self.draining = False
+        self._recount()
+
+    def _recount(self) -> None:
+        counted = len(self._queue) if self.draining else 0
+        if counted != self._counted:
+            self._count(counted - self._counted)
+            self._counted = counted
