@@ -40,7 +40,8 @@ last_pass = Gauge(
 )
 channel_overruns = Counter(
     "messenger_realtime_channel_overruns",
-    "Messages channels-redis dropped because a connection's queue was full (capacity).",
+    "Messages dropped at a full hub process queue (one per process queue) or connection "
+    "inbox (one per connection); each connection that lost one is closed.",
 )
 expired = Counter(
     "messenger_realtime_expired",

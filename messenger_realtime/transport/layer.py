@@ -1,28 +1,25 @@
 """channels-redis' layer with batched receive for a process's own channel, and no silent
 loss.
 
-Every Daphne process receives all its connections' messages through one Redis key (its
+Every Daphne process receives all its messages through one Redis key (its
 "specific.<process>!" channel). channels-redis 4.3 pops that key one message at a time,
 with four round trips each under a lock (restore the backup, BZPOPMIN, back the message
 up, clean the backup), which caps a hub process near its Redis latency (1-2k messages/s
 on a busy box) and lets the key fill to capacity under load, where channels-redis drops.
 
-Here, when messages are waiting, one Lua call pops up to RECEIVE_BATCH of them and backs
-them up atomically; they are handed out one by one from memory and the backup is cleared
-with one more call. When the key is empty the layer falls back to the parent's blocking
-receive. A receive cancelled mid-call leaves the popped messages in the backup key, and
-the next receive (this one's or the parent's) puts them back in front, so nothing is
-lost; at worst a message is delivered twice, which clients dedupe anyway. Messages
-already popped wait in this process's memory until handed out, as they would in
-channels-redis' own receive buffers.
+The hub's one reader per process (hub/fanout.py) calls receive_batch(): one round trip
+per batch (BZMPOP up to RECEIVE_BATCH messages, and the key's overrun set, pipelined).
+Other consumers of a process channel still go through Channels' receive(), where this
+layer's receive_single pops up to RECEIVE_BATCH with one Lua call that also backs them
+up atomically (a receive cancelled mid-call leaves them in the backup key, and the next
+receive puts them back in front: nothing is lost, at worst a message comes twice).
 
-Drops are never silent. A message dropped at a full key leaves its connections' channel
-names in the key's overrun set (transport/pipeline.py; group_send here goes the same
-way); the same Lua call that pops a batch takes that set, and each of those connections
-gets an OVERRUN_EVENT before anything else. A connection whose own in-process buffer
-overflows (its consumer fell `capacity` messages behind) gets the same instead of
-channels-redis' silent drop of the oldest. The hub consumer closes such a connection
-with allowReconnect.
+Drops are never silent. A message dropped at a full key leaves the channel names it was
+for in the key's overrun set (transport/pipeline.py; group_send here goes the same way);
+the next pop takes that set and each named channel gets an OVERRUN_EVENT before anything
+else. A consumer's in-process buffer that overflows gets the same instead of
+channels-redis' silent drop of the oldest. The hub closes such connections with
+allowReconnect.
 """
 
 import asyncio

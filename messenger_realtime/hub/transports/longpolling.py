@@ -52,6 +52,8 @@ class LongPollingTransport:
 
     async def send(self, frame: Frame) -> None:
         data = frame.encode() if isinstance(frame, str) else frame
+        if self.overflowed and not self.connection.closing:
+            return  # events sent after the overflow, before the Close: dropped with the rest
         if not self.overflowed and self.size + len(data) > self.limit:
             # The client does not poll fast enough: drop what waits; the Close that
             # follows (allowReconnect) makes it reconnect and resync.

@@ -1,0 +1,224 @@
+"""The hub's one reader per process (hub/fanout.py) over a real Redis: the process, not
+each connection, is in a group; a message reaches each local member once; the reader
+stops taking from Redis while the process's connections are behind; lost messages close
+exactly the connections of the group that lost them; a user's copy in a chat's group is
+dropped once redundant; and several waiting events leave a connection as one frame."""
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import redis
+
+from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
+from messenger_realtime.hub import fanout as fanout_module
+from messenger_realtime.hub.fanout import Fanout
+from messenger_realtime.hub.inbox import OVERRUN_MESSAGE, Inbox
+from messenger_realtime.transport import pipeline
+from messenger_realtime.transport.groups import layer_group
+from messenger_realtime.transport.publisher import ChannelLayerPublisher
+from tests.support.helpers import layer
+from tests.support.runtime import PrivateRedis, run
+
+
+def members(url: str, group: str) -> list[str]:
+    client = redis.Redis.from_url(url)
+    return [m.decode() for m in client.zrange(f"asgi:group:{group}", 0, -1)]
+
+
+def chat_event(chat: uuid.UUID, n: int) -> OutgoingEvent:
+    return OutgoingEvent(HubTarget.chat(chat), "message_received", {"seq": n})
+
+
+async def until(predicate: Any, what: str) -> None:
+    for _ in range(2000):
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"never: {what}")
+
+
+def test_two_local_connections_make_one_group_member_and_each_gets_every_event_once(
+    private_redis: PrivateRedis,
+) -> None:
+    chat = uuid.uuid4()
+    group = layer_group(HubTarget.chat(chat))
+
+    async def scenario() -> tuple[list[str], list[list[int]], int, list[str]]:
+        hub, worker = layer(private_redis.url), layer(private_redis.url)
+        fanout = Fanout(hub)
+        first, second = fanout.inbox(), fanout.inbox()
+        await fanout.join(group, first)
+        await fanout.join(group, second)
+        joined = members(private_redis.url, group)
+        publisher = ChannelLayerPublisher(worker)
+        await publisher.publish_many([chat_event(chat, n) for n in range(5)])
+        await until(lambda: len(first) == 5 and len(second) == 5, "both inboxes filled")
+        got = [[m["payload"]["seq"] for m in await i.take(10)] for i in (first, second)]
+        await fanout.leave(group, first)
+        await fanout.leave(group, second)
+        return joined, got, len(fanout._tasks), members(private_redis.url, group)
+
+    joined, got, tasks_left, left = run(scenario())
+    assert len(joined) == 1 and joined[0].endswith(f"!{layer_group(HubTarget.chat(chat))}")
+    assert got == [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4]]
+    assert tasks_left == 0  # no group left: the reader stopped
+    assert left == []
+
+
+def test_the_reader_takes_nothing_more_while_the_process_is_behind(
+    private_redis: PrivateRedis, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(fanout_module, "BACKLOG_LIMIT", 10)
+    chat = uuid.uuid4()
+    group = layer_group(HubTarget.chat(chat))
+    queue = redis.Redis.from_url(private_redis.url)
+
+    async def scenario() -> tuple[int, int, int, int]:
+        hub, worker = layer(private_redis.url), layer(private_redis.url)
+        fanout = Fanout(hub)
+        inbox = fanout.inbox()
+        inbox.start_draining()
+        await fanout.join(group, inbox)
+        key = f"asgi{fanout.process_channel}"  # channels-redis: prefix + channel
+        await ChannelLayerPublisher(worker).publish_many([chat_event(chat, n) for n in range(300)])
+        await until(lambda: len(inbox) >= 10, "the first batch in memory")
+        # Routing a batch is synchronous and the reader waits for room before each pop:
+        # what it took so far is all it will take until the connection drains.
+        held, queued = len(inbox), int(queue.zcard(key))
+        taken = 0
+        while taken < 300:  # the connection drains; the reader goes on
+            taken += len(await asyncio.wait_for(inbox.take(7), 5))
+        await fanout.leave(group, inbox)
+        return held, queued, taken, int(queue.zcard(key))
+
+    held, queued, taken, queued_after = run(scenario())
+    assert held < 10 + 100  # one batch beyond the limit at most
+    assert queued == 300 - held  # the rest waits in Redis, where the worker sees it
+    assert (taken, queued_after) == (300, 0)
+
+
+def test_a_lost_message_closes_the_connections_of_that_group_only(
+    private_redis: PrivateRedis,
+) -> None:
+    flooded, quiet = uuid.uuid4(), uuid.uuid4()
+
+    async def scenario() -> list[list[dict[str, Any]]]:
+        hub = layer(private_redis.url)
+        fanout = Fanout(hub)
+        a, b, c = fanout.inbox(), fanout.inbox(), fanout.inbox()
+        await fanout.join(layer_group(HubTarget.chat(flooded)), a)
+        await fanout.join(layer_group(HubTarget.chat(flooded)), b)
+        await fanout.join(layer_group(HubTarget.chat(quiet)), c)
+        # As the worker's push script records a drop at a full queue (pipeline.py).
+        key = f"asgi{fanout.process_channel}"  # channels-redis: prefix + channel
+        lost = fanout.channel_of(layer_group(HubTarget.chat(flooded)))
+        redis.Redis.from_url(private_redis.url).sadd(key + pipeline.OVERRUN_SUFFIX, lost)
+        worker = layer(private_redis.url)
+        await ChannelLayerPublisher(worker).publish_many([chat_event(quiet, 1)])
+        await until(lambda: len(a) and len(b) and len(c), "every inbox told")
+        got = [await i.take(10) for i in (a, b, c)]
+        for group, inbox in ((flooded, a), (flooded, b), (quiet, c)):
+            await fanout.leave(layer_group(HubTarget.chat(group)), inbox)
+        return got
+
+    a, b, c = run(scenario())
+    assert a == [OVERRUN_MESSAGE] and b == [OVERRUN_MESSAGE]
+    assert [m["payload"]["seq"] for m in c] == [1]
+
+
+def test_a_users_copy_in_a_chat_group_delivers_once_and_is_dropped_once_redundant(
+    private_redis: PrivateRedis,
+) -> None:
+    chat, user = uuid.uuid4(), uuid.uuid4()
+    chat_group, user_group = layer_group(HubTarget.chat(chat)), layer_group(HubTarget.user(user))
+
+    async def scenario() -> tuple[list[int], list[str], list[int], list[str]]:
+        hub, worker = layer(private_redis.url), layer(private_redis.url)
+        fanout, publisher = Fanout(hub), ChannelLayerPublisher(worker)
+        inbox = fanout.inbox()
+        await fanout.join(user_group, inbox)
+        # The worker's join: the user's members copied into the chat's group.
+        await pipeline.copy_members(worker, user_group, chat_group)
+        await publisher.publish_many([chat_event(chat, 1)])
+        await until(lambda: len(inbox) == 1, "the event through the user's channel")
+        before = [m["payload"]["seq"] for m in await inbox.take(10)]
+        await fanout.join(chat_group, inbox)  # the connection read its memberships
+        copied = members(private_redis.url, chat_group)
+        await publisher.publish_many([chat_event(chat, 2)])  # through both channels
+        await until(lambda: len(inbox) == 1, "the event through both channels")
+        await until(lambda: len(members(private_redis.url, chat_group)) == 1, "copy dropped")
+        after = [m["payload"]["seq"] for m in await inbox.take(10)]
+        await fanout.leave(user_group, inbox)
+        await fanout.leave(chat_group, inbox)
+        return before, copied, after, members(private_redis.url, chat_group)
+
+    before, copied, after, left = run(scenario())
+    assert before == [1]
+    assert sorted(name.rsplit("!", 1)[1] for name in copied) == sorted([chat_group, user_group])
+    assert after == [2]  # once, though it came through both channels
+    assert left == []
+
+
+def test_an_inbox_overflow_replaces_what_it_held_with_one_overrun() -> None:
+    counted: list[int] = []
+
+    async def scenario() -> list[dict[str, Any]]:
+        inbox = Inbox(3, counted.append)
+        inbox.start_draining()
+        for n in range(4):
+            inbox.put({"type": "realtime.event", "n": n})
+        return await inbox.take(10)
+
+    assert run(scenario()) == [OVERRUN_MESSAGE]
+    assert sum(counted) == 0  # what it counted towards the backlog, all given back
+
+
+def test_several_waiting_events_leave_in_one_frame(private_redis: PrivateRedis) -> None:
+    from messenger_realtime.conf.settings import load_hub_options
+    from messenger_realtime.hub.auth import Identity
+    from messenger_realtime.hub.connection import HubConnection
+    from messenger_realtime.hub.protocols import JsonProtocol
+
+    chat = uuid.uuid4()
+    frames: list[str] = []
+
+    class Recorder:
+        name, binary_ok, inherent_keepalive = "WebSockets", True, False
+
+        async def send(self, frame: str) -> None:
+            frames.append(frame)
+
+        async def close(self) -> None: ...
+
+        def use_binary(self, binary: bool) -> None: ...
+
+        def idle_since(self) -> None:
+            return None
+
+        def lingers(self) -> bool:
+            return False
+
+    async def scenario() -> None:
+        connection = HubConnection(
+            connection_id=uuid.uuid4().hex,
+            identity=Identity(uuid.uuid4(), None),
+            token=None,
+            options=load_hub_options(),
+            transport=Recorder(),
+            channel_layer=layer(private_redis.url),
+        )
+        connection.handshaken, connection.protocol = True, JsonProtocol(32768)
+        connection.memberships.update({chat: 1})
+        for n in range(3):  # waiting before delivery starts
+            message = {"type": "realtime.event", "chat": str(chat), "event": "message_received"}
+            connection.inbox.put({**message, "payload": {"seq": n}, "membership_version": 1})
+        connection._start_delivery()
+        await until(lambda: frames, "a frame sent")
+        await connection.end()
+
+    run(scenario())
+    assert len(frames) == 1
+    records = [json.loads(r) for r in frames[0].split("\x1e") if r]
+    assert [r["arguments"][0]["seq"] for r in records] == [0, 1, 2]
