@@ -25,9 +25,11 @@ class Connection:
 
     def __init__(self) -> None:
         self.overflows: list[Any] = []
+        self.closing = False
 
     async def send_overflow(self, unsent: Any) -> None:
         self.overflows.append(unsent)
+        self.closing = True  # as HubConnection._drop, before it sends the Close
 
 
 async def settle() -> None:
@@ -80,6 +82,7 @@ def test_past_the_bound_the_queue_is_dropped_and_the_connection_told() -> None:
         transport.connection = connection
         await transport.send("x" * 60)
         await transport.send("y" * 60)  # 120 > 100: nobody polls fast enough
+        await transport.send("z")  # an event sent before the connection heard of it
         await settle()
         await transport.send("close")  # the Close that follows still goes out
         await transport.take_poll(poll)
