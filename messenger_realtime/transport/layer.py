@@ -93,6 +93,8 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
         group_send writes: channels-redis' send() hashes the whole name (its PR #220),
         which with several hosts would queue a message where nobody reads. Group names
         and general channels have no "!": unchanged."""
+        if self.ring_size == 1:
+            return 0
         return int(super().consistent_hash(self.non_local_name(value)))
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:

@@ -142,19 +142,34 @@ class _HostSend:
     keys: list[str] = field(default_factory=list)
     payloads: list[bytes] = field(default_factory=list)
     capacities: list[int] = field(default_factory=list)
-    scores: list[float] = field(default_factory=list)
     refs: list[int] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     listed: dict[tuple[str, str], int] = field(default_factory=dict)  # (group, key) -> ref
 
-    def add(self, key: str, payload: bytes, capacity: int, group: str, names: str) -> None:
-        self.keys.append(key)
-        self.payloads.append(payload)
-        self.capacities.append(capacity)
-        if (group, key) not in self.listed:  # a group's names for this key, listed once
-            self.names.append(names)
-            self.listed[(group, key)] = len(self.names)
-        self.refs.append(self.listed[(group, key)])
+    def add(
+        self,
+        group: str,
+        keys: list[str],
+        payloads: dict[str, bytes],
+        capacities: dict[str, int],
+        names: dict[str, str],
+    ) -> None:
+        """One event's insertions into the channel keys of this host."""
+        for key in keys:
+            self.keys.append(key)
+            self.payloads.append(payloads[key])
+            self.capacities.append(capacities[key])
+            ref = self.listed.get((group, key))
+            if ref is None:  # a group's names for this key, listed once
+                self.names.append(names[key])
+                ref = self.listed[(group, key)] = len(self.names)
+            self.refs.append(ref)
+
+    def script(self, layer: Any, clock: ScoreClock, stale_before: int) -> Any:
+        # Scores rise through the chunk: each channel key (on this host) pops in event order.
+        scores = clock.take(len(self.keys))
+        args = [*self.payloads, *self.capacities, *scores, *self.refs, layer.expiry, stale_before]
+        return shards.script(CHUNK_SEND_LUA, self.keys, [*args, *self.names])
 
 
 async def copy_members(layer: Any, source: str, target: str) -> int:
@@ -184,44 +199,21 @@ async def group_send_many(
     members = await _read_groups(layer, [group for group, _ in messages], now)
     sends: dict[int, _HostSend] = {}
     names_by_group: dict[str, dict[str, str]] = {}
-    entries: list[_HostSend] = []  # whose share each insertion went to, in chunk order
     for group, message in messages:
         channels = members[group]
         if not channels:
             continue  # nobody listens to this group right now: delivered to no one
-        hosts, message_by_key, capacity_by_key = layer._map_channel_keys_to_connection(
-            channels, message
-        )
-        if group not in names_by_group:
-            names_by_group[group] = _names_by_key(layer, channels)
+        hosts, payloads, capacities = layer._map_channel_keys_to_connection(channels, message)
+        names = names_by_group.get(group)
+        if names is None:
+            names = names_by_group[group] = _names_by_key(layer, channels)
         for host, keys in hosts.items():
-            send = sends.setdefault(host, _HostSend())
-            for key in keys:
-                names = names_by_group[group][key]
-                send.add(key, message_by_key[key], capacity_by_key[key], group, names)
-                entries.append(send)
-    if not entries:
+            send = sends.get(host) or sends.setdefault(host, _HostSend())
+            send.add(group, keys, payloads, capacities, names)
+    if not sends:
         return ChunkSent(0, [])
-    # Scores rise through the whole chunk, so each channel (one host) pops in event order.
-    for send, score in zip(entries, clock.take(len(entries)), strict=True):
-        send.scores.append(score)
     stale_before = now - int(layer.expiry)
-    calls = {
-        host: shards.script(
-            CHUNK_SEND_LUA,
-            send.keys,
-            [
-                *send.payloads,
-                *send.capacities,
-                *send.scores,
-                *send.refs,
-                layer.expiry,
-                stale_before,
-                *send.names,
-            ],
-        )
-        for host, send in sends.items()
-    }
+    calls = {host: send.script(layer, clock, stale_before) for host, send in sends.items()}
     lost = await shards.on_hosts(layer, calls)
     reached = [key for send in sends.values() for key in send.keys]
     return ChunkSent(sum(int(count) for count in lost.values()), list(dict.fromkeys(reached)))
@@ -230,7 +222,7 @@ async def group_send_many(
 async def queue_depths(layer: Any, channel_keys: list[str]) -> dict[str, int]:
     """Each of these channel queues' length, read on its own host: one round trip per
     host, concurrently."""
-    buckets = shards.by_host(channel_keys, lambda key: shards.channel_key_host(layer, key))
+    buckets = shards.by_host(layer, channel_keys, lambda key: shards.channel_key_host(layer, key))
     calls = {host: shards.script(QUEUE_DEPTH_LUA, keys, []) for host, keys in buckets.items()}
     replies = await shards.on_hosts(layer, calls)
     return {
@@ -242,7 +234,9 @@ async def queue_depths(layer: Any, channel_keys: list[str]) -> dict[str, int]:
 
 async def _read_groups(layer: Any, groups: list[str], now: int) -> dict[str, list[str]]:
     """Every distinct group's live members, each group read (and swept) on its host."""
-    buckets = shards.by_host(dict.fromkeys(groups), lambda group: shards.group_host(layer, group))
+    buckets = shards.by_host(
+        layer, dict.fromkeys(groups), lambda group: shards.group_host(layer, group)
+    )
     stale_before = now - layer.group_expiry
     calls = {
         host: shards.script(READ_GROUPS_LUA, [layer._group_key(g) for g in names], [stale_before])

@@ -28,8 +28,12 @@ def channel_key_host(layer: Any, channel_key: str) -> int:
     return int(layer.consistent_hash(channel_key[len(layer.prefix) :]))
 
 
-def by_host(items: Iterable[Result], host: Callable[[Result], int]) -> dict[int, list[Result]]:
+def by_host(
+    layer: Any, items: Iterable[Result], host: Callable[[Result], int]
+) -> dict[int, list[Result]]:
     """The items bucketed by host, each bucket in the items' order."""
+    if layer.ring_size == 1:
+        return {0: list(items)}
     buckets: dict[int, list[Result]] = {}
     for item in items:
         buckets.setdefault(host(item), []).append(item)
