@@ -98,6 +98,14 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+# The channel layer's Redis servers, comma-separated (default: REDIS_URL alone). With
+# several, channels-redis shards groups and Daphne process queues over them by consistent
+# hashing (docs/operations.md, "Sharded Redis"); the list's order is the hash ring, so
+# every process must be given the same list. Kept as written: a bad entry (an empty one
+# included) is named by system check messenger_realtime.E024, not silently dropped.
+CHANNEL_REDIS_URLS = [
+    url.strip() for url in env.str("CHANNEL_REDIS_URLS", default=REDIS_URL).split(",")
+]
 
 # The realtime dispatcher (messenger_realtime.conf.settings reads this and the
 # MESSENGER_REALTIME_<KEY> / REALTIME_BACKPLANE_ENABLED environment overrides).
@@ -122,7 +130,8 @@ if env.bool("REALTIME_BACKPLANE_ENABLED", default=True):
                 # worker bounds each push with PUBLISH_TIMEOUT instead); connecting to a
                 # dead Redis still fails fast.
                 "hosts": [
-                    {"address": REDIS_URL, "socket_timeout": None, "socket_connect_timeout": 5}
+                    {"address": url, "socket_timeout": None, "socket_connect_timeout": 5}
+                    for url in CHANNEL_REDIS_URLS
                 ],
                 # The queue of one Daphne process: channels-redis keeps every connection
                 # of a process in one Redis key, so this bounds the whole process'

@@ -14,17 +14,15 @@ from django.db import connection
 from tests.support.runtime import PrivateRedis, free_port, wait_until
 
 
-@pytest.fixture
-def private_redis() -> Iterator[PrivateRedis]:
+def start_private_redis() -> PrivateRedis:
+    """A redis-server of the test's own on a free port, without persistence; answering."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail("redis-server is required (scripts/test installs it on a fresh machine)")
     port = free_port()
-    process = subprocess.Popen(
-        [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    server = PrivateRedis(port, process)
+    argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly"]
+    argv += ["no", "--daemonize", "no"]
+    server = PrivateRedis(port, subprocess.Popen(argv, stdout=subprocess.DEVNULL))
 
     def answers() -> bool:
         try:
@@ -32,10 +30,32 @@ def private_redis() -> Iterator[PrivateRedis]:
         except redis.ConnectionError:
             return False
 
-    wait_until(answers, what="private redis-server")
+    try:
+        wait_until(answers, what="private redis-server")
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+@pytest.fixture
+def private_redis() -> Iterator[PrivateRedis]:
+    server = start_private_redis()
     yield server
-    process.kill()
-    process.wait()
+    server.stop()
+
+
+@pytest.fixture
+def redis_shards() -> Iterator[list[PrivateRedis]]:
+    """Two private redis-servers: the channel layer's shards (CHANNEL_REDIS_URLS)."""
+    servers: list[PrivateRedis] = []
+    try:
+        servers.append(start_private_redis())
+        servers.append(start_private_redis())
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
 
 
 @pytest.fixture

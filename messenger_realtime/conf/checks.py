@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, register
 
+from messenger_realtime.conf.layer_hosts import SETTING, host_problems
 from messenger_realtime.conf.settings import DEFAULTS, HUB, WORKER, collect, env_name, role_keys
 from messenger_realtime.conf.validation import validate
 
@@ -65,6 +66,23 @@ def check_worker_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]
             )
         )
     return errors
+
+
+@register(WORKER_TAG, HUB_TAG)
+def check_channel_layer_hosts(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E024: the Redis layer's hosts are a list of usable, distinct Redis URLs."""
+    layer = getattr(settings, "CHANNEL_LAYERS", {}).get("default", {})
+    if "Redis" not in layer.get("BACKEND", "") or "hosts" not in layer.get("CONFIG", {}):
+        return []
+    return [
+        Error(
+            f"{SETTING} (the channel layer's Redis servers): {problem}.",
+            hint=f"Set ${SETTING} to comma-separated Redis URLs, the same list in every "
+            "process (default: $REDIS_URL alone); docs/operations.md, Sharded Redis.",
+            id="messenger_realtime.E024",
+        )
+        for problem in host_problems(layer["CONFIG"]["hosts"])
+    ]
 
 
 @register(HUB_TAG)

@@ -57,7 +57,7 @@ async def _channel_layer() -> bool:
     layer: Any = get_channel_layer()
     if not hasattr(layer, "connection"):  # in-memory: nothing to reach
         return True
-    try:
-        return bool(await layer.connection(0).ping())
+    try:  # every Redis server of a sharded layer: each holds some groups and queues
+        return all([await layer.connection(index).ping() for index in range(layer.ring_size)])
     except Exception:
         return False

@@ -93,12 +93,18 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
         )
         self._scores = pipeline.ScoreClock()
 
+    def consistent_hash(self, value: str) -> int:
+        """A process channel's host by its non-local part, where its receive reads and
+        group_send writes: channels-redis' send() hashes the whole name (its PR #220),
+        which with several hosts would queue a message where nobody reads. Group names
+        and general channels have no "!": unchanged."""
+        if self.ring_size == 1:
+            return 0
+        return int(super().consistent_hash(self.non_local_name(value)))
+
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
-        """As channels-redis' (same keys, same capacity rule), but a drop is counted and
-        its connections are told (pipeline.py); several hosts: the parent's, unchanged."""
-        if not pipeline.supports(self):
-            await super().group_send(group, message)
-            return
+        """As channels-redis' (same keys, same capacity rule, any number of hosts), but a
+        drop is counted and its connections are told (pipeline.py)."""
         assert self.require_valid_group_name(group), "Group name not valid"
         sent = await pipeline.group_send_many(self, [(group, message)], self._scores)
         pipeline.report_lost(sent.lost)

@@ -4,8 +4,10 @@ channels-redis' group_send costs four round trips per event (expire the group, r
 members, expire each channel, a Lua EVAL), which caps a worker near 0.5k events/s. Here a
 chunk costs two: (1) one Lua script that expires and reads each distinct group once, (2)
 one Lua script that inserts every event into its member channels, in event order. This relies
-on channels-redis' key layout and message format (pinned: 4.3.0) and on a single Redis
-host; otherwise the layer's own group_send is used, event by event.
+on channels-redis' key layout and message format (pinned: 4.3.0). With several Redis
+hosts each host runs its own share of both steps (the groups it holds, then the channel
+keys it holds), concurrently across hosts: still two round trips per host
+(transport/shards.py says which host holds what).
 
 No silent loss: where channels-redis drops a message for a full channel, the script adds
 the message's channels (the connections it was for) to that channel key's overrun set
@@ -17,12 +19,13 @@ message, the number messenger_realtime_channel_overruns_total adds up.
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from channels_redis.core import RedisChannelLayer
 
 from messenger_realtime.ops import metrics
+from messenger_realtime.transport import shards
 
 logger = logging.getLogger(__name__)
 
@@ -109,10 +112,21 @@ end
 return #members
 """
 
+# KEYS[1]: a group; ARGV: now, group expiry, then channel names to add (as group_add
+# would). The second half of copy_members when source and target groups live on
+# different hosts.
+ADD_MEMBERS_LUA = """
+for i = 3, #ARGV do
+    redis.call('ZADD', KEYS[1], ARGV[1], ARGV[i])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return #ARGV - 2
+"""
+
 
 def supports(layer: Any) -> bool:
-    """A channels-redis core layer on exactly one host."""
-    return isinstance(layer, RedisChannelLayer) and len(layer.hosts) == 1
+    """A channels-redis core layer, on one host or several (transport/shards.py)."""
+    return isinstance(layer, RedisChannelLayer)
 
 
 @dataclass(frozen=True)
@@ -121,72 +135,129 @@ class ChunkSent:
     channel_keys: list[str]  # the distinct channel queues (hub processes) the chunk reached
 
 
+@dataclass
+class _HostSend:
+    """One host's share of a chunk: CHUNK_SEND_LUA's keys and arguments."""
+
+    keys: list[str] = field(default_factory=list)
+    payloads: list[bytes] = field(default_factory=list)
+    capacities: list[int] = field(default_factory=list)
+    refs: list[int] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    listed: dict[tuple[str, str], int] = field(default_factory=dict)  # (group, key) -> ref
+
+    def add(
+        self,
+        group: str,
+        keys: list[str],
+        payloads: dict[str, bytes],
+        capacities: dict[str, int],
+        names: dict[str, str],
+    ) -> None:
+        """One event's insertions into the channel keys of this host."""
+        for key in keys:
+            self.keys.append(key)
+            self.payloads.append(payloads[key])
+            self.capacities.append(capacities[key])
+            ref = self.listed.get((group, key))
+            if ref is None:  # a group's names for this key, listed once
+                self.names.append(names[key])
+                ref = self.listed[(group, key)] = len(self.names)
+            self.refs.append(ref)
+
+    def script(self, layer: Any, clock: ScoreClock, stale_before: int) -> Any:
+        # Scores rise through the chunk: each channel key (on this host) pops in event order.
+        scores = clock.take(len(self.keys))
+        args = [*self.payloads, *self.capacities, *scores, *self.refs, layer.expiry, stale_before]
+        return shards.script(CHUNK_SEND_LUA, self.keys, [*args, *self.names])
+
+
 async def copy_members(layer: Any, source: str, target: str) -> int:
     """Add every channel of layer group `source` to group `target`; how many there were."""
     now = time.time()
     keys = (layer._group_key(source), layer._group_key(target))
-    args = (now, int(now) - layer.group_expiry, layer.group_expiry)
-    return int(await layer.connection(0).eval(COPY_MEMBERS_LUA, 2, *keys, *args))
+    stale_before = int(now) - layer.group_expiry
+    source_host, target_host = shards.group_host(layer, source), shards.group_host(layer, target)
+    if source_host == target_host:  # one atomic script, as on a single host
+        args = (now, stale_before, layer.group_expiry)
+        connection = layer.connection(source_host)
+        return int(await connection.eval(COPY_MEMBERS_LUA, 2, *keys, *args))
+    # Two hosts: read the members where the source lives, add them where the target does.
+    (members,) = await layer.connection(source_host).eval(READ_GROUPS_LUA, 1, keys[0], stale_before)
+    if members:
+        args = (now, layer.group_expiry, *members)
+        await layer.connection(target_host).eval(ADD_MEMBERS_LUA, 1, keys[1], *args)
+    return len(members)
 
 
 async def group_send_many(
     layer: Any, messages: list[tuple[str, dict[str, Any]]], clock: ScoreClock
 ) -> ChunkSent:
-    """Send each (layer group, channels message), in order."""
-    connection = layer.connection(0)
+    """Send each (layer group, channels message), in order: two round trips per host
+    (read the groups on their hosts, then insert on the channel keys' hosts)."""
     now = int(time.time())
-    event_groups = [layer._group_key(group) for group, _ in messages]
-    groups = list(dict.fromkeys(event_groups))
-    replies = await connection.eval(READ_GROUPS_LUA, len(groups), *groups, now - layer.group_expiry)
-    found = zip(groups, replies, strict=True)
-    members = {key: [member.decode("utf8") for member in names] for key, names in found}
-    keys: list[str] = []
-    payloads: list[bytes] = []
-    capacities: list[int] = []
-    refs: list[int] = []
-    listed: dict[tuple[bytes, str], int] = {}  # (group, channel key) -> index of its names
-    names: list[str] = []
-    for (_group, message), group in zip(messages, event_groups, strict=True):
+    members = await _read_groups(layer, [group for group, _ in messages], now)
+    sends: dict[int, _HostSend] = {}
+    names_by_group: dict[str, dict[str, str]] = {}
+    for group, message in messages:
         channels = members[group]
         if not channels:
             continue  # nobody listens to this group right now: delivered to no one
-        _, message_by_key, capacity_by_key = layer._map_channel_keys_to_connection(
-            channels, message
-        )
-        for key, serialized in message_by_key.items():
-            keys.append(key)
-            payloads.append(serialized)
-            capacities.append(capacity_by_key[key])
-            if (group, key) not in listed:
-                names.extend(_names_by_key(layer, group, channels, listed))
-            refs.append(listed[(group, key)])
-    if not keys:
+        hosts, payloads, capacities = layer._map_channel_keys_to_connection(channels, message)
+        names = names_by_group.get(group)
+        if names is None:
+            names = names_by_group[group] = _names_by_key(layer, channels)
+        for host, keys in hosts.items():
+            send = sends.get(host) or sends.setdefault(host, _HostSend())
+            send.add(group, keys, payloads, capacities, names)
+    if not sends:
         return ChunkSent(0, [])
     stale_before = now - int(layer.expiry)
-    args = [*payloads, *capacities, *clock.take(len(keys)), *refs, layer.expiry, stale_before]
-    lost = int(await connection.eval(CHUNK_SEND_LUA, len(keys), *keys, *args, *names))
-    return ChunkSent(lost, list(dict.fromkeys(keys)))
+    calls = {host: send.script(layer, clock, stale_before) for host, send in sends.items()}
+    lost = await shards.on_hosts(layer, calls)
+    reached = [key for send in sends.values() for key in send.keys]
+    return ChunkSent(sum(int(count) for count in lost.values()), list(dict.fromkeys(reached)))
 
 
 async def queue_depths(layer: Any, channel_keys: list[str]) -> dict[str, int]:
-    """Each of these channel queues' length, in one round trip."""
-    connection = layer.connection(0)
-    depths = await connection.eval(QUEUE_DEPTH_LUA, len(channel_keys), *channel_keys)
-    return {key: int(depth) for key, depth in zip(channel_keys, depths, strict=True)}
+    """Each of these channel queues' length, read on its own host: one round trip per
+    host, concurrently."""
+    buckets = shards.by_host(layer, channel_keys, lambda key: shards.channel_key_host(layer, key))
+    calls = {host: shards.script(QUEUE_DEPTH_LUA, keys, []) for host, keys in buckets.items()}
+    replies = await shards.on_hosts(layer, calls)
+    return {
+        key: int(depth)
+        for host, keys in buckets.items()
+        for key, depth in zip(keys, replies[host], strict=True)
+    }
 
 
-def _names_by_key(
-    layer: Any, group: bytes, channels: list[str], listed: dict[tuple[bytes, str], int]
-) -> list[str]:
+async def _read_groups(layer: Any, groups: list[str], now: int) -> dict[str, list[str]]:
+    """Every distinct group's live members, each group read (and swept) on its host."""
+    buckets = shards.by_host(
+        layer, dict.fromkeys(groups), lambda group: shards.group_host(layer, group)
+    )
+    stale_before = now - layer.group_expiry
+    calls = {
+        host: shards.script(READ_GROUPS_LUA, [layer._group_key(g) for g in names], [stale_before])
+        for host, names in buckets.items()
+    }
+    replies = await shards.on_hosts(layer, calls)
+    return {
+        group: [member.decode("utf8") for member in found]
+        for host, names in buckets.items()
+        for group, found in zip(names, replies[host], strict=True)
+    }
+
+
+def _names_by_key(layer: Any, channels: list[str]) -> dict[str, str]:
     """A group's channels as one space-separated string per channel key (a process's key
-    holds all of that process's connections), numbered on from len(listed) + 1."""
+    holds all of that process's connections)."""
     by_key: dict[str, list[str]] = {}
     for channel in channels:
         local = layer.non_local_name(channel) if "!" in channel else channel
         by_key.setdefault(layer.prefix + local, []).append(channel)
-    for key in by_key:
-        listed[(group, key)] = len(listed) + 1
-    return [" ".join(names) for names in by_key.values()]
+    return {key: " ".join(names) for key, names in by_key.items()}
 
 
 def report_lost(lost: int) -> None:

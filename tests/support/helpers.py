@@ -51,11 +51,12 @@ def make_due(*entries: RealtimeOutboxEntry) -> None:
     RealtimeOutboxEntry.objects.filter(id__in=[e.id for e in entries]).update(next_attempt_at=Now())
 
 
-def layer(url: str, **overrides: Any) -> RedisChannelLayer:
+def layer(url: str | list[str], **overrides: Any) -> BatchReceiveRedisChannelLayer:
     """A fresh channel layer configured as the project's (with `overrides`), on the Redis
-    at `url`."""
+    at `url` (or sharded over the Redis servers at these URLs, in this ring order)."""
     config = dict(settings.CHANNEL_LAYERS["default"]["CONFIG"], **overrides)
-    config["hosts"] = [{**config["hosts"][0], "address": url}]
+    urls = [url] if isinstance(url, str) else url
+    config["hosts"] = [{**config["hosts"][0], "address": address} for address in urls]
     return BatchReceiveRedisChannelLayer(**config)
 
 

@@ -55,6 +55,10 @@ class PrivateRedis:
     def thaw(self) -> None:
         self.process.send_signal(signal.SIGCONT)
 
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
 
 def manage(*args: str) -> list[str]:
     return [sys.executable, str(ROOT / "manage.py"), *args]

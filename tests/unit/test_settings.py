@@ -1,7 +1,9 @@
 """MESSENGER_REALTIME: the spec's defaults, env overrides, and a check id per bad value."""
 
+import json
 import os
 import subprocess
+import sys
 
 import pytest
 from django.conf import settings
@@ -12,7 +14,7 @@ from django.test import override_settings
 from messenger_realtime.conf.checks import HUB_TAG, WORKER_TAG
 from messenger_realtime.conf.settings import load_hub_options, load_options
 from messenger_realtime.contracts.port import get_domain_port
-from tests.support.runtime import manage
+from tests.support.runtime import ROOT, manage
 
 HUB_ONLY = {
     "JWT_SIGNING_KEY",
@@ -187,3 +189,78 @@ def test_options_are_cached_until_the_setting_changes() -> None:
     with realtime({"BATCH_SIZE": 7}):
         assert load_options().batch_size == 7
     assert load_options() is not before and load_options().batch_size == 200
+
+
+def redis_layer(hosts: object) -> override_settings:
+    backend = "messenger_realtime.transport.layer.BatchReceiveRedisChannelLayer"
+    return override_settings(
+        CHANNEL_LAYERS={"default": {"BACKEND": backend, "CONFIG": {"hosts": hosts}}}
+    )
+
+
+def test_channel_layer_hosts_must_be_distinct_redis_urls() -> None:
+    good = ["redis://127.0.0.1:6379/6", "rediss://:pw@cache-2:6380", "unix:///run/redis.sock"]
+    with redis_layer([{"address": url} for url in good]):
+        assert check_ids([WORKER_TAG]) == check_ids([HUB_TAG]) == []
+    bad = [
+        "redis://127.0.0.1:6379/6",
+        "",  # a stray comma in CHANNEL_REDIS_URLS
+        "redis//typo:6379",
+        "redis://:s3cret@cache:port/0",
+        "redis://cache:6379/x",
+        "redis://127.0.0.1:6379/6",
+    ]
+    with redis_layer([{"address": url} for url in bad]):
+        errors = check_realtime_settings([WORKER_TAG])
+        assert check_ids([HUB_TAG]) == [str(e.id) for e in errors]  # both roles refuse
+    assert [e.id for e in errors] == ["messenger_realtime.E024"] * 5
+    prefix = "CHANNEL_REDIS_URLS (the channel layer's Redis servers): "
+    assert [e.msg.removeprefix(prefix) for e in errors] == [
+        "entry 2 ('') is empty.",
+        "entry 3 ('redis//typo:6379') is not a redis://, rediss:// or unix:// URL.",
+        "entry 4 ('redis://***@cache:port/0') has an invalid port.",
+        "entry 5 ('redis://cache:6379/x') has a database that is not a number"
+        " (redis://host:port/DB).",
+        "entry 6 ('redis://127.0.0.1:6379/6') lists the same server again"
+        " (one server would take two ring positions).",
+    ]
+    assert "s3cret" not in "".join(e.msg + str(e.hint) for e in errors)
+    with redis_layer([]):
+        assert "is empty" in check_realtime_settings()[0].msg
+
+
+def project_layer_hosts(**env: str) -> list[str]:
+    """The channel layer hosts project/settings.py builds from this environment."""
+    code = (
+        "import django, json; django.setup(); from django.conf import settings;"
+        "hosts = settings.CHANNEL_LAYERS['default']['CONFIG']['hosts'];"
+        "print(json.dumps([host['address'] for host in hosts]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return list(json.loads(out))
+
+
+def test_channel_redis_urls_shard_the_layer_and_default_to_redis_url() -> None:
+    shards = "redis://10.0.0.1:6379/0, redis://10.0.0.2:6379/0"
+    assert project_layer_hosts(REDIS_URL="redis://one:6379/3") == ["redis://one:6379/3"]
+    assert project_layer_hosts(CHANNEL_REDIS_URLS=shards) == [
+        "redis://10.0.0.1:6379/0",
+        "redis://10.0.0.2:6379/0",
+    ]
+
+
+def test_worker_refuses_to_start_on_a_bad_channel_redis_url() -> None:
+    env = dict(os.environ, CHANNEL_REDIS_URLS="redis://127.0.0.1:6379/6,")
+    proc = subprocess.run(
+        manage("dispatch_realtime", "--once"), env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode != 0
+    assert "messenger_realtime.E024" in proc.stderr and "entry 2 ('') is empty" in proc.stderr

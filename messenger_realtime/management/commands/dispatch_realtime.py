@@ -37,7 +37,9 @@ settings (settings.MESSENGER_REALTIME["KEY"], overridden by the environment; dur
 seconds; every one is validated and the worker refuses to start on a bad value):
 {{settings}}
   plus DATABASE_URL (a direct PostgreSQL connection or a session-pooling PgBouncer) and
-  REDIS_URL (the channel layer Daphne reads from).
+  REDIS_URL (the channel layer Daphne reads from), or CHANNEL_REDIS_URLS: several Redis
+  servers, comma-separated, the same list as every Daphne process (the layer shards over
+  them; a bad entry is check messenger_realtime.E024).
 
 metrics and probes:
   GET /metrics, /health/live and /health/ready on port METRICS_PORT
