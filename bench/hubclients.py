@@ -220,10 +220,12 @@ class Service:
                     self.up.set()
 
     @classmethod
-    async def start(cls, name: str, argv: list[str], env: dict[str, str], ready: str) -> "Service":
+    async def start(
+        cls, name: str, argv: list[str], env: dict[str, str], ready: str, cwd: Path = ROOT
+    ) -> "Service":
         """Start it and wait for its `ready` log line (or its exit, or 90 s)."""
         proc = await asyncio.create_subprocess_exec(
-            *argv, env=env, cwd=ROOT, stdout=PIPE, stderr=asyncio.subprocess.STDOUT, limit=2**20
+            *argv, env=env, cwd=cwd, stdout=PIPE, stderr=asyncio.subprocess.STDOUT, limit=2**20
         )
         service = cls(name, proc, ready)
         up = asyncio.create_task(service.up.wait())
