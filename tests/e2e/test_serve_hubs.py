@@ -1,0 +1,254 @@
+"""`scripts/serve --hubs 2` for real: two Daphne processes behind Debian's nginx (its
+generated config), the worker and the reaper, on the test database. Official clients
+spread over both processes all get their chat events; SIGKILL one process and its
+clients reconnect through nginx to the other and, after a REST resync, lack nothing,
+while the other process's clients kept receiving; serve starts the dead process again
+(capacity returns) and Ctrl-C stops every process it started."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from project.messenger import services
+from tests.support.api_client import Api, http_get, sample
+from tests.support.factories import UserFactory
+from tests.support.hub_clients import HubClient
+from tests.support.hub_helpers import token_for
+from tests.support.runtime import ROOT, free_port, wait_until
+from tests.support.workers import LoggedProcess
+
+HUBS = 2
+CONNECTIONS = "messenger_realtime_hub_connections"
+
+
+def free_range(count: int) -> int:
+    """A port P with P..P+count all free: serve's nginx on P, hub i on P+i."""
+
+    def bindable(port: int) -> bool:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+            return True
+
+    for _ in range(50):
+        port = free_port()
+        if port + count < 65536 and all(bindable(port + i) for i in range(1, count + 1)):
+            return port
+    raise AssertionError(f"no {count + 1} free consecutive ports")
+
+
+class Served:
+    """scripts/serve --hubs N in a session (process group) of its own."""
+
+    def __init__(self, env: dict[str, str], local: Path, hubs: int = HUBS) -> None:
+        self.port = free_range(hubs)
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(
+            env,
+            HOST="127.0.0.1",
+            PORT=str(self.port),
+            MESSENGER_LOCAL_DIR=str(local),  # nginx's config, pid, temp files and logs
+            MESSENGER_REALTIME_METRICS_PORT=str(free_port()),
+            DEMO_ENABLED="false",
+        )
+        argv = ["bash", "scripts/serve", "--hubs", str(hubs)]
+        self.process = LoggedProcess(argv, env, cwd=str(ROOT), start_new_session=True)
+        try:
+            self.process.wait_for("serving on", timeout=120)
+            for index in range(1, hubs + 1):
+                self.listening(index, times=1)
+                wait_until(lambda i=index: self.ready(i), what=f"hub {index}")
+            # nginx writes its pid file once it listens (the same caution as above).
+            wait_until((local / "nginx" / "nginx.pid").exists, what="nginx listening")
+            wait_until(lambda: http_get(f"{self.url}/health/ready")[0] == 200, what="nginx")
+        except BaseException:
+            self.kill()  # the fixture's teardown never sees an object that failed to start
+            raise
+
+    def hub_url(self, index: int) -> str:
+        return f"http://127.0.0.1:{self.port + index}"
+
+    def listening(self, index: int, times: int) -> None:
+        """Wait until hub `index` has logged that it listens `times` times. (Polling a
+        loopback port in the ephemeral range before then may connect the probe to
+        itself, which also keeps Daphne from binding it.)"""
+        mark = f"Listening on TCP address 127.0.0.1:{self.port + index}"
+        count = lambda: sum(mark in line for line in self.process.lines)  # noqa: E731
+        wait_until(lambda: count() >= times, timeout=60, what=f"hub {index} listening")
+
+    def ready(self, index: int) -> bool:
+        return http_get(f"{self.hub_url(index)}/health/ready", timeout=2)[0] == 200
+
+    def connections(self, index: int) -> int | None:
+        """Hub process `index`'s open hub connections (its own /metrics); None if down."""
+        status, text = http_get(f"{self.hub_url(index)}/metrics", timeout=2)
+        return int(sample(text, CONNECTIONS)) if status == 200 else None
+
+    def hub_pid(self, index: int) -> int:
+        """The pid serve last logged for hub `index`."""
+        pattern = re.compile(rf"hub {index}: Daphne pid (\d+) ")
+        found = [m.group(1) for line in self.process.lines if (m := pattern.search(line))]
+        return int(found[-1])
+
+    def kill(self) -> None:
+        if self.process.proc.poll() is None:
+            os.killpg(self.process.proc.pid, signal.SIGKILL)
+        self.process.kill()
+
+
+@pytest.fixture
+def served(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
+    server = Served(worker_env, tmp_path / "local")
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+class Reader:
+    """A chat member with the official client, connected through serve's nginx."""
+
+    def __init__(self, served: Served, user: Any) -> None:
+        self.user = user
+        self.api = Api(served.url, token_for(user.id))
+        url = f"{served.url}/hubs/messenger"
+        self.client = HubClient("@microsoft/signalr", url, token_for(user.id), dict(os.environ))
+        self.client.next("state", "connected", timeout=30)
+        self.hub = 0  # which process holds it (set by the test from the metrics)
+
+    def received(self) -> set[str]:
+        events = self.client.outputs("event")
+        return {e["payload"]["messageId"] for e in events if e["event"] == "message_received"}
+
+    def states(self) -> list[str]:
+        return [o["state"] for o in self.client.outputs("state")]
+
+
+def connect_on(served: Served, users: list[Any], readers: list[Reader]) -> Reader:
+    """Connect the next user and learn from both processes' gauges which one holds it."""
+    before = [served.connections(i) or 0 for i in range(1, HUBS + 1)]
+    reader = Reader(served, users.pop())
+    readers.append(reader)
+
+    def grown() -> list[int]:
+        now = [served.connections(i) or 0 for i in range(1, HUBS + 1)]
+        return [i + 1 for i in range(HUBS) if now[i] > before[i]]
+
+    (reader.hub,) = wait_until(grown, what="the new connection in a process's gauge")
+    return reader
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("transactional_db")
+def test_clients_over_two_hub_processes_survive_one_being_killed_and_serve_restarts_it(
+    served: Served,
+) -> None:
+    alice = UserFactory(name="alice")
+    users = [UserFactory(name=f"reader{n}") for n in range(24)]
+    chat = services.create_chat(alice.id, [u.id for u in users])
+    sender = Api(served.url, token_for(alice.id))
+    posted: list[dict[str, Any]] = []
+
+    def post(count: int) -> None:
+        for _ in range(count):
+            body = {"body": f"message {len(posted) + 1}"}
+            status, message = sender.call("POST", f"/api/chats/{chat.id}/messages", body)
+            if status == 502:
+                # Sent on nginx's idle connection to the process just killed, before nginx
+                # saw it close: nginx does not retry a POST it passed on (it might have
+                # committed); the client does. The REST history below shows no duplicate.
+                status, message = sender.call("POST", f"/api/chats/{chat.id}/messages", body)
+            assert status == 201, (status, message)
+            posted.append(message)
+
+    def ids(messages: list[dict[str, Any]]) -> set[str]:
+        return {m["messageId"] for m in messages}
+
+    readers: list[Reader] = []
+    try:
+        # At least four clients, at least two in each process (nginx hashes each
+        # connection's id, so where the next one lands is chance: connect until spread).
+        while len(readers) < 4 or min(sum(r.hub == i for r in readers) for i in (1, 2)) < 2:
+            assert len(readers) < 14, [r.hub for r in readers]
+            connect_on(served, users, readers)
+        assert [served.connections(i) for i in (1, 2)] == [
+            sum(r.hub == i for r in readers) for i in (1, 2)
+        ]
+        post(3)
+        for reader in readers:
+            wait_until(lambda r=reader: r.received() >= ids(posted), what="the first three")
+
+        # SIGKILL hub 1: no Close; its clients see the connection drop.
+        victims = [r for r in readers if r.hub == 1]
+        others = [r for r in readers if r.hub == 2]
+        killed = served.hub_pid(1)
+        os.kill(killed, signal.SIGKILL)
+        before_kill = posted[-1]["seq"]
+        post(3)  # while hub 1's clients are away
+        for victim in victims:
+            victim.client.next("state", "reconnecting", timeout=30)
+            victim.client.next("state", "reconnected", timeout=30)
+        # All of them now in hub 2, through nginx (serve restarts hub 1 only after a pause).
+        wait_until(lambda: served.connections(2) == len(readers), what="every client in hub 2")
+        post(3)
+        everything = ids(posted)
+        for reader in readers:
+            wait_until(lambda r=reader: r.received() >= ids(posted[-3:]), what="the last three")
+        for other in others:  # kept receiving all along: no reconnect, nothing missed
+            assert other.states() == ["connected"]
+            assert other.received() == everything
+        for victim in victims:  # resync over REST (list-messages) after the reconnect
+            path = f"/api/chats/{chat.id}/messages?afterSeq={before_kill}&limit=200"
+            history = victim.api.ok("GET", path)["messages"]
+            assert ids(history) == ids(posted[3:])
+            assert victim.received() | ids(history) == everything
+
+        # serve started hub 1 again: new connections reach it through nginx.
+        served.process.wait_for(rf"hub 1 \(pid {killed}\) exited with status 137", timeout=10)
+        wait_until(lambda: served.hub_pid(1) != killed, what="hub 1 started again")
+        served.listening(1, times=2)
+        wait_until(lambda: served.ready(1), what="hub 1 ready again")
+        while not any(r.hub == 1 for r in readers[len(victims) + len(others) :]):
+            assert users, "no new connection reached the restarted hub 1"
+            connect_on(served, users, readers)
+        post(1)
+        for reader in readers:
+            wait_until(lambda r=reader: posted[-1]["messageId"] in r.received(), what="the last")
+
+        # Ctrl-C (SIGINT to the process group, as a terminal sends it) stops everything.
+        os.killpg(served.process.proc.pid, signal.SIGINT)
+        assert served.process.wait(timeout=60) == 0
+        with pytest.raises(ProcessLookupError):  # nginx, both hubs, the worker, the reaper
+            os.killpg(served.process.proc.pid, 0)
+        assert http_get(f"{served.url}/health/live", timeout=2)[0] == 0
+    finally:
+        for reader in readers:
+            reader.client.kill()
+
+
+@pytest.mark.parametrize("hubs", ["0", "-1", "two", "1.5", ""])
+def test_serve_refuses_a_hub_count_that_is_not_a_positive_integer(
+    hubs: str, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        ["bash", "scripts/serve", "--hubs", hubs],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=dict(os.environ, MESSENGER_LOCAL_DIR=str(tmp_path)),
+    )
+    assert done.returncode == 2  # before installing or starting anything
+    assert f"--hubs needs a whole number from 1 to 999 (Daphne processes), not '{hubs}'" in (
+        done.stderr
+    )
