@@ -7,6 +7,7 @@ while the other process's clients kept receiving; serve starts the dead process 
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -252,3 +253,28 @@ def test_serve_refuses_a_hub_count_that_is_not_a_positive_integer(
     assert f"--hubs needs a whole number from 1 to 999 (Daphne processes), not '{hubs}'" in (
         done.stderr
     )
+
+
+def test_the_generated_nginx_config_for_three_hubs_on_ipv6_is_valid_for_nginx(
+    tmp_path: Path,
+) -> None:
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    config = tmp_path / "nginx"
+    script = (
+        "source scripts/lib.sh && source scripts/hubs.sh && hubs=3 port=18000 host=::1 && "
+        'write_nginx_config "$1" && "$2" -q -t -e "$1/error.log" -p "$1" -c "$1/nginx.conf"'
+    )
+    done = subprocess.run(
+        ["bash", "-c", script, "-", str(config), nginx],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=dict(os.environ, MESSENGER_LOCAL_DIR=str(tmp_path)),
+    )
+    assert done.returncode == 0, done.stderr
+    text = (config / "nginx.conf").read_text()
+    servers = re.findall(r"^\s+server (127\.0\.0\.1:\d+) ", text, re.M)
+    assert servers == ["127.0.0.1:18001", "127.0.0.1:18002", "127.0.0.1:18003"]
+    assert "listen [::1]:18000;" in text and "daemon off;" in text
+    assert f"pid {config}/nginx.pid;" in text
