@@ -7,7 +7,7 @@
 
 HUB_RESTART_DELAY_MAX=30  # seconds; a hub that keeps dying at start is retried this often
 hub_pids=() hub_started=() hub_delay=()
-restart_sleeper=
+restart_sleeper= nginx_pid=
 
 check_hub_ports() {  # the public port and PORT+1..PORT+N must be free: fail now, not later
   local i
@@ -103,6 +103,7 @@ start_nginx() {  # nginx in the foreground, its pid, temp files and logs under $
   write_nginx_config "$dir"
   "$nginx" -q -t -e "$dir/error.log" -p "$dir" -c "$dir/nginx.conf"
   "$nginx" -e "$dir/error.log" -p "$dir" -c "$dir/nginx.conf" &
+  nginx_pid=$!
   pids+=($!)
   log "balancer: nginx pid $! on $host:$port -> 127.0.0.1:$((port + 1))..$((port + hubs))" \
     "(config and logs in $dir)"

@@ -118,11 +118,12 @@ def served(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
 class Reader:
     """A chat member with the official client, connected through serve's nginx."""
 
-    def __init__(self, served: Served, user: Any) -> None:
+    def __init__(self, served: Served, user: Any, **options: Any) -> None:
         self.user = user
         self.api = Api(served.url, token_for(user.id))
         url = f"{served.url}/hubs/messenger"
-        self.client = HubClient("@microsoft/signalr", url, token_for(user.id), dict(os.environ))
+        token, env = token_for(user.id), dict(os.environ)
+        self.client = HubClient("@microsoft/signalr", url, token, env, options)
         self.client.next("state", "connected", timeout=30)
         self.hub = 0  # which process holds it (set by the test from the metrics)
 
@@ -232,6 +233,36 @@ def test_clients_over_two_hub_processes_survive_one_being_killed_and_serve_resta
         with pytest.raises(ProcessLookupError):  # nginx, both hubs, the worker, the reaper
             os.killpg(served.process.proc.pid, 0)
         assert http_get(f"{served.url}/health/live", timeout=2)[0] == 0
+    finally:
+        for reader in readers:
+            reader.client.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.usefixtures("transactional_db")
+def test_event_streams_and_long_polls_stay_on_their_process_through_serves_nginx(
+    served: Served,
+) -> None:
+    """Every request of an SSE or long-polling connection must reach the process that
+    holds it (a poll elsewhere is a 404 and the connection fails): nginx's hash of `id`."""
+    alice, bob = UserFactory(name="alice"), UserFactory(name="bob")
+    chat = services.create_chat(alice.id, [bob.id])
+    readers = []
+    try:
+        for transport in ("ServerSentEvents", "LongPolling", "LongPolling"):
+            readers.append(Reader(served, bob, transport=transport))
+        wait_until(lambda: sum(served.connections(i) or 0 for i in (1, 2)) == 3, what="3")
+        sender = Api(served.url, token_for(alice.id))
+        sent = set()
+        for n in range(5):  # each delivery ends a poll: five more polls per LongPolling
+            body = {"body": f"message {n}"}
+            sent.add(sender.ok("POST", f"/api/chats/{chat.id}/messages", body)["messageId"])
+            for reader in readers:
+                wait_until(lambda r=reader: r.received() >= sent, what=f"message {n}")
+        for reader in readers:  # an invocation: a POST (SSE, polling) with the same id
+            assert reader.client.groups() == [f"user:{bob.id}", f"chat:{chat.id}"]
+            assert reader.states() == ["connected"]
     finally:
         for reader in readers:
             reader.client.kill()
