@@ -42,15 +42,21 @@ hub_of() {  # hub_of PID: the hub number that PID is, or nothing
   return 0
 }
 
-restart_hub() {  # restart_hub I STATUS: start hub I again, after a pause
-  local i=$1 status=$2 delay=${hub_delay[$1]:-1}
-  # Died within 10 s of its start: probably dies again (a broken setting, a taken port):
-  # wait twice as long as last time, up to the maximum; else start over from 1 s.
-  if (( SECONDS - hub_started[i] < 10 )); then
-    hub_delay[i]=$(( delay * 2 > HUB_RESTART_DELAY_MAX ? HUB_RESTART_DELAY_MAX : delay * 2 ))
+restart_pause() {  # restart_pause PREVIOUS AGE: seconds to wait before a restart
+  # A hub that died within 10 s of its start probably dies again (a broken setting, a
+  # taken port): twice the previous pause, up to the maximum; otherwise 1 s.
+  local previous=$1 age=$2
+  if (( age < 10 && previous > 0 )); then
+    echo $(( previous * 2 > HUB_RESTART_DELAY_MAX ? HUB_RESTART_DELAY_MAX : previous * 2 ))
   else
-    delay=1 hub_delay[i]=1
+    echo 1
   fi
+}
+
+restart_hub() {  # restart_hub I STATUS: start hub I again, after a pause
+  local i=$1 status=$2 delay
+  delay=$(restart_pause "${hub_delay[i]:-0}" $(( SECONDS - hub_started[i] )))
+  hub_delay[i]=$delay
   log "hub $i (pid ${hub_pids[i]}) exited with status $status; the other hubs keep serving;" \
     "restarting it in $delay s"
   sleep "$delay" &

@@ -195,3 +195,30 @@ def test_the_generated_nginx_config_for_three_hubs_on_ipv6_is_valid_for_nginx(
     assert servers == ["127.0.0.1:18001", "127.0.0.1:18002", "127.0.0.1:18003"]
     assert "listen [::1]:18000;" in text and "daemon off;" in text
     assert f"pid {config}/nginx.pid;" in text
+
+
+@pytest.mark.parametrize(
+    ("previous", "age", "pause"),
+    [
+        (0, 3, 1),  # the first death: 1 s
+        (1, 3, 2),  # died again within 10 s of its restart: twice as long
+        (4, 9, 8),
+        (16, 0, 30),  # never above 30 s
+        (30, 2, 30),
+        (8, 10, 1),  # ran 10 s or more: back to 1 s
+        (0, 500, 1),
+    ],
+)
+def test_a_hub_that_keeps_dying_young_is_restarted_ever_more_slowly(
+    previous: int, age: int, pause: int, tmp_path: Path
+) -> None:
+    script = 'source scripts/lib.sh && source scripts/hubs.sh && restart_pause "$1" "$2"'
+    done = subprocess.run(
+        ["bash", "-c", script, "-", str(previous), str(age)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=dict(os.environ, MESSENGER_LOCAL_DIR=str(tmp_path)),
+    )
+    assert (done.returncode, done.stdout) == (0, f"{pause}\n"), done.stderr
