@@ -103,12 +103,17 @@ EOF
   } >"$dir/nginx.conf"
 }
 
-start_nginx() {  # nginx in the foreground, its pid, temp files and logs under $LOCAL/nginx
-  local dir=$LOCAL/nginx nginx
-  nginx=$(command -v nginx || echo /usr/sbin/nginx)
+nginx_binary() { command -v nginx || echo /usr/sbin/nginx; }
+
+prepare_nginx() {  # the config written and checked (nginx -t) before anything starts
+  local dir=$LOCAL/nginx
   write_nginx_config "$dir"
-  "$nginx" -q -t -e "$dir/error.log" -p "$dir" -c "$dir/nginx.conf"
-  "$nginx" -e "$dir/error.log" -p "$dir" -c "$dir/nginx.conf" &
+  "$(nginx_binary)" -q -t -e "$dir/error.log" -p "$dir" -c "$dir/nginx.conf"
+}
+
+start_nginx() {  # nginx in the foreground, its pid, temp files and logs under $LOCAL/nginx
+  local dir=$LOCAL/nginx
+  "$(nginx_binary)" -e "$dir/error.log" -p "$dir" -c "$dir/nginx.conf" &
   nginx_pid=$!
   pids+=($!)
   log "balancer: nginx pid $! on $host:$port -> 127.0.0.1:$((port + 1))..$((port + hubs))" \
