@@ -172,6 +172,19 @@ def test_serve_refuses_a_hub_count_that_is_not_a_positive_integer(
     )
 
 
+def test_serve_refuses_several_hubs_without_the_redis_backplane(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["bash", "scripts/serve", "--hubs=2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=dict(os.environ, MESSENGER_LOCAL_DIR=str(tmp_path), REALTIME_BACKPLANE_ENABLED="false"),
+    )
+    assert done.returncode == 2
+    assert "--hubs 2 needs the Redis backplane" in done.stderr
+
+
 def test_the_generated_nginx_config_for_three_hubs_on_ipv6_is_valid_for_nginx(
     tmp_path: Path,
 ) -> None:
