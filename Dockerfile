@@ -3,7 +3,9 @@
 #   docker build .                 -> the app: Daphne by default; the worker and the call
 #                                     reaper by command (python manage.py dispatch_realtime /
 #                                     reap_calls --every 5)
-#   docker build --target proxy .  -> nginx in front of Daphne, with the static files
+#   docker build --target proxy .  -> nginx in front of the Daphne processes (every address
+#                                     MESSENGER_UPSTREAM resolves to, sticky by the hub's
+#                                     `id`), with the static files
 # Not built in CI (no Docker engine on the project's machines): tests/unit/test_packaging.py
 # checks these files, and tests/e2e/test_proxy.py runs the proxy config with Debian's nginx.
 
@@ -51,6 +53,8 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends openssl curl \
     && rm -rf /var/lib/apt/lists/*
 COPY ops/nginx/messenger.conf.template /etc/nginx/templates/messenger.conf.template
+# What every proxy in front of the hub shares (scripts/serve --hubs N includes it too).
+COPY ops/nginx/messenger /etc/nginx/messenger
 COPY ops/nginx/05-self-signed-certificate.sh /docker-entrypoint.d/
 COPY --from=app /app/static /srv/static
 ENV MESSENGER_UPSTREAM=web:8000 PROXY_HTTP_PORT=80 PROXY_HTTPS_PORT=443 \

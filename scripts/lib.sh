@@ -68,7 +68,7 @@ ensure_promtool() {  # tests/unit/test_alert_rules.py checks ops/prometheus/*.ym
   command -v promtool >/dev/null || apt_install --no-install-recommends prometheus
 }
 
-ensure_nginx() {  # tests/e2e/test_proxy.py runs Debian's nginx with ops/nginx/'s config
+ensure_nginx() {  # serve --hubs N balances with it; tests/e2e/test_proxy.py runs ops/nginx/
   command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_install --no-install-recommends nginx
 }
 

@@ -39,6 +39,8 @@ class Api:
                 return response.status, json.loads(text) if text else None
         except urllib.error.HTTPError as error:
             text = error.read()
+            if text and error.headers.get_content_type() != "application/json":
+                return error.code, text.decode(errors="replace")  # a proxy's page (a 502)
             return error.code, json.loads(text) if text else None
 
     def ok(self, method: str, path: str, data: Any = None) -> Any:

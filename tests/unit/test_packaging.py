@@ -86,3 +86,20 @@ def test_the_proxy_makes_a_self_signed_certificate_only_when_none_is_mounted(
     again = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True)
     assert again.returncode == 0 and again.stdout == ""
     assert (tmp_path / "tls" / "tls.crt").read_bytes() == made
+
+
+def test_the_proxy_balances_several_hub_processes_sticky_by_id_as_serve_does() -> None:
+    template = (ROOT / "ops" / "nginx" / "messenger.conf.template").read_text()
+    assert "hash $hub_key consistent;" in template
+    assert "include messenger/http.conf;" in template  # relative to nginx's config dir
+    assert "include messenger/locations.conf;" in template
+    assert "COPY ops/nginx/messenger /etc/nginx/messenger" in DOCKERFILE
+    http = (ROOT / "ops" / "nginx" / "messenger" / "http.conf").read_text()
+    assert re.search(r"map \$arg_id \$hub_key \{\s+\"\"\s+\$request_id;\s+default \$arg_id;", http)
+    serve = (ROOT / "scripts" / "hubs.sh").read_text()  # scripts/serve --hubs N's nginx
+    assert "hash \\$hub_key consistent;" in serve
+    assert "include $ROOT/ops/nginx/messenger/http.conf;" in serve
+    assert "include $ROOT/ops/nginx/messenger/locations.conf;" in serve
+    web = services()["web"]  # HUBS=N replicas, each an upstream server of the proxy
+    assert "replicas: ${HUBS:-1}" in web and "restart: unless-stopped" in web
+    assert "MESSENGER_UPSTREAM: web:8000" in services()["proxy"]
