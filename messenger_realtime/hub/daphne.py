@@ -95,7 +95,7 @@ def _install_protocol() -> None:
     from daphne.ws_protocol import WebSocketFactory
 
     from messenger_realtime.hub.httpprotocol import HubWebRequest
-    from messenger_realtime.hub.transports.websocket import HUB_STATE
+    from messenger_realtime.hub.transports.websocket import HUB_SOCKET, HUB_STATE
     from messenger_realtime.hub.wsprotocol import HubWebSocketProtocol, scheme
 
     WebSocketFactory.protocol = HubWebSocketProtocol
@@ -109,6 +109,8 @@ def _install_protocol() -> None:
             scope.setdefault("scheme", scheme(connection))
         if isinstance(connection, HubWebSocketProtocol | HubWebRequest):
             scope[HUB_STATE] = connection.hub_state = {}
+        if isinstance(connection, HubWebSocketProtocol):
+            scope[HUB_SOCKET] = connection  # frames go straight to it (websocket.py)
         return create_application(server, connection, scope)
 
     with_scheme.adds_scheme = True  # type: ignore[attr-defined]

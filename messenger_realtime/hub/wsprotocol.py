@@ -68,7 +68,6 @@ def eager_writable(transport: Any) -> bool:
         and not transport.disconnecting
         and not getattr(transport, "_writeDisconnected", True)
         and twisted_unsent(transport) == 0
-        and getattr(transport, "producer", None) is None
     )
 
 

@@ -60,12 +60,15 @@ return {popped, lost}
 """
 
 
-# KEYS[1]: a process queue's overrun set: the channels that lost a message since asked.
-TAKE_OVERRUNS_LUA = """
-local lost = redis.call('SMEMBERS', KEYS[1])
-redis.call('DEL', KEYS[1])
-return lost
+# KEYS[1]: a process queue, KEYS[2]: its overrun set, ARGV[1]: how many to pop. The
+# hub's reader's pop while the queue is long (no backup: see receive_batch).
+POP_WITH_OVERRUNS_LUA = """
+local popped = redis.call('ZPOPMIN', KEYS[1], ARGV[1])
+local lost = redis.call('SMEMBERS', KEYS[2])
+redis.call('DEL', KEYS[2])
+return {popped, lost}
 """
+OVERRUN_CHECK = 1.0  # s: the reader reads the overrun set at least this often under traffic
 
 
 class OverrunQueue(asyncio.Queue[Any]):
@@ -92,6 +95,8 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
             functools.partial(OverrunQueue, self.capacity)
         )
         self._scores = pipeline.ScoreClock()
+        self._long_queue = False  # the reader's last batch was full
+        self._overruns_checked = float("-inf")  # loop time of the reader's last check
 
     def consistent_hash(self, value: str) -> int:
         """A process channel's host by its non-local part, where its receive reads and
@@ -125,26 +130,40 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
         """What waits for this process ("specific.<client prefix>!"), at least one message
         (blocking until one comes), addressed as receive_single's, lost-message notices
         first. The hub's one reader per process (hub/fanout.py) takes its messages this
-        way: one round trip per batch (BZMPOP, and the overrun set in the same pipeline),
-        where channels-redis' receive costs four per message plus its per-consumer
-        machinery. Unlike receive_single it keeps no backup: the only reader is the
-        process's own, and a message it has popped is lost only when that reader is
-        cancelled, which happens when the process ends or has no connection left."""
+        way: one command per batch (BZMPOP up to RECEIVE_BATCH), where channels-redis'
+        receive costs four round trips per message plus its per-consumer machinery.
+
+        The overrun set is read (with the pop, in one script) while the queue is long and
+        at least every OVERRUN_CHECK seconds: a message is dropped only at a full queue,
+        whose reader pops full batches until it is short again, so it hears of the drop
+        before it reaches where the dropped message would have been.
+
+        Unlike receive_single it keeps no backup: the only reader is the process's own,
+        and a message it has popped is lost only when that reader is cancelled, which
+        happens when the process ends or has no connection left."""
         assert self.require_valid_channel_name(channel, receive=True), "Channel name invalid"
         channel_key = self.prefix + channel
         connection = self.connection(self.consistent_hash(channel))
-        while True:
-            pipe = connection.pipeline(transaction=False)
-            pipe.execute_command(
-                "BZMPOP", self.brpop_timeout, 1, channel_key, "MIN", "COUNT", RECEIVE_BATCH
-            )
-            pipe.eval(TAKE_OVERRUNS_LUA, 1, channel_key + pipeline.OVERRUN_SUFFIX)
-            popped, lost = await pipe.execute()
-            received = [(name.decode(), {"type": OVERRUN_EVENT}) for name in lost]
-            for content, _score in popped[1] if popped else ():
+        received: list[tuple[Any, Any]] = []
+        while not received:
+            loop_time = asyncio.get_running_loop().time()
+            if self._long_queue or loop_time >= self._overruns_checked + OVERRUN_CHECK:
+                self._overruns_checked = loop_time
+                overrun = channel_key + pipeline.OVERRUN_SUFFIX
+                popped, lost = await connection.eval(
+                    POP_WITH_OVERRUNS_LUA, 2, channel_key, overrun, RECEIVE_BATCH
+                )
+                received.extend((name.decode(), {"type": OVERRUN_EVENT}) for name in lost)
+                contents = popped[::2]
+            else:
+                reply = await connection.execute_command(
+                    "BZMPOP", self.brpop_timeout, 1, channel_key, "MIN", "COUNT", RECEIVE_BATCH
+                )
+                contents = [content for content, _score in reply[1]] if reply else []
+            self._long_queue = len(contents) >= RECEIVE_BATCH
+            for content in contents:
                 self._append_decoded(channel, content, received)
-            if received:
-                return received
+        return received
 
     async def _pop_batch(self, channel: str, into: collections.deque[tuple[Any, Any]]) -> None:
         assert self.require_valid_channel_name(channel, receive=True), "Channel name invalid"
