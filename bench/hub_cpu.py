@@ -143,9 +143,13 @@ async def run(scenario: str, rate: float, duration: float, repo: Path) -> dict[s
         for c, n in zip(clients, per_process, strict=True):
             await c.ask({"cmd": "until", "unique": n, "idle": 5.0, "limit": 120})
         after, ended = hubclients.cpu_sample(pids), time.time()
-        receipts = [r for c in clients for r in (await c.ask({"cmd": "collect"}))["receipts"]]
+        receipts = [
+            (m, (i, c), t)
+            for i, process in enumerate(clients)
+            for m, c, t in (await process.ask({"cmd": "collect"}))["receipts"]
+        ]
     lags = sorted((t - sent[m]) * 1000 for m, _, t in receipts if m in sent)
-    seen = {(m, c) for m, c, _ in receipts if m in sent}
+    seen = {(m, c) for m, c, _ in receipts if m in sent}  # c: (process, client)
     delivered = len(lags)
     used = {
         name: sum(v - before[name].get(k, 0.0) for k, v in values.items())
