@@ -2,7 +2,10 @@
 clients (bench/hubclients.py) are connected through a real Daphne and a real
 `dispatch_realtime` worker pushes through channels-redis.
 
-    .venv/bin/python bench/e2e.py --rates 250,1000,2000 --duration 10
+    .venv/bin/python bench/e2e.py --rates 250,1000,2000 --duration 10 [--hubs N]
+
+`--hubs N` serves the hub from N Daphne processes behind Debian's nginx, configured as
+`scripts/serve --hubs N` does (bench/hubs.py); nginx's CPU is reported apart.
 
 Lag = client receipt - planned send time (no coordinated omission) in an HDR histogram per
 rate, plus lost / duplicated deliveries, channel-layer overruns, the idle wake and CPU
@@ -34,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
-from bench import hubclients  # noqa: E402
+from bench import hubclients, hubs  # noqa: E402
 from messenger_realtime.uuid7 import uuid7  # noqa: E402
 
 # Beside whatever DATABASE_URL / REDIS_URL point at (a private server in CI, say).
@@ -261,7 +264,13 @@ async def seed(
 
 
 async def run(
-    rates: list[int], duration: float, clients: int, chats: int, idle_samples: int, procs: int
+    rates: list[int],
+    duration: float,
+    clients: int,
+    chats: int,
+    idle_samples: int,
+    procs: int,
+    hub_count: int = 1,
 ) -> dict[str, Any]:
     if clients < chats or clients % chats:
         raise ValueError("clients must be a multiple of chats (members per chat)")
@@ -288,14 +297,8 @@ async def run(
         row = await (await conns[0].execute("SELECT pg_backend_pid()")).fetchone()
         stat = hubclients.proc_stat(row[0] if row else 0)
         postmaster = int(stat[1]) if stat else 0  # our backend's parent (PostgreSQL is local)
-        port, metrics_port = hubclients.free_port(), hubclients.free_port()
-        daphne_argv = [str(Path(sys.executable).with_name("daphne")), "-b", "127.0.0.1"]
-        daphne_argv += ["-p", str(port), "--websocket-max-frame-size", "33792"]
-        daphne_argv += ["--websocket-max-message-size", "33792", "project.asgi:application"]
-        daphne = await hubclients.Service.start(
-            "daphne", daphne_argv, env, "Listening on TCP address"
-        )
-        stack.push_async_callback(daphne.stop)
+        metrics_port = hubclients.free_port()
+        port, daphne_pids, nginx_pids = await hubs.start(hub_count, env, stack)
         worker_env = dict(env, MESSENGER_REALTIME_METRICS_PORT=str(metrics_port))
         worker_argv = [sys.executable, "manage.py", "dispatch_realtime"]
         worker = await hubclients.Service.start(
@@ -309,7 +312,8 @@ async def run(
             stack.push_async_callback(hub_clients[-1].stop)
         pids = {
             "worker": [worker.proc.pid],
-            "daphne": [daphne.proc.pid],
+            "daphne": daphne_pids,
+            **({"nginx": nginx_pids} if nginx_pids else {}),
             "redis": [redis_pid],
             "clients": [c.proc.pid for c in hub_clients],
             "producer": [os.getpid()],
@@ -324,6 +328,7 @@ async def run(
         "clients": len(chat_list) * members,
         "chats": len(chat_list),
         "client_processes": procs,
+        "hubs": hub_count,
         "duration_s": duration,
     }
 
@@ -336,9 +341,12 @@ def run_e2e(
     chats: int = 250,
     idle_samples: int = 30,
     client_processes: int = 2,
+    hub_count: int = 1,
 ) -> dict[str, Any]:
     """Run every rate step (after a 1 s warm-up), then the idle wake; JSON-able results."""
-    return asyncio.run(run(rates, duration, clients, chats, idle_samples, client_processes))
+    return asyncio.run(
+        run(rates, duration, clients, chats, idle_samples, client_processes, hub_count)
+    )
 
 
 def main() -> None:
@@ -347,7 +355,8 @@ def main() -> None:
     parser.add_argument("--duration", type=float, help="s per rate (default 20, --quick 3)")
     parser.add_argument("--quick", action="store_true", help="3 s steps, 5 idle samples")
     parser.add_argument("--idle-samples", type=int, help="default 30, --quick 5")
-    for option, default in (("--clients", 500), ("--chats", 250), ("--client-processes", 2)):
+    options = (("--clients", 500), ("--chats", 250), ("--client-processes", 2), ("--hubs", 1))
+    for option, default in options:
         parser.add_argument(option, type=int, default=default)
     args = parser.parse_args()
     try:
@@ -360,6 +369,7 @@ def main() -> None:
             if args.idle_samples is None
             else args.idle_samples,
             client_processes=args.client_processes,
+            hub_count=args.hubs,
         )
     except (KeyboardInterrupt, asyncio.CancelledError):
         sys.exit("interrupted; servers and clients stopped")
