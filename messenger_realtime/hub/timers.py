@@ -96,8 +96,11 @@ class ConnectionTimers:
 
     async def _nap(self, seconds: float) -> None:
         self.wake.clear()
+        # asyncio.timeout, not wait_for: no task per nap (every connection naps between
+        # its pings: part of what a hub process spends on idle connections).
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.wake.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self.wake.wait()
 
     def _pings(self) -> bool:
         """Keep-alive both ways: after the handshake, on transports without their own."""
