@@ -143,11 +143,9 @@ async def run(scenario: str, rate: float, duration: float, repo: Path) -> dict[s
         for c, n in zip(clients, per_process, strict=True):
             await c.ask({"cmd": "until", "unique": n, "idle": 5.0, "limit": 120})
         after, ended = hubclients.cpu_sample(pids), time.time()
-        receipts = [
-            (m, (i, c), t)
-            for i, process in enumerate(clients)
-            for m, c, t in (await process.ask({"cmd": "collect"}))["receipts"]
-        ]
+        answers = [await process.ask({"cmd": "collect"}) for process in clients]
+        receipts = [(m, (i, c), t) for i, a in enumerate(answers) for m, c, t in a["receipts"]]
+        closed = sum(a["closed"] for a in answers)
     lags = sorted((t - sent[m]) * 1000 for m, _, t in receipts if m in sent)
     seen = {(m, c) for m, c, _ in receipts if m in sent}  # c: (process, client)
     delivered = len(lags)
@@ -163,6 +161,7 @@ async def run(scenario: str, rate: float, duration: float, repo: Path) -> dict[s
         "offered_deliveries_per_s": rate * members,
         "deliveries": delivered,
         "lost": expected - len(seen),
+        "clients_closed": closed,  # connections the hub dropped during the run
         "deliveries_per_s": round(delivered / max(last - began, 1e-9)),
         "lag_p50_ms": round(lags[len(lags) // 2], 1) if lags else None,
         "lag_p95_ms": round(lags[int(len(lags) * 0.95)], 1) if lags else None,
