@@ -79,9 +79,20 @@ class WebSocketTransport:
 
 
 class HubConsumer(AsyncConsumer):  # type: ignore[misc]
-    channel_layer_alias = "messenger_realtime.hub.none"  # no channel: the connection has it
+    channel_layer = None  # no channel: the connection's inbox has what the layer brings
     connection: Any = None
     transport: WebSocketTransport | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """As Channels' AsyncConsumer, which has no channel here: one loop over what the
+        socket brings, where Channels' await_many_dispatch makes a task and an
+        asyncio.wait per message (every ping of every idle connection)."""
+        self.scope, self.base_send = scope, send
+        try:
+            while True:
+                await self.dispatch(await receive())
+        except StopConsumer:
+            pass
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """As Channels' own, minus the close_old_connections() thread hop per message."""
