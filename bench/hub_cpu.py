@@ -41,6 +41,7 @@ REDIS_URL = os.environ.get("HUB_CPU_REDIS_URL") or hubclients.sibling_url(
 )
 os.environ["REDIS_URL"] = REDIS_URL  # this process's layer: the same Redis as Daphne's
 SCENARIOS = {"pairs": (250, 2, 2), "group": (1, 1000, 2)}  # chats, members, client procs
+QUICK = {"pairs": (10, 2, 2), "group": (1, 20, 2)}  # --quick: the CI smoke
 TICK = 0.005  # s between publishes (events due in a tick go out as one chunk)
 
 
@@ -89,8 +90,10 @@ async def publish(chats: list[e2e.Chat], rate: float, duration: float) -> dict[s
     return sent
 
 
-async def run(scenario: str, rate: float, duration: float, repo: Path) -> dict[str, Any]:
-    chats, members, procs = SCENARIOS[scenario]
+async def run(
+    scenario: str, rate: float, duration: float, repo: Path, quick: bool = False
+) -> dict[str, Any]:
+    chats, members, procs = (QUICK if quick else SCENARIOS)[scenario]
     env = {**os.environ, "DATABASE_URL": DATABASE_URL, "REDIS_URL": REDIS_URL}
     env.update(DJANGO_SETTINGS_MODULE="project.settings", PYTHONUNBUFFERED="1")
     await e2e.check_call(sys.executable, "scripts/ensure_database.py", "--fresh", env=env)
@@ -177,7 +180,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=500.0, help="events/s (default 500)")
     parser.add_argument("--duration", type=float, default=10.0, help="s (default 10)")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout Daphne serves")
+    parser.add_argument("--quick", action="store_true", help="both scenarios, tiny (CI)")
     args = parser.parse_args()
+    if args.quick:
+        runs = [asyncio.run(run(name, 20.0, 1.0, ROOT, quick=True)) for name in SCENARIOS]
+        print(json.dumps({r["scenario"]: r for r in runs}, indent=2))
+        return
     result = asyncio.run(run(args.scenario, args.rate, args.duration, args.repo.resolve()))
     print(json.dumps(result, indent=2))
 

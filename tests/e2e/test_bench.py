@@ -60,3 +60,13 @@ def test_isolation_bench_smoke_delivers_every_event(worker_env: dict[str, str]) 
     assert fairness["quiet_received"] == fairness["quiet_sent"] > 0
     assert priority["received"] == priority["invites"]
     assert fairness["quiet_p95_ms"] > 0 and priority["invite_p95_ms"] > 0
+
+
+def test_hub_bench_smoke_delivers_every_event_to_every_member(worker_env: dict[str, str]) -> None:
+    results = quick_run("hub_cpu.py", worker_env)
+    for name in ("pairs", "group"):
+        run = results[name]
+        members = 2 if name == "pairs" else 20
+        assert run["events"] > 0 and run["deliveries"] == members * run["events"], name
+        assert run["lost"] == 0 and run["clients_closed"] == 0, name
+        assert run["cpu_ms_per_delivery"]["daphne"] > 0, name
