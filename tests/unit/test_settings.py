@@ -110,6 +110,10 @@ def test_environment_overrides_settings(monkeypatch: pytest.MonkeyPatch) -> None
         ({"DISPATCHED_LOG_SAMPLE": -0.1}, "messenger_realtime.E016"),
         ({"DISPATCHED_LOG_SAMPLE": 0}, None),  # no `dispatched` lines at all
         ({"DISPATCHED_LOG_SAMPLE": 0.01}, None),
+        ({"DISPATCH_PARTITIONS": 0}, "messenger_realtime.E022"),
+        ({"DISPATCH_PARTITIONS": 65}, "messenger_realtime.E022"),
+        ({"DISPATCH_PARTITIONS": "two"}, "messenger_realtime.E002"),
+        ({"DISPATCH_PARTITIONS": 64}, None),
     ],
 )
 def test_invalid_setting_is_an_error_naming_the_key(
