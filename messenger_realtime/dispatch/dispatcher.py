@@ -26,6 +26,7 @@ from messenger_realtime.dispatch.leader import Leader, PartitionGate
 from messenger_realtime.dispatch.outcomes import PassResult
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.dispatch.rows import RowOutcome
+from messenger_realtime.dispatch.wakes import WakePolicy
 from messenger_realtime.exceptions import LeadershipLost, describe_error
 from messenger_realtime.ops import metrics, tracing
 from messenger_realtime.ops.health import Liveness
@@ -92,6 +93,7 @@ class Dispatcher:
             options.batch_size, delay_table(options), options.backoff_jitter, options.max_attempts
         )
         self.cursor = NO_TARGET  # fair claims take turns over targets from here
+        self.wakes = WakePolicy(options.wake_coalesce, options.batch_size)  # wakes.py
         self.conn: psycopg.AsyncConnection[Any] | None = None  # outcomes, stats, retention
         self.claim_conn: psycopg.AsyncConnection[Any] | None = None  # claims, ahead of pushes
         metrics.create_kind_series(RealtimeDispatchKind.values)
@@ -154,15 +156,13 @@ class Dispatcher:
         last_retention = last_stats = float("-inf")
         self._leading(True)
         while not self.stop.is_set():
-            await self.run_pass()  # after (re)connecting this is the catch-up pass
+            self.wakes.pass_started()
+            result = await self.run_pass()  # after (re)connecting this is the catch-up pass
+            self.wakes.pass_ended(found_rows=result.batches > 0)
             self.liveness.beat()
             metrics.last_pass.set(time.time())
             if time.monotonic() - last_stats >= STATS_INTERVAL:  # bounded cost under load
-                conn = await self._work_connection()
-                count, oldest = await store.pending_stats(conn)
-                metrics.pending.set(count)
-                metrics.oldest_pending_age.set(oldest)
-                metrics.set_quarantined_rows(await store.quarantined_counts(conn))
+                await store.refresh_backlog_gauges(await self._work_connection())
                 last_stats = time.monotonic()
             retention_due = time.monotonic() - last_retention >= self.options.retention_interval
             if (once or retention_due) and (self.partition is None or self.partition.index == 0):
@@ -172,10 +172,10 @@ class Dispatcher:
             if once:
                 return
             logger.debug("idle; waiting for NOTIFY or the next poll", extra={"action": "idle"})
-            notified = await self.leader.wait_for_wake(self.options.polling_interval, self.stop)
-            logger.debug(
-                "woke", extra={"action": "wake", "reason": "notify" if notified else "poll"}
+            wake = await self.leader.wait_for_wake(
+                self.options.polling_interval, self.stop, self.wakes
             )
+            logger.debug("woke", extra={"action": "wake", **wake.log_fields()})
 
     # -- one pass ------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import psycopg
 
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch import lease
+from messenger_realtime.dispatch.wakes import Wake, WakePolicy
 from messenger_realtime.exceptions import LeadershipLost, describe_error
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
@@ -154,8 +155,11 @@ class Leader:
                     extra={"action": "lease_lost", Field.ERROR_CODE: describe_error(exc)},
                 )
 
-    async def wait_for_wake(self, timeout: float, stop: asyncio.Event) -> bool:
-        """Wait for a NOTIFY, the timeout, stop or a lost lease; True when notified."""
+    async def wait_for_wake(
+        self, timeout: float, stop: asyncio.Event, policy: WakePolicy | None = None
+    ) -> Wake:
+        """Wait for a NOTIFY, the timeout, stop or a lost lease; after a NOTIFY, wait for
+        more while `policy` (wakes.py) says the stream is coalescing, then read the rest."""
         conn = self.listen_conn
         if conn is None:
             raise RuntimeError("Leader.listen() first")
@@ -172,13 +176,21 @@ class Leader:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-        if notified in done:
-            woke = notified.result()
-            # Several commits may have notified meanwhile; one pass serves them all.
-            async for _ in conn.notifies(timeout=0):
-                pass
-            return woke
-        return False
+        if notified not in done or not notified.result():
+            return Wake(notified=False)
+        count, held = 1, 0.0
+        until = policy.hold_until() if policy is not None else None
+        if policy is not None and until is not None and policy.enough > count:
+            # Bounded by WAKE_COALESCE (at most 0.1 s), so a stop request may wait for it.
+            started = time.monotonic()
+            wanted = policy.enough - count
+            async for _ in conn.notifies(timeout=until - started, stop_after=wanted):
+                count += 1
+            held = time.monotonic() - started
+        # Several commits may have notified meanwhile; one pass serves them all.
+        async for _ in conn.notifies(timeout=0):
+            count += 1
+        return Wake(notified=True, notifies=count, held=held)
 
     async def close(self) -> None:
         """Give the lease and the lock back (if held) and close; closing alone frees the

@@ -157,6 +157,14 @@ async def pending_stats(conn: Conn) -> tuple[int, float]:
     return (int(row[0]), float(row[1])) if row else (0, 0.0)
 
 
+async def refresh_backlog_gauges(conn: Conn) -> None:
+    """The leader's backlog gauges: Pending rows, the oldest one's age, Quarantined rows."""
+    count, oldest = await pending_stats(conn)
+    metrics.pending.set(count)
+    metrics.oldest_pending_age.set(oldest)
+    metrics.set_quarantined_rows(await quarantined_counts(conn))
+
+
 async def quarantined_counts(conn: Conn) -> dict[str, int]:
     """Quarantined rows per kind, for the quarantined-rows gauge."""
     cur = await conn.execute(sql.QUARANTINED_STATS)
