@@ -93,7 +93,8 @@ class Dispatcher:
             options.batch_size, delay_table(options), options.backoff_jitter, options.max_attempts
         )
         self.cursor = NO_TARGET  # fair claims take turns over targets from here
-        self.wakes = WakePolicy(options.wake_coalesce, options.batch_size)  # wakes.py
+        o = options  # wakes.py: coalesced wake-ups, the suspect probe's pace
+        self.wakes = WakePolicy(o.wake_coalesce, o.batch_size, o.polling_interval)
         self.conn: psycopg.AsyncConnection[Any] | None = None  # outcomes, stats, retention
         self.claim_conn: psycopg.AsyncConnection[Any] | None = None  # claims, ahead of pushes
         metrics.create_kind_series(RealtimeDispatchKind.values)
@@ -153,10 +154,9 @@ class Dispatcher:
             self._leading(False)
 
     async def _passes(self, once: bool) -> None:
-        last_retention = last_stats = float("-inf")
+        last_retention = last_stats = self.wakes.last_probe = float("-inf")  # catch-up probes
         self._leading(True)
         while not self.stop.is_set():
-            self.wakes.pass_started()
             result = await self.run_pass()  # after (re)connecting this is the catch-up pass
             self.wakes.pass_ended(found_rows=result.batches > 0)
             self.liveness.beat()
@@ -165,8 +165,8 @@ class Dispatcher:
                 await store.refresh_backlog_gauges(await self._work_connection())
                 last_stats = time.monotonic()
             retention_due = time.monotonic() - last_retention >= self.options.retention_interval
+            # One partition's leader deletes: concurrent deletes would only block each other.
             if (once or retention_due) and (self.partition is None or self.partition.index == 0):
-                # One partition's leader deletes: concurrent deletes would only block each other.
                 await self.run_retention()
                 last_retention = time.monotonic()
             if once:
@@ -214,24 +214,15 @@ class Dispatcher:
             self.liveness.beat,
             self,
         )
+        ctx = dataclasses.replace(ctx, suspects_due=self.wakes.suspects_due)
         if self.use_lock:  # every push first checks that the lease is still ours
             ctx = dataclasses.replace(ctx, guard=self.leader.ensure_fresh)
         with tracing.pass_span(job_run_id):
             await run_pass(ctx, conn, result)
         result.duration_ms = round((time.monotonic() - started) * 1000, 1)
         level = logging.INFO if result.batches else logging.DEBUG
-        logger.log(
-            level,
-            "job completed",
-            extra={
-                "action": "pass",
-                Field.DISPATCHED: result.dispatched,
-                Field.RETRIED: result.retried,
-                Field.QUARANTINED: result.quarantined,
-                Field.DURATION_MS: result.duration_ms,
-                Field.JOB_RUN_ID: job_run_id,
-            },
-        )
+        fields = {"action": "pass", **result.log_fields(), Field.JOB_RUN_ID: job_run_id}
+        logger.log(level, "job completed", extra=fields)
         return result
 
     async def run_retention(self) -> int:
