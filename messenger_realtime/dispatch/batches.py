@@ -78,7 +78,8 @@ async def run_suspects(
     ctx: PassContext, work_conn: Conn, result: PassResult, started: float
 ) -> None:
     """Each due suspect on its own: claim one, build it, push it, record it; next. At
-    least one per pass, so a long backlog cannot keep suspects waiting for ever."""
+    least one per probing pass (wakes.py: at least once per POLLING_INTERVAL), so a long
+    backlog cannot keep suspects waiting for ever."""
     first = True
     while not ctx.stop.is_set() and (
         first or time.monotonic() - started < ctx.options.max_run_duration
