@@ -140,6 +140,11 @@ class Bench:
         cpu = hubclients.cpu_sample(groups)
         return time.time(), hubclients.host_busy(), cpu, hubclients.overruns(self.metrics_port)
 
+    def claims(self) -> float:
+        """Claim statements the worker ran so far (one or more per pass)."""
+        name = "messenger_realtime_claim_duration_seconds_count"
+        return hubclients.worker_metric(self.metrics_port, name)
+
     async def produce(self, plan: list[Send]) -> None:
         """Open loop: each owner takes the next planned send, waits for its time (never for
         a delivery) and commits; a late send still counts from its planned time."""
@@ -174,6 +179,7 @@ class Bench:
         # previous step's dead rows (the claim walks the outbox index through them).
         await self.conns[0].execute(VACUUM_SQL)
         began, host_before, cpu_before, overruns_before = self.sample()
+        claims_before = self.claims()
         start = time.time() + 0.2
         plan = poisson_plan(rate, duration, len(self.chats), start)
         await self.produce(plan)
@@ -184,6 +190,7 @@ class Bench:
         drain = {"cmd": "until", "idle": DRAIN_IDLE, "limit": DRAIN_LIMIT}
         await self.ask_all([{**drain, "unique": n} for n in expected])
         ended, host_after, cpu_after, overruns_after = self.sample()
+        claims = self.claims() - claims_before
         sends = {s.message_id: s for s in plan}
         lag, fresh, commit = histogram(), histogram(), histogram()
         seen: set[tuple[str, tuple[int, int]]] = set()
@@ -218,6 +225,9 @@ class Bench:
             "commit_p95_ms": commit.get_value_at_percentile(95) / 1000,
             **percentiles(fresh, "from_commit_"),
             "cpu_s_per_1000": {k: round(v / n * 1000, 3) for k, v in used.items()},
+            # Claims (fair batches and suspect probes) per 1,000 messages: how many passes
+            # the wake-ups cost, a figure the box's noise does not move much.
+            "claims_per_1000": round(claims / n * 1000, 1),
             # Cores busy over the step (produce + drain); near 1.0 a process is saturated
             # ("clients" sums the client processes). The host figure includes others' work.
             "cpu_cores_busy": {k: round(v / (ended - began), 2) for k, v in used.items()},

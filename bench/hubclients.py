@@ -267,10 +267,15 @@ def mint_tokens(users: list[UUID]) -> dict[UUID, str]:
 
 def overruns(metrics_port: int) -> float:
     """The worker's messenger_realtime_channel_overruns_total (all series) from /metrics."""
+    return worker_metric(metrics_port, "messenger_realtime_channel_overruns_total")
+
+
+def worker_metric(metrics_port: int, name: str) -> float:
+    """The sum of a worker family's series named exactly `name` (any labels) from /metrics."""
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
         text = r.read().decode()
-    name = "messenger_realtime_channel_overruns_total"
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+    lines = (line for line in text.splitlines() if not line.startswith("#"))
+    return sum(float(line.split()[-1]) for line in lines if line.split("{")[0].split()[0] == name)
 
 
 def sibling_url(variable: str, default: str, path: str) -> str:

@@ -51,6 +51,8 @@ DEFAULTS: dict[str, Any] = {
     "HUB_BACKLOG_LIMIT": 200,  # messages queued for one hub process before pushes wait
     "HUB_BACKLOG_WAIT": 1.0,  # the longest a push waits for a hub to catch up
     "DISPATCHED_LOG_SAMPLE": 1.0,  # share of Done rows logged as `dispatched` (0 = none)
+    "DISPATCH_PARTITIONS": 1,  # K > 1: K leaders, each for the targets hashing to it
+    "WAKE_COALESCE": 0.01,  # passes at most this often while rows keep coming (wakes.py)
     # The hub (/hubs/messenger) and the host's domain port.
     "DOMAIN_PORT": "",  # dotted path of the host's DomainPort implementation
     "JWT_SIGNING_KEY": "",  # HS256 key; a secret: never logged
@@ -102,6 +104,7 @@ _KINDS: dict[str, type] = {
     "METRICS_PORT": int,
     "DELIVERY_DEADLINES": dict,
     "HUB_BACKLOG_LIMIT": int,
+    "DISPATCH_PARTITIONS": int,
     "MEDIA_JWT_SIGNING_KEY": str,
     "MEDIA_JWT_ISSUER": str,
     "MEDIA_JWT_AUDIENCE": str,
@@ -135,6 +138,8 @@ class RealtimeDispatchOptions:
     hub_backlog_limit: int
     hub_backlog_wait: float
     dispatched_log_sample: float = 1.0
+    dispatch_partitions: int = 1
+    wake_coalesce: float = 0.01
 
 
 @dataclass(frozen=True)

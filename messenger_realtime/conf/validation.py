@@ -54,6 +54,10 @@ MIN_SEND_BUFFER_LIMIT = 64 * 1024
 MIN_REPLAY_BUFFER = 16 * 1024
 MAX_DISCONNECT_TIMEOUT = 300.0
 TRANSPORT_NAMES = ("WebSockets", "ServerSentEvents", "LongPolling")
+# Each partition's leader holds up to five database sessions, its standbys two each.
+MAX_DISPATCH_PARTITIONS = 64
+# Coalescing trades latency for CPU: an event in a stream waits at most this much more.
+MAX_WAKE_COALESCE = 0.1
 # The official client abandons a poll after 100 s: the server must answer before.
 CLIENT_POLL_TIMEOUT = 100.0
 
@@ -109,6 +113,12 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
     limit = values.get("SEND_BUFFER_LIMIT", MIN_SEND_BUFFER_LIMIT)
     ok = limit >= MIN_SEND_BUFFER_LIMIT
     rule("E017", "SEND_BUFFER_LIMIT", ok, f"must be at least {MIN_SEND_BUFFER_LIMIT} bytes")
+    partitions = values.get("DISPATCH_PARTITIONS", 1)
+    ok = 1 <= partitions <= MAX_DISPATCH_PARTITIONS
+    rule("E022", "DISPATCH_PARTITIONS", ok, f"must be in [1, {MAX_DISPATCH_PARTITIONS}]")
+    window = values.get("WAKE_COALESCE", 0)
+    ok = 0 <= window <= MAX_WAKE_COALESCE
+    rule("E023", "WAKE_COALESCE", ok, f"must be in [0, {MAX_WAKE_COALESCE}] seconds (0: off)")
     _hub_transport_rules(values, rule)
     return found
 

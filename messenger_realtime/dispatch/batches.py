@@ -55,6 +55,7 @@ class PassContext:
     beat: Callable[[], None]
     sender: Any  # the quarantine signal's sender
     guard: Guard | None = None
+    suspects_due: Callable[[int], bool] | None = None  # given the pass's retried count
 
 
 @dataclass
@@ -65,17 +66,20 @@ class Batch:
 
 
 async def run_pass(ctx: PassContext, work_conn: Conn, result: PassResult) -> None:
-    """Batches while they come back full, then suspects alone, up to MAX_RUN_DURATION."""
+    """Batches while they come back full, then suspects alone (when due: wakes.py), up to
+    MAX_RUN_DURATION."""
     started = time.monotonic()
     await run_batches(ctx, work_conn, result, started)
-    await run_suspects(ctx, work_conn, result, started)
+    if ctx.suspects_due is None or ctx.suspects_due(result.retried):
+        await run_suspects(ctx, work_conn, result, started)
 
 
 async def run_suspects(
     ctx: PassContext, work_conn: Conn, result: PassResult, started: float
 ) -> None:
     """Each due suspect on its own: claim one, build it, push it, record it; next. At
-    least one per pass, so a long backlog cannot keep suspects waiting for ever."""
+    least one per probing pass (wakes.py: at least once per POLLING_INTERVAL), so a long
+    backlog cannot keep suspects waiting for ever."""
     first = True
     while not ctx.stop.is_set() and (
         first or time.monotonic() - started < ctx.options.max_run_duration

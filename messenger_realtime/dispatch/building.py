@@ -14,6 +14,7 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
 
+HEALTH_CHECK_EVERY = 1.0  # seconds between checks of the build thread's Django connection
 BUILD_TIMEOUT_ERROR = "BuildTimeout: the domain read did not return within BUILD_TIMEOUT"
 
 
@@ -40,6 +42,7 @@ class Builder:
         self.deadlines = dict(deadlines)
         self.abandoned = 0  # threads left behind on a read that never returned
         self._thread = BuildThread()
+        self._checked_at = float("-inf")  # the connection's last health check (monotonic)
 
     async def build(self, outcomes: list[RowOutcome]) -> None:
         """Give each undecided row its event, or decide it (expired, invalid, failed)."""
@@ -47,15 +50,21 @@ class Builder:
         todo = [o for o in outcomes if o.undecided]
         if not todo:
             return
+        # Django's health check (a SELECT 1 round trip) once a second, not once a batch, and
+        # always after a failed read: a broken connection is replaced before the next one.
+        check = time.monotonic() - self._checked_at >= HEALTH_CHECK_EVERY
         try:
             with metrics.build_duration.time():
-                read = self._thread.run(_read, todo, self.port)
+                read = self._thread.run(_read, todo, self.port, check)
+                if check:
+                    self._checked_at = time.monotonic()
                 built = await asyncio.wait_for(read, self.timeout)
         except TimeoutError:
             self._abandon_thread()
             self._isolate(todo, BUILD_TIMEOUT_ERROR)
             return
         except Exception as exc:
+            self._checked_at = float("-inf")
             self._isolate(todo, describe_error(exc))
             return
         for outcome, event in zip(todo, built, strict=True):
@@ -136,6 +145,7 @@ def _settle(future: "asyncio.Future[Any]", result: Any, error: Exception | None)
         future.set_result(result)
 
 
-def _read(outcomes: list[RowOutcome], port: DomainPort) -> list[Any]:
-    close_old_connections()  # a long-lived worker must not reuse a broken connection
+def _read(outcomes: list[RowOutcome], port: DomainPort, check: bool) -> list[Any]:
+    if check:
+        close_old_connections()  # a long-lived worker must not reuse a broken connection
     return build_events([o.row for o in outcomes], port)

@@ -12,6 +12,7 @@ from django.db import connections
 from psycopg.conninfo import make_conninfo
 
 # libpq parameters that may sit in DATABASES[...]["OPTIONS"] and mean the same to psycopg.
+APPLICATION = "messenger-realtime-dispatch"  # the worker sessions' application_name
 _LIBPQ_OPTIONS = {"sslmode", "sslrootcert", "sslcert", "sslkey", "options", "connect_timeout"}
 
 
@@ -24,7 +25,7 @@ def conninfo(alias: str = "default", **extra: Any) -> str:
         "password": settings_dict.get("PASSWORD"),
         "host": settings_dict.get("HOST"),
         "port": settings_dict.get("PORT"),
-        "application_name": "messenger-realtime-dispatch",
+        "application_name": APPLICATION,
     }
     options = settings_dict.get("OPTIONS", {})
     params.update({k: v for k, v in options.items() if k in _LIBPQ_OPTIONS})

@@ -22,9 +22,11 @@ from messenger_realtime.dispatch import store
 from messenger_realtime.dispatch.backoff import delay_table
 from messenger_realtime.dispatch.batches import PassContext, run_pass
 from messenger_realtime.dispatch.building import Builder
-from messenger_realtime.dispatch.leader import Leader
+from messenger_realtime.dispatch.leader import Leader, PartitionGate
 from messenger_realtime.dispatch.outcomes import PassResult
+from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.dispatch.rows import RowOutcome
+from messenger_realtime.dispatch.wakes import WakePolicy
 from messenger_realtime.exceptions import LeadershipLost, describe_error
 from messenger_realtime.ops import metrics, tracing
 from messenger_realtime.ops.health import Liveness
@@ -56,6 +58,8 @@ class Dispatcher:
         alias: the Django database alias whose connection settings the worker uses.
         use_lock: take the single-runner lock and lease (False: benchmarks, drills).
         port: the host's domain port (default: the configured DOMAIN_PORT).
+        partition: lead this partition only (DISPATCH_PARTITIONS > 1, partitioned.py),
+            with `gate` (the process's PartitionGate) and `stop` shared by its partitions.
     """
 
     def __init__(
@@ -66,13 +70,22 @@ class Dispatcher:
         alias: str = "default",
         use_lock: bool = True,
         port: DomainPort | None = None,
+        partition: Partition | None = None,
+        gate: PartitionGate | None = None,
+        stop: asyncio.Event | None = None,
     ) -> None:
         self.options = options
         self.publisher = publisher
         self.alias = alias
         self.use_lock = use_lock
-        self.stop = asyncio.Event()
-        self.leader = Leader(options.lock_key, options.lock_ttl, alias)
+        self.stop = stop or asyncio.Event()
+        self.partition, self.gate, p = partition, gate, partition
+        self.log_fields = {"partition": p.index} if p else {}
+        # pg_stat_activity (and an audit trigger) tell the partitions' sessions apart.
+        self.session = {"application_name": f"{db.APPLICATION}:p{p.index}"} if p else {}
+        lock_key = p.lock_key(options.lock_key) if p else options.lock_key
+        guard = options.lock_key if p else ""  # never led beside a single runner
+        self.leader = Leader(lock_key, options.lock_ttl, alias, guard_key=guard)
         self.port = port or get_domain_port()
         self.liveness = Liveness(stale_after(options), stopping=self.stop.is_set)
         self.builder = Builder(self.port, options.build_timeout, options.delivery_deadlines)
@@ -80,6 +93,8 @@ class Dispatcher:
             options.batch_size, delay_table(options), options.backoff_jitter, options.max_attempts
         )
         self.cursor = NO_TARGET  # fair claims take turns over targets from here
+        o = options  # wakes.py: coalesced wake-ups, the suspect probe's pace
+        self.wakes = WakePolicy(o.wake_coalesce, o.batch_size, o.polling_interval)
         self.conn: psycopg.AsyncConnection[Any] | None = None  # outcomes, stats, retention
         self.claim_conn: psycopg.AsyncConnection[Any] | None = None  # claims, ahead of pushes
         metrics.create_kind_series(RealtimeDispatchKind.values)
@@ -102,17 +117,17 @@ class Dispatcher:
                 try:
                     await self._connect()
                     self.liveness.connected = True
-                    if self.use_lock and not await self.leader.try_acquire():
+                    if self.use_lock and not await self._acquire():
                         level = logging.DEBUG if standing_by else logging.INFO
-                        logger.log(
-                            level, "dispatch lock busy; skipping run", extra={"action": "skip"}
-                        )
+                        fields = {"action": "skip", **self.log_fields}
+                        logger.log(level, "dispatch lock busy; skipping run", extra=fields)
                         standing_by = True
                         if once:
                             return
                         await self._sleep(self.options.polling_interval)
                         continue
-                    logger.info("dispatching", extra={"action": "lead", "lock": self.use_lock})
+                    fields = {"action": "lead", "lock": self.use_lock, **self.log_fields}
+                    logger.info("dispatching", extra=fields)
                     await self._lead(once)
                     return
                 except (psycopg.OperationalError, LeadershipLost) as exc:
@@ -136,32 +151,31 @@ class Dispatcher:
             if keeper is not None:
                 keeper.cancel()
                 await asyncio.gather(keeper, return_exceptions=True)
-            metrics.clear_leader_gauges()  # a standby must not export a stale backlog
+            self._leading(False)
 
     async def _passes(self, once: bool) -> None:
-        last_retention = last_stats = float("-inf")
-        self.liveness.leading = True
+        last_retention = last_stats = self.wakes.last_probe = float("-inf")  # catch-up probes
+        self._leading(True)
         while not self.stop.is_set():
-            await self.run_pass()  # after (re)connecting this is the catch-up pass
+            result = await self.run_pass()  # after (re)connecting this is the catch-up pass
+            self.wakes.pass_ended(found_rows=result.batches > 0)
             self.liveness.beat()
             metrics.last_pass.set(time.time())
             if time.monotonic() - last_stats >= STATS_INTERVAL:  # bounded cost under load
-                conn = await self._work_connection()
-                count, oldest = await store.pending_stats(conn)
-                metrics.pending.set(count)
-                metrics.oldest_pending_age.set(oldest)
-                metrics.set_quarantined_rows(await store.quarantined_counts(conn))
+                await store.refresh_backlog_gauges(await self._work_connection())
                 last_stats = time.monotonic()
-            if once or time.monotonic() - last_retention >= self.options.retention_interval:
+            retention_due = time.monotonic() - last_retention >= self.options.retention_interval
+            # One partition's leader deletes: concurrent deletes would only block each other.
+            if (once or retention_due) and (self.partition is None or self.partition.index == 0):
                 await self.run_retention()
                 last_retention = time.monotonic()
             if once:
                 return
             logger.debug("idle; waiting for NOTIFY or the next poll", extra={"action": "idle"})
-            notified = await self.leader.wait_for_wake(self.options.polling_interval, self.stop)
-            logger.debug(
-                "woke", extra={"action": "wake", "reason": "notify" if notified else "poll"}
+            wake = await self.leader.wait_for_wake(
+                self.options.polling_interval, self.stop, self.wakes
             )
+            logger.debug("woke", extra={"action": "wake", **wake.log_fields()})
 
     # -- one pass ------------------------------------------------------------------
 
@@ -180,14 +194,15 @@ class Dispatcher:
         async def claim() -> list[RowOutcome]:
             if self.use_lock:
                 await self.leader.ensure_held()
-            targets = await store.walk_targets(claim_conn, self.cursor, self.options.batch_size)
+            limit, part = self.options.batch_size, self.partition
+            targets = await store.walk_targets(claim_conn, self.cursor, limit, part)
             self.cursor = targets[-1] if targets else NO_TARGET
-            return await store.claim(claim_conn, self.claim_shape, targets)
+            return await store.claim(claim_conn, self.claim_shape, targets, part)
 
         async def claim_suspect() -> list[RowOutcome]:
             if self.use_lock:
                 await self.leader.ensure_held()
-            return await store.claim(claim_conn, self.claim_shape)
+            return await store.claim(claim_conn, self.claim_shape, partition=self.partition)
 
         ctx = PassContext(
             self.options,
@@ -199,24 +214,15 @@ class Dispatcher:
             self.liveness.beat,
             self,
         )
+        ctx = dataclasses.replace(ctx, suspects_due=self.wakes.suspects_due)
         if self.use_lock:  # every push first checks that the lease is still ours
             ctx = dataclasses.replace(ctx, guard=self.leader.ensure_fresh)
         with tracing.pass_span(job_run_id):
             await run_pass(ctx, conn, result)
         result.duration_ms = round((time.monotonic() - started) * 1000, 1)
         level = logging.INFO if result.batches else logging.DEBUG
-        logger.log(
-            level,
-            "job completed",
-            extra={
-                "action": "pass",
-                Field.DISPATCHED: result.dispatched,
-                Field.RETRIED: result.retried,
-                Field.QUARANTINED: result.quarantined,
-                Field.DURATION_MS: result.duration_ms,
-                Field.JOB_RUN_ID: job_run_id,
-            },
-        )
+        fields = {"action": "pass", **result.log_fields(), Field.JOB_RUN_ID: job_run_id}
+        logger.log(level, "job completed", extra=fields)
         return result
 
     async def run_retention(self) -> int:
@@ -243,25 +249,41 @@ class Dispatcher:
 
     async def _work_connection(self) -> psycopg.AsyncConnection[Any]:
         if self.conn is None or self.conn.closed:
-            self.conn = await db.connect(self.alias)
+            self.conn = await db.connect(self.alias, **self.session)
         return self.conn
 
     async def _claim_connection(self) -> psycopg.AsyncConnection[Any]:
         if self.claim_conn is None or self.claim_conn.closed:
-            self.claim_conn = await db.connect(self.alias)
+            self.claim_conn = await db.connect(self.alias, **self.session)
         return self.claim_conn
 
     async def close(self) -> None:
         """Release the lock and close every session (run() does this on exit)."""
-        self.liveness.leading = self.liveness.connected = False
-        # The domain reads' Django connection lives in the builder's thread: close it
-        # there, so no session outlives the dispatcher.
+        self._leading(False)
+        self.liveness.connected = False
+        # The domain reads' Django connection lives in the builder's thread: close it there.
         await self.builder.close()
         await self.leader.close()
         for conn in (self.conn, self.claim_conn):
             if conn is not None and not conn.closed:
                 await conn.close()
         self.conn = self.claim_conn = None
+
+    # -- partitions ----------------------------------------------------------------
+
+    async def _acquire(self) -> bool:
+        if self.gate is None or self.partition is None:
+            return await self.leader.try_acquire()
+        return await self.gate.acquire(self.partition.index, self.leader)
+
+    def _leading(self, leading: bool) -> None:
+        """Report leading (or not); a standby exports no stale backlog (partitions: once
+        the process leads none)."""
+        was_leading, self.liveness.leading = self.liveness.leading, leading
+        if self.gate is not None and self.partition is not None:
+            self.gate.report(self.partition.index, leading)
+        if was_leading and not leading and (self.gate is None or not self.gate.led):
+            metrics.clear_leader_gauges()
 
     async def _sleep(self, seconds: float) -> None:
         """Wait for `seconds` or until stopped, whichever comes first."""

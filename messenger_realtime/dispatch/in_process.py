@@ -11,7 +11,7 @@ import logging
 from channels.layers import get_channel_layer
 
 from messenger_realtime.conf.settings import load_options
-from messenger_realtime.dispatch.dispatcher import Dispatcher
+from messenger_realtime.dispatch.partitioned import build_runner
 from messenger_realtime.transport.publisher import ChannelLayerPublisher
 
 logger = logging.getLogger(__name__)
@@ -23,7 +23,8 @@ class InProcessDispatcher:
     def __init__(self) -> None:
         from twisted.internet import reactor
 
-        self.dispatcher = Dispatcher(load_options(), ChannelLayerPublisher(get_channel_layer()))
+        publisher = ChannelLayerPublisher(get_channel_layer())
+        self.dispatcher = build_runner(load_options(), publisher)
         self.task: asyncio.Task[None] | None = None
         reactor.callWhenRunning(self._start)
 

@@ -22,7 +22,9 @@ import psycopg
 
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch import lease
+from messenger_realtime.dispatch.wakes import Wake, WakePolicy
 from messenger_realtime.exceptions import LeadershipLost, describe_error
+from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
 from messenger_realtime.outbox.notify import NOTIFY_CHANNEL
 
@@ -39,8 +41,14 @@ def advisory_key(lock_key: str) -> int:
 class Leader:
     """The worker's lease and wake-up connections."""
 
-    def __init__(self, lock_key: str, lock_ttl: float, alias: str = "default") -> None:
+    def __init__(
+        self, lock_key: str, lock_ttl: float, alias: str = "default", guard_key: str = ""
+    ) -> None:
+        """guard_key: a partition leader's single-runner LOCK_KEY, held shared (lease.GUARD)."""
         self.key = advisory_key(lock_key)
+        self.guard = {"guard": advisory_key(guard_key)} if guard_key else None
+        self.guarded = False  # this session holds the guard (taken once per session)
+        self.guard_warned = False
         self.lock_ttl = lock_ttl
         self.alias = alias
         self.params = {"lock_key": lock_key, "key": self.key, "holder": lease.holder_name()}
@@ -80,6 +88,18 @@ class Leader:
         """Take the lock and the lease if free, or if the holder's lease went stale
         (ending its session); never waits for a live holder."""
         conn = self._connection()
+        if self.guard is not None and not self.guarded:
+            cur = await conn.execute(lease.GUARD, self.guard)
+            row = await cur.fetchone()
+            self.guarded = bool(row and row[0])
+            if not self.guarded:
+                logger.log(
+                    logging.DEBUG if self.guard_warned else logging.WARNING,
+                    "a single runner (DISPATCH_PARTITIONS=1) leads: partitions wait for it",
+                    extra={"action": "skip"},
+                )
+                self.guard_warned = True
+                return False
         for _ in range(2):
             sent = time.monotonic()
             cur = await conn.execute(lease.ACQUIRE, self.params)
@@ -90,6 +110,11 @@ class Leader:
                 break
         self.holds_lock = False
         return False
+
+    async def lock_is_free(self) -> bool:
+        """Nobody holds this lock exclusively now (a hint: it may change at once)."""
+        cur = await self._connection().execute(lease.HOLDER, self.standby.params)
+        return await cur.fetchone() is None
 
     async def heartbeat(self) -> None:
         """Prove the lease (stamp it with the database clock); LeadershipLost if it is gone."""
@@ -130,8 +155,11 @@ class Leader:
                     extra={"action": "lease_lost", Field.ERROR_CODE: describe_error(exc)},
                 )
 
-    async def wait_for_wake(self, timeout: float, stop: asyncio.Event) -> bool:
-        """Wait for a NOTIFY, the timeout, stop or a lost lease; True when notified."""
+    async def wait_for_wake(
+        self, timeout: float, stop: asyncio.Event, policy: WakePolicy | None = None
+    ) -> Wake:
+        """Wait for a NOTIFY, the timeout, stop or a lost lease; after a NOTIFY, wait for
+        more while `policy` (wakes.py) says the stream is coalescing, then read the rest."""
         conn = self.listen_conn
         if conn is None:
             raise RuntimeError("Leader.listen() first")
@@ -148,13 +176,21 @@ class Leader:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-        if notified in done:
-            woke = notified.result()
-            # Several commits may have notified meanwhile; one pass serves them all.
-            async for _ in conn.notifies(timeout=0):
-                pass
-            return woke
-        return False
+        if notified not in done or not notified.result():
+            return Wake(notified=False)
+        count, held = 1, 0.0
+        until = policy.hold_until() if policy is not None else None
+        if policy is not None and until is not None and policy.enough > count:
+            # Bounded by WAKE_COALESCE (at most 0.1 s), so a stop request may wait for it.
+            started = time.monotonic()
+            wanted = policy.enough - count
+            async for _ in conn.notifies(timeout=until - started, stop_after=wanted):
+                count += 1
+            held = time.monotonic() - started
+        # Several commits may have notified meanwhile; one pass serves them all.
+        async for _ in conn.notifies(timeout=0):
+            count += 1
+        return Wake(notified=True, notifies=count, held=held)
 
     async def close(self) -> None:
         """Give the lease and the lock back (if held) and close; closing alone frees the
@@ -163,6 +199,7 @@ class Leader:
         listen_conn, self.listen_conn = self.listen_conn, None
         if listen_conn is not None and not listen_conn.closed:
             await listen_conn.close()
+        self.guarded = False  # a session's locks end with it
         if conn is None or conn.closed:
             self.holds_lock = False
             return
@@ -183,3 +220,43 @@ class Leader:
         if self.conn is None:
             raise RuntimeError("Leader.connect() first")
         return self.conn
+
+
+class PartitionGate:
+    """One worker process's partitions (DISPATCH_PARTITIONS > 1): which it leads, and the
+    spreading rule that decides when one of its standby partitions may take a free lock.
+
+    A process leading nothing takes any free partition at once; a process already leading
+    n others waits until it has seen the partition free for (n + 0.5) POLLING_INTERVALs, so
+    a standby process leading fewer (polling every interval) gets there first. Alone, a
+    worker thus leads all K partitions after a few polls; started together, or after a
+    leader died, workers spread. A stale lease (a wedged holder) is taken over at once:
+    failover never waits for spreading. There is no rebalancing of live leaders: restart
+    (SIGTERM) a worker that leads several partitions to spread them (docs/dispatcher.md).
+    """
+
+    def __init__(self, polling_interval: float) -> None:
+        self.polling_interval = polling_interval
+        self.led: set[int] = set()
+        self._free_since: dict[int, float] = {}
+        self._turn = asyncio.Lock()  # one acquisition at a time, so `led` is exact
+
+    async def acquire(self, index: int, leader: Leader) -> bool:
+        """Try to lead partition `index` by the rule above; True when it leads now."""
+        async with self._turn:
+            others = len(self.led - {index})
+            if others and await leader.lock_is_free():
+                first = self._free_since.setdefault(index, time.monotonic())
+                if time.monotonic() - first < (others + 0.5) * self.polling_interval:
+                    return False
+            self._free_since.pop(index, None)
+            if not await leader.try_acquire():
+                return False
+            self.led.add(index)
+            return True
+
+    def report(self, index: int, leading: bool) -> None:
+        """Partition `index` is led (or not) by this process: the gauge and `led`."""
+        metrics.partition_leading.labels(partition=str(index)).set(int(leading))
+        if not leading:
+            self.led.discard(index)

@@ -58,12 +58,14 @@ SELECT pg_advisory_unlock(%(key)s)
 
 # Who holds the lock in this database (a bigint advisory key shows in pg_locks as
 # classid = high 32 bits, objid = low 32 bits, objsubid = 1), and what the lease says.
+# Exclusive holders only: partitioned leaders hold the single-runner key *shared* (their
+# guard, partitioned.py), which a single runner must wait for, never end.
 HOLDER = """
 SELECT l.pid, lease.holder_pid, lease.holder,
        extract(epoch FROM now() - lease.heartbeat_at)::float8
 FROM pg_locks AS l
 LEFT JOIN messenger.realtime_dispatch_lease AS lease ON lease.lock_key = %(lock_key)s
-WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.mode = 'ExclusiveLock'
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND l.classid::bigint = (%(key)s >> 32) & 4294967295
   AND l.objid::bigint = %(key)s & 4294967295
@@ -78,6 +80,12 @@ FOR UPDATE
 """
 
 TERMINATE = "SELECT pg_terminate_backend(%(pid)s, %(wait_ms)s)"
+
+# A partition leader's guard: the single-runner key in share mode, held for its session.
+# Partition leaders share it; a single runner (DISPATCH_PARTITIONS=1) holds it exclusively.
+# So the two schemes never lead at once (a half-done switch of DISPATCH_PARTITIONS waits
+# instead of running two leaders for one chat).
+GUARD = "SELECT pg_try_advisory_lock_shared(%(guard)s)"
 
 
 def holder_name() -> str:

@@ -44,6 +44,15 @@ class PassResult:
     batches: int = 0
     duration_ms: float = 0.0
 
+    def log_fields(self) -> dict[str, Any]:
+        """The counts the spec's `job completed` line names."""
+        return {
+            Field.DISPATCHED: self.dispatched,
+            Field.RETRIED: self.retried,
+            Field.QUARANTINED: self.quarantined,
+            Field.DURATION_MS: self.duration_ms,
+        }
+
 
 async def report(
     outcomes: Sequence[RowOutcome], result: PassResult, sender: Any, sample: float = 1.0

@@ -79,6 +79,7 @@ WITH RECURSIVE walk(key, depth, wrapped) AS (
 SELECT key FROM walk WHERE key IS NOT NULL ORDER BY depth
 """
 
+
 # A fair claim of up to %(limit)s due rows that no attempt holds (claimed_at IS NULL):
 # - urgent kinds first (ix_rto_pending_urgent): an invitation never waits behind a backlog;
 # - then round-robin over the walked %(targets)s: each target's oldest rows, an equal quota
@@ -88,7 +89,9 @@ SELECT key FROM walk WHERE key IS NOT NULL ORDER BY depth
 # Candidates are locked as they are found (FOR UPDATE SKIP LOCKED in each probe), so a
 # second runner (failover lag, --no-lock) skips them and takes the next ones instead;
 # candidates not picked are unlocked when the statement ends.
-CLAIM = f"""
+def claim_statement(in_partition: str = "") -> str:
+    """CLAIM, its urgent probe limited by `in_partition` (partitions.py; empty: all)."""
+    return f"""
 WITH quota AS (
     SELECT greatest(1, ceil(%(limit)s::numeric
                             / greatest(cardinality(%(targets)s::uuid[]), 1)))::int AS q
@@ -121,7 +124,7 @@ topped AS (
 ),
 urgent AS (
     SELECT o.id, 0::bigint AS rn FROM messenger.realtime_outbox AS o
-    WHERE o.kind IN ({_URGENT}) AND {_DUE} AND o.claimed_at IS NULL
+    WHERE o.kind IN ({_URGENT}) AND {_DUE} AND o.claimed_at IS NULL{in_partition}
     ORDER BY o.id LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
@@ -134,17 +137,26 @@ due AS (
 )
 {_CLAIMED}"""
 
+
+CLAIM = claim_statement()
+
+
 # One suspect: a due row whose last attempt never got an outcome (claimed_at still set:
 # its worker died or hung on it). Claimed, built and pushed alone, so a row that crashes
 # the worker takes only itself to MAX_ATTEMPTS (ix_rto_pending_claimed).
-CLAIM_SUSPECT = f"""
+def suspect_statement(in_partition: str = "") -> str:
+    """CLAIM_SUSPECT limited by `in_partition` (partitions.py; empty: all)."""
+    return f"""
 WITH due AS (
     SELECT o.id FROM messenger.realtime_outbox AS o
-    WHERE {_DUE} AND o.claimed_at IS NOT NULL
+    WHERE {_DUE} AND o.claimed_at IS NOT NULL{in_partition}
     ORDER BY o.id LIMIT 1
     FOR UPDATE SKIP LOCKED
 )
 {_CLAIMED}"""
+
+
+CLAIM_SUSPECT = suspect_statement()
 
 # The outcome statements below join the batch's (id, row_version) pairs; "o.id = ANY(ids)"
 # lets the planner find the rows through the primary key instead of hashing the whole

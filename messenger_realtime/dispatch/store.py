@@ -13,7 +13,8 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import args_row
 
-from messenger_realtime.dispatch import sql
+from messenger_realtime.dispatch import partitions, sql
+from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.dispatch.rows import ClaimedRow, Fate, RowOutcome
 from messenger_realtime.ops import metrics
 from messenger_realtime.outbox.enums import URGENT_KINDS
@@ -33,19 +34,33 @@ class Claim:
     max_attempts: int
 
 
-async def walk_targets(conn: Conn, after: UUID, limit: int) -> list[UUID]:
-    """Up to `limit` targets with Pending rows, in key order from just after `after`."""
-    cur = await conn.execute(sql.WALK_TARGETS, {"after": after, "limit": limit})
+async def walk_targets(
+    conn: Conn, after: UUID, limit: int, partition: Partition | None = None
+) -> list[UUID]:
+    """Up to `limit` targets with Pending rows, in key order from just after `after`
+    (within `partition`: its targets only, in partition order)."""
+    params: dict[str, Any] = {"after": after, "limit": limit}
+    statement = sql.WALK_TARGETS
+    if partition is not None:
+        params.update(partition.params())
+        statement = partitions.WALK_PARTITION_TARGETS
+    cur = await conn.execute(statement, params)
     return [key for (key,) in await cur.fetchall()]
 
 
-async def claim(conn: Conn, claim: Claim, targets: list[UUID] | None = None) -> list[RowOutcome]:
+async def claim(
+    conn: Conn,
+    claim: Claim,
+    targets: list[UUID] | None = None,
+    partition: Partition | None = None,
+) -> list[RowOutcome]:
     """Claim due rows (a fair batch over `targets`, or one suspect when targets is None),
-    each as an outcome to be decided: urgent kinds first, then in id order.
+    each as an outcome to be decided: urgent kinds first, then in id order. Within
+    `partition`, urgent rows and suspects are its own only (the targets already are).
 
     Rows the claim itself quarantined (attempts exhausted) come back decided and recorded.
     """
-    params = {
+    params: dict[str, Any] = {
         "limit": claim.limit,
         "delays": claim.delays,
         "jitter": claim.jitter,
@@ -54,6 +69,13 @@ async def claim(conn: Conn, claim: Claim, targets: list[UUID] | None = None) -> 
         "targets": targets or [],
     }
     statement = sql.CLAIM if targets is not None else sql.CLAIM_SUSPECT
+    if partition is not None:
+        params.update(partition.params())
+        statement = (
+            partitions.CLAIM_IN_PARTITION
+            if targets is not None
+            else partitions.CLAIM_SUSPECT_IN_PARTITION
+        )
     with metrics.claim_duration.time():
         async with conn.cursor(row_factory=args_row(ClaimedRow)) as cur:
             await cur.execute(statement, params)
@@ -133,6 +155,14 @@ async def pending_stats(conn: Conn) -> tuple[int, float]:
     cur = await conn.execute(sql.PENDING_STATS)
     row = await cur.fetchone()
     return (int(row[0]), float(row[1])) if row else (0, 0.0)
+
+
+async def refresh_backlog_gauges(conn: Conn) -> None:
+    """The leader's backlog gauges: Pending rows, the oldest one's age, Quarantined rows."""
+    count, oldest = await pending_stats(conn)
+    metrics.pending.set(count)
+    metrics.oldest_pending_age.set(oldest)
+    metrics.set_quarantined_rows(await quarantined_counts(conn))
 
 
 async def quarantined_counts(conn: Conn) -> dict[str, int]:

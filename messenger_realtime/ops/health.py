@@ -48,6 +48,25 @@ class Liveness:
         return live, ready, details
 
 
+class LivenessGroup(Liveness):
+    """A partitioned worker's signs of life (DISPATCH_PARTITIONS > 1): live and ready when
+    every partition's loop is, plus the partitions this worker leads."""
+
+    def __init__(self, members: list[Liveness], led: Callable[[], list[int]]) -> None:
+        super().__init__(stale_after=max(m.stale_after for m in members))
+        self.members, self.led = members, led
+
+    def state(self) -> tuple[bool, bool, dict[str, Any]]:
+        states = [member.state() for member in self.members]
+        details = {
+            "leading": any(d["leading"] for _, _, d in states),
+            "partitionsLed": self.led(),
+            "database": all(d["database"] for _, _, d in states),
+            "heartbeatAgeSeconds": max(d["heartbeatAgeSeconds"] for _, _, d in states),
+        }
+        return all(s[0] for s in states), all(s[1] for s in states), details
+
+
 class HealthHandler(BaseHTTPRequestHandler):
     """GET /metrics, /health/live and /health/ready for one Liveness."""
 

@@ -38,6 +38,11 @@ last_pass = Gauge(
     "messenger_realtime_last_pass_timestamp_seconds",
     "Unix time of the last completed dispatch pass (0 while standing by).",
 )
+partition_leading = Gauge(
+    "messenger_realtime_partition_leading",
+    "1 for each partition this worker leads, 0 once it stops (DISPATCH_PARTITIONS > 1).",
+    ["partition"],
+)
 channel_overruns = Counter(
     "messenger_realtime_channel_overruns",
     "Messages dropped at a full hub process queue (one per process queue) or connection "

@@ -112,6 +112,14 @@ def test_environment_overrides_settings(monkeypatch: pytest.MonkeyPatch) -> None
         ({"DISPATCHED_LOG_SAMPLE": -0.1}, "messenger_realtime.E016"),
         ({"DISPATCHED_LOG_SAMPLE": 0}, None),  # no `dispatched` lines at all
         ({"DISPATCHED_LOG_SAMPLE": 0.01}, None),
+        ({"DISPATCH_PARTITIONS": 0}, "messenger_realtime.E022"),
+        ({"DISPATCH_PARTITIONS": 65}, "messenger_realtime.E022"),
+        ({"DISPATCH_PARTITIONS": "two"}, "messenger_realtime.E002"),
+        ({"DISPATCH_PARTITIONS": 64}, None),
+        ({"WAKE_COALESCE": -0.001}, "messenger_realtime.E023"),
+        ({"WAKE_COALESCE": 0.5}, "messenger_realtime.E023"),
+        ({"WAKE_COALESCE": 0}, None),  # coalescing off
+        ({"WAKE_COALESCE": 0.1}, None),
     ],
 )
 def test_invalid_setting_is_an_error_naming_the_key(

@@ -17,7 +17,7 @@ from django.core.management.base import (
 from messenger_realtime.conf.checks import WORKER_TAG
 from messenger_realtime.conf.settings import DEFAULTS, WORKER, env_name, load_options, role_keys
 from messenger_realtime.dispatch.connections import dedicate_django_connection
-from messenger_realtime.dispatch.dispatcher import Dispatcher
+from messenger_realtime.dispatch.partitioned import build_runner
 from messenger_realtime.ops.health import serve
 from messenger_realtime.transport.publisher import ChannelLayerPublisher
 
@@ -40,6 +40,12 @@ seconds; every one is validated and the worker refuses to start on a bad value):
   REDIS_URL (the channel layer Daphne reads from), or CHANNEL_REDIS_URLS: several Redis
   servers, comma-separated, the same list as every Daphne process (the layer shards over
   them; a bad entry is check messenger_realtime.E024).
+
+partitions (DISPATCH_PARTITIONS=K > 1, opt-in):
+  K leaders, each for the chats and users whose target hashes to its partition, so
+  per-chat order holds. Every worker runs a standby for each partition; a worker alone
+  leads all K, several spread them, a dead leader's partition is taken over like the
+  single runner's lease. All workers must run the same K (docs/dispatcher.md).
 
 metrics and probes:
   GET /metrics, /health/live and /health/ready on port METRICS_PORT
@@ -82,7 +88,8 @@ class Command(BaseCommand):
             "--no-lock",
             action="store_true",
             help="Skip the single-runner advisory lock (benchmarks and failover drills; "
-            "FOR UPDATE SKIP LOCKED still keeps runners on disjoint rows).",
+            "FOR UPDATE SKIP LOCKED still keeps runners on disjoint rows). Runs one "
+            "unpartitioned runner whatever DISPATCH_PARTITIONS says.",
         )
 
     def handle(self, *args: Any, once: bool = False, no_lock: bool = False, **kw: Any) -> None:
@@ -100,7 +107,7 @@ class Command(BaseCommand):
 
     async def _run(self, options: Any, *, once: bool, use_lock: bool) -> None:
         publisher = ChannelLayerPublisher(get_channel_layer())
-        dispatcher = Dispatcher(options, publisher, use_lock=use_lock)
+        dispatcher = build_runner(options, publisher, use_lock=use_lock)
         try:
             server = (
                 serve(dispatcher.liveness, options.metrics_port) if options.metrics_port else None

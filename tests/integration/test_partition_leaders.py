@@ -1,0 +1,116 @@
+"""Partition leadership against real PostgreSQL: the spreading rule, the guard between a
+single runner and partition leaders, and a partition's Dispatcher pushing only its rows."""
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from messenger_realtime.dispatch.dispatcher import Dispatcher
+from messenger_realtime.dispatch.leader import Leader, PartitionGate
+from messenger_realtime.dispatch.partitioned import PartitionedRunner, build_runner
+from messenger_realtime.dispatch.partitions import Partition
+from messenger_realtime.models import RealtimeOutboxEntry
+from messenger_realtime.ops.health import LivenessGroup
+from tests.support.helpers import RecordingPublisher, options
+from tests.support.partitions import insert_rows, partition_of
+from tests.support.runtime import run
+
+pytestmark = pytest.mark.usefixtures("transactional_db")
+KEY = "job:scheduled:messenger-realtime-dispatch"
+
+
+@pytest.fixture
+def leaders() -> Iterator[list[Leader]]:
+    opened: list[Leader] = []
+    yield opened
+    for leader in opened:
+        run(leader.close())
+
+
+async def partition_leader(opened: list[Leader], index: int, count: int = 2) -> Leader:
+    leader = Leader(Partition(index, count).lock_key(KEY), 30.0, guard_key=KEY)
+    await leader.connect()
+    opened.append(leader)
+    return leader
+
+
+def test_a_process_leading_a_partition_leaves_a_free_one_to_a_process_leading_none(
+    leaders: list[Leader],
+) -> None:
+    async def scenario() -> tuple[bool, bool, bool]:
+        busy, idle = PartitionGate(polling_interval=60.0), PartitionGate(polling_interval=60.0)
+        assert await busy.acquire(0, await partition_leader(leaders, 0))
+        # The busy process sees partition 1 free, but waits (it leads one already) ...
+        busy_took = await busy.acquire(1, await partition_leader(leaders, 1))
+        # ... so the process leading nothing takes it at once.
+        idle_took = await idle.acquire(1, await partition_leader(leaders, 1))
+        busy_again = await busy.acquire(1, leaders[1])
+        return busy_took, idle_took, busy_again
+
+    assert run(scenario()) == (False, True, False)
+
+
+def test_a_worker_alone_leads_every_partition(leaders: list[Leader]) -> None:
+    async def scenario() -> set[int]:
+        gate = PartitionGate(polling_interval=0.0)  # no wait: the free partition is its own
+        for index in range(3):
+            assert await gate.acquire(index, await partition_leader(leaders, index, 3))
+        return gate.led
+
+    assert run(scenario()) == {0, 1, 2}
+
+
+def test_a_single_runner_and_partition_leaders_never_lead_at_once(
+    leaders: list[Leader],
+) -> None:
+    async def scenario() -> tuple[bool, bool, bool, bool]:
+        single = Leader(KEY, 30.0)
+        await single.connect()
+        leaders.append(single)
+        assert await single.try_acquire()
+        blocked = await (await partition_leader(leaders, 0)).try_acquire()
+        await single.close()
+        took = await leaders[1].try_acquire()  # the single runner went: partitions lead
+        second = Leader(KEY, 30.0)
+        await second.connect()
+        leaders.append(second)
+        single_took = await second.try_acquire()
+        await leaders[1].heartbeat()  # a single runner never ends a partition's session
+        return blocked, took, single_took, leaders[1].holds_lock
+
+    assert run(scenario()) == (False, True, False, True)
+
+
+def test_a_partitions_dispatcher_pushes_only_its_own_rows() -> None:
+    chats = [uuid.uuid4() for _ in range(30)]
+    insert_rows(chats, 1)
+    mine = {chat for chat in chats if partition_of(chat, 2) == 0}
+    publisher = RecordingPublisher()
+
+    async def one_pass() -> int:
+        dispatcher = Dispatcher(options(), publisher, use_lock=False, partition=Partition(0, 2))
+        try:
+            return (await dispatcher.run_pass()).batches
+        finally:
+            await dispatcher.close()
+
+    run(one_pass())
+    # The rows reference no domain message (the build decides them); what matters is
+    # which rows the partition claimed at all.
+    claimed = set(
+        RealtimeOutboxEntry.objects.filter(attempts__gt=0).values_list("chat_id", flat=True)
+    )
+    assert claimed == mine and 0 < len(mine) < len(chats)
+
+
+def test_the_runner_is_partitioned_only_when_asked_and_reports_the_partitions_it_leads() -> None:
+    assert isinstance(build_runner(options(), RecordingPublisher()), Dispatcher)
+    two = options(dispatch_partitions=2)
+    assert isinstance(build_runner(two, RecordingPublisher(), use_lock=False), Dispatcher)
+    runner = build_runner(two, RecordingPublisher())
+    assert isinstance(runner, PartitionedRunner) and isinstance(runner.liveness, LivenessGroup)
+    runner.gate.led.add(1)
+    runner.dispatchers[1].liveness.leading = True
+    details = runner.liveness.state()[2]
+    assert details["partitionsLed"] == [1] and details["leading"] is True

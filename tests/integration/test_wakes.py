@@ -1,0 +1,131 @@
+"""Coalesced wake-ups against real PostgreSQL and a real dispatcher loop: NOTIFYs that
+arrive right after a pass that found rows wake one pass between them, while an event after
+a quiet spell wakes a pass at once (pass counts and wake records, no timing); and the
+suspect probe's pace."""
+
+import asyncio
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from messenger_realtime.dispatch.dispatcher import Dispatcher, PassResult
+from messenger_realtime.dispatch.wakes import Wake, WakePolicy
+from messenger_realtime.models import RealtimeOutboxEntry
+from tests.support.factories import ChatFactory, MessageFactory
+from tests.support.helpers import RecordingPublisher, commit_message_received, options
+from tests.support.runtime import wait_until
+
+pytestmark = pytest.mark.usefixtures("transactional_db")
+
+
+class RecordingDispatcher(Dispatcher):
+    """Records each pass's dispatched count and each wake-up."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.passes: list[int] = []
+        self.wake_log: list[Wake] = []
+        waiting = self.leader.wait_for_wake
+
+        async def recording_wait(*args: Any) -> Wake:
+            wake = await waiting(*args)
+            self.wake_log.append(wake)
+            return wake
+
+        self.leader.wait_for_wake = recording_wait  # type: ignore[method-assign]
+
+    async def run_pass(self) -> PassResult:
+        result = await super().run_pass()
+        self.passes.append(result.dispatched)
+        return result
+
+
+@pytest.fixture
+def running() -> Iterator[Any]:
+    """Start a RecordingDispatcher on its own thread and event loop; stop it at the end."""
+    started: list[tuple[RecordingDispatcher, threading.Thread, list[Any]]] = []
+
+    def start(**overrides: Any) -> RecordingDispatcher:
+        opts = dataclasses.replace(options(), polling_interval=30.0, **overrides)
+        dispatcher = RecordingDispatcher(opts, RecordingPublisher(), use_lock=False)
+        loops: list[asyncio.AbstractEventLoop] = []
+
+        async def main() -> None:
+            loops.append(asyncio.get_running_loop())
+            await dispatcher.run()
+
+        thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+        thread.start()
+        started.append((dispatcher, thread, loops))
+        wait_until(lambda: dispatcher.passes, what="the catch-up pass")
+        return dispatcher
+
+    yield start
+    for dispatcher, thread, loops in started:
+        loops[0].call_soon_threadsafe(dispatcher.stop.set)
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+
+
+def all_done() -> bool:
+    return not RealtimeOutboxEntry.objects.exclude(status="Done").exists()
+
+
+def test_notifies_within_the_window_after_a_busy_pass_wake_one_pass(running: Any) -> None:
+    chat = ChatFactory()
+    messages = [MessageFactory(chat=chat) for _ in range(11)]
+    # A window far longer than ten commits take; a batch's worth (10) of NOTIFYs ends the
+    # wait early (a NOTIFY may go uncounted: psycopg drops the rest of a packet read for
+    # the first one, and then the window runs out instead).
+    dispatcher = running(wake_coalesce=2.0, batch_size=10)
+    assert dispatcher.passes == [0]  # the catch-up pass found nothing
+
+    commit_message_received(messages[0])
+    wait_until(lambda: len(dispatcher.passes) == 2, what="the first message's pass")
+    for message in messages[1:]:  # ten commits, ten NOTIFYs, while the window is open
+        commit_message_received(message)
+    wait_until(all_done, what="every row Done")
+    wait_until(lambda: len(dispatcher.passes) == 3, what="the coalesced pass")
+
+    assert dispatcher.passes == [0, 1, 10]  # one pass for the ten commits
+    first, coalesced = dispatcher.wake_log[:2]
+    assert (first.notified, first.notifies, first.held) == (True, 1, 0.0)  # after quiet
+    assert coalesced.notified and coalesced.notifies >= 2 and coalesced.held > 0
+
+
+def test_an_event_after_a_quiet_spell_wakes_a_pass_at_once(running: Any) -> None:
+    message = MessageFactory()
+    dispatcher = running()  # the default window
+    commit_message_received(message)
+    wait_until(all_done, what="the row Done")
+    wait_until(lambda: len(dispatcher.passes) == 2, what="its pass")
+    assert dispatcher.passes == [0, 1]
+    assert dispatcher.wake_log[0] == Wake(notified=True, notifies=1, held=0.0)
+
+
+def test_the_policy_holds_only_right_after_a_pass_that_found_rows() -> None:
+    policy = WakePolicy(window=60.0, batch_size=200)
+    assert policy.hold_until() is None  # no pass yet
+    policy.pass_ended(found_rows=False)
+    assert policy.hold_until() is None  # quiet: wake at once
+    policy.pass_ended(found_rows=True)
+    until = policy.hold_until()
+    assert until is not None and until > time.monotonic()  # streaming: wait a window
+    policy.last_pass_ended -= 61.0  # that pass ended longer ago than the window
+    assert policy.hold_until() is None
+    off = WakePolicy(window=0.0, batch_size=200)
+    off.pass_ended(found_rows=True)
+    assert off.hold_until() is None
+
+
+def test_suspects_are_probed_once_per_interval_and_after_every_retry() -> None:
+    policy = WakePolicy(window=0.01, batch_size=200, probe_every=60.0)
+    assert policy.suspects_due(retried=0)  # the first pass probes
+    assert not policy.suspects_due(retried=0)  # then once per interval
+    assert policy.suspects_due(retried=3)  # rows retried alone at once: probe now
+    policy.last_probe -= 61.0
+    assert policy.suspects_due(retried=0)
