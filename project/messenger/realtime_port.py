@@ -47,6 +47,9 @@ MESSAGE_VIEW_COLUMNS = {
     "edited_at": "edited_at",
     "deleted_at": "deleted_at",
 }
+MEMBERSHIP_VERSIONS_SQL = "SELECT id, membership_version FROM {} WHERE id = ANY(%s::uuid[])".format(
+    Chat._meta.db_table
+)
 MESSAGES_SQL = "SELECT {} FROM {} WHERE id = ANY(%s::uuid[])".format(
     ", ".join(f"{column} AS {field}" for field, column in MESSAGE_VIEW_COLUMNS.items()),
     Message._meta.db_table,
@@ -81,8 +84,10 @@ class HostDomainPort(DomainPort):
         return dict(rows.values_list("chat_id", "chat__membership_version"))
 
     def membership_versions(self, chat_ids: Ids) -> Mapping[UUID, int]:
-        rows = Chat.objects.filter(id__in=chat_ids)
-        return dict(rows.values_list("id", "membership_version"))
+        # Read for every batch with a chat event: one fixed statement, as messages().
+        with connection.cursor() as cursor:
+            cursor.execute(MEMBERSHIP_VERSIONS_SQL, [list(chat_ids)])
+            return dict(cursor.fetchall())
 
     def user_exists(self, user_id: UUID) -> bool:
         return User.objects.filter(id=user_id, is_active=True).exists()
