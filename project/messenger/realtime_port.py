@@ -47,8 +47,8 @@ MESSAGE_VIEW_COLUMNS = {
     "edited_at": "edited_at",
     "deleted_at": "deleted_at",
 }
-MEMBERSHIP_VERSIONS_SQL = "SELECT id, membership_version FROM {} WHERE id = ANY(%s::uuid[])".format(
-    Chat._meta.db_table
+MEMBERSHIP_VERSIONS_SQL = (
+    f"SELECT id, membership_version FROM {Chat._meta.db_table} WHERE id = ANY(%s::uuid[])"
 )
 MESSAGES_SQL = "SELECT {} FROM {} WHERE id = ANY(%s::uuid[])".format(
     ", ".join(f"{column} AS {field}" for field, column in MESSAGE_VIEW_COLUMNS.items()),
