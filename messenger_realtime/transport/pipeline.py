@@ -10,11 +10,11 @@ keys it holds), concurrently across hosts: still two round trips per host
 (transport/shards.py says which host holds what).
 
 No silent loss: where channels-redis drops a message for a full channel, the script adds
-the message's channels (the connections it was for) to that channel key's overrun set
-(OVERRUN_SUFFIX); the Daphne process reading the key takes the set with its next batch
-and tells each of those connections (transport/layer.py), which close with
-allowReconnect. The count returned is lost deliveries: one per connection per dropped
-message, the number messenger_realtime_channel_overruns_total adds up.
+the message's channels (a hub process's group channels, hub/fanout.py) to that channel
+key's overrun set (OVERRUN_SUFFIX); the Daphne process reading the key takes the set with
+a coming batch and tells every local connection of those groups (transport/layer.py),
+which close with allowReconnect. The count returned is lost messages: one per dropped
+message per channel it was for, what messenger_realtime_channel_overruns_total adds up.
 """
 
 import logging
@@ -131,7 +131,7 @@ def supports(layer: Any) -> bool:
 
 @dataclass(frozen=True)
 class ChunkSent:
-    lost: int  # deliveries dropped because a channel was at capacity
+    lost: int  # messages dropped (per channel they were for) at a full channel
     channel_keys: list[str]  # the distinct channel queues (hub processes) the chunk reached
 
 
@@ -261,11 +261,11 @@ def _names_by_key(layer: Any, channels: list[str]) -> dict[str, str]:
 
 
 def report_lost(lost: int) -> None:
-    """Count and log lost deliveries (the connections are told by their Daphne process)."""
+    """Count and log lost messages (the connections are told by their Daphne process)."""
     if lost:
         metrics.channel_overruns.inc(lost)
         logger.warning(
-            "channel layer capacity overrun: deliveries dropped; their connections will be "
+            "channel layer capacity overrun: messages dropped; their connections will be "
             "closed with allowReconnect",
             extra={"action": "overrun", "lost": lost},
         )
