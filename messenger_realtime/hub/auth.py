@@ -14,6 +14,7 @@ from django.core import signing
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import InvalidToken
+from messenger_realtime.transport.control import session_digest
 from messenger_realtime.uuid7 import uuid7
 
 _CONNECTION_SALT = "messenger_realtime.hub.connection"
@@ -39,6 +40,9 @@ class Identity:
 
     user_id: UUID
     expires_at: float | None
+    # For a Django session: a digest of its key (session_digest), so that the user's
+    # logout can close this connection; the key itself never leaves the request.
+    session: str | None = None
 
 
 def verify_access_token(token: str, options: HubOptions) -> UUID:
@@ -151,7 +155,9 @@ def identify(
     if token is not None:
         identity = read_access_token(token, options)
     elif session_user is not None and session_user.is_authenticated:
-        identity = Identity(UUID(str(session_user.pk)), session_expiry(session))
+        key = getattr(session, "session_key", None)
+        digest = session_digest(key) if key else None
+        identity = Identity(UUID(str(session_user.pk)), session_expiry(session), digest)
     else:
         raise InvalidToken("no credentials")
     if lookup and not get_domain_port().user_exists(identity.user_id):

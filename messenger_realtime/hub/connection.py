@@ -26,7 +26,7 @@ from messenger_realtime.exceptions import (
 from messenger_realtime.hub import protocols, registry
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.delivery import Delivery
-from messenger_realtime.hub.events import OVERRUN, EventHandlers
+from messenger_realtime.hub.events import OVERRUN, SESSION_ENDED, EventHandlers
 from messenger_realtime.hub.groups import ConnectionGroups
 from messenger_realtime.hub.invocations import HubInvocations
 from messenger_realtime.hub.membership import ChatMemberships
@@ -64,6 +64,7 @@ class HubConnection(
         stateful_allowed: bool = False,
     ) -> None:
         self.connection_id, self.user_id = connection_id, identity.user_id
+        self.session = identity.session
         self.token, self.options, self.transport = token, options, transport
         self.channel_layer, self.stateful_allowed = channel_layer, stateful_allowed
         self.handshaken = self.closing = self.ended = False
@@ -252,6 +253,7 @@ class HubConnection(
 _REASONS = {
     "token expired": "expired",
     "session expired": "expired",
+    SESSION_ENDED: "expired",
     "send buffer over SEND_BUFFER_LIMIT": "send_buffer",
     OVERRUN: "overrun",
     REPLAY_OVERFLOW: "replay_buffer",

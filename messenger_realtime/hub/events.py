@@ -11,6 +11,7 @@ from messenger_realtime.hub.membership import ChatMemberships
 from messenger_realtime.hub.protocols.base import Frame, HubProtocol
 
 OVERRUN = "events dropped (channel layer overrun)"
+SESSION_ENDED = "session ended (logout)"
 EVENT_TYPE = "realtime.event"  # transport/publisher.py's dispatcher events
 _FRAMES = "_frames"  # a message's frames by protocol name, filled in by the first connection
 
@@ -21,6 +22,7 @@ class EventHandlers:
     expires_at: float
     expiry_reason: str
     memberships: ChatMemberships
+    session: str | None  # the digest of the Django session it authenticated with
     protocol: HubProtocol | None
     options: Any
 
@@ -96,6 +98,11 @@ class EventHandlers:
     async def realtime_disconnect(self, message: dict[str, Any]) -> None:
         """Ops asked this user's connections to reconnect (see control.disconnect_user)."""
         await self.shutdown()
+
+    async def realtime_session_ended(self, message: dict[str, Any]) -> None:
+        """The user logged out of the Django session this connection came with."""
+        if self.session is not None and message.get("session") == self.session:
+            await self._drop(SESSION_ENDED)
 
     async def realtime_overrun(self, message: dict[str, Any]) -> None:
         """The channel layer dropped a message meant for this connection (transport/layer.py)."""

@@ -64,6 +64,7 @@ class StatefulConnection:
         expires_at: float
         expiry_reason: str
         token: str | None
+        session: str | None
 
         def credentials_end(self, identity: Identity, token: str | None) -> tuple[float, str]: ...
 
@@ -154,7 +155,7 @@ class StatefulConnection:
         self.detached_at, self.resuming = None, True
         if old is not None:  # half-open: the server had not seen it drop yet
             await old.close()
-        self.token = token
+        self.token, self.session = token, identity.session
         self.expires_at, self.expiry_reason = self.credentials_end(identity, token)
         self.protocol.reset()
         transport.use_binary(self.protocol.binary)

@@ -7,7 +7,9 @@ owner also writes for that user, which the consumer treats the same way. A failu
 is logged and never fails the owner.
 """
 
+import hashlib
 import logging
+from typing import Any
 from uuid import UUID
 
 from asgiref.sync import async_to_sync
@@ -22,6 +24,7 @@ from messenger_realtime.transport.groups import layer_group
 logger = logging.getLogger(__name__)
 MEMBERSHIP_EVENT = "realtime.membership"
 DISCONNECT_EVENT = "realtime.disconnect"
+SESSION_ENDED_EVENT = "realtime.session_ended"
 
 
 def membership_changed(*user_ids: UUID, using: str = "default") -> None:
@@ -55,3 +58,35 @@ def disconnect_user(user_id: UUID) -> None:
     async_to_sync(layer.group_send)(
         layer_group(HubTarget.user(user_id)), {"type": DISCONNECT_EVENT}
     )
+
+
+def session_digest(session_key: str) -> str:
+    """What a hub connection and a logout name a Django session by: the key is a
+    credential, so only its digest goes through Redis."""
+    return hashlib.sha256(session_key.encode()).hexdigest()
+
+
+def session_ended(user_id: UUID, session_key: str) -> None:
+    """The user logged out of this Django session: close the hub connections that it
+    authenticated (the demo page's, say); their reconnect finds no session. Connections
+    of the user's other sessions and tokens stay. A failure is logged: such a connection
+    still ends when the session would have expired."""
+    message = {"type": SESSION_ENDED_EVENT, "session": session_digest(session_key)}
+    try:
+        async_to_sync(get_channel_layer().group_send)(layer_group(HubTarget.user(user_id)), message)
+    except Exception as exc:
+        logger.warning(
+            "logout fast path failed",
+            extra={
+                "action": "logout",
+                Field.USER_ID: user_id,
+                Field.ERROR_CODE: describe_error(exc),
+            },
+        )
+
+
+def on_user_logged_out(sender: Any, request: Any = None, user: Any = None, **kwargs: Any) -> None:
+    """Django's user_logged_out (sent before the session is flushed)."""
+    session_key = getattr(getattr(request, "session", None), "session_key", None)
+    if user is not None and session_key:
+        session_ended(UUID(str(user.pk)), session_key)
