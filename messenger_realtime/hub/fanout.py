@@ -68,7 +68,7 @@ class Fanout:
     def __init__(self, layer: Any) -> None:
         self.layer = layer
         self.members: dict[str, set[Inbox]] = {}  # group -> local inboxes in it
-        self.channels: dict[str, str] = {}  # this process's channel name -> its group
+        self.channels: dict[str, str] = {}  # channel name -> group, for the joined groups
         self.joined: set[str] = set()  # groups this process is a member of in the layer
         self.backlog = 0  # deliveries waiting in draining inboxes
         self.room = asyncio.Event()
@@ -103,7 +103,6 @@ class Fanout:
         name = self.process_channel + group
         if len(name) > _NAME_LIMIT:  # a long group name: a stable digest of it instead
             name = self.process_channel + hashlib.sha1(group.encode()).hexdigest()
-        self.channels[name] = group
         return name
 
     async def forget_copy(self, chat_group: str, user_group: str) -> None:
@@ -120,11 +119,18 @@ class Fanout:
         async with lock:
             wanted, joined = group in self.members, group in self.joined
             if wanted and not joined:
-                await self.layer.group_add(group, self.channel_of(group))
+                channel = self.channel_of(group)
+                self.channels[channel] = group  # before a message for it can come
+                try:
+                    await self.layer.group_add(group, channel)
+                except BaseException:
+                    del self.channels[channel]
+                    raise
                 self.joined.add(group)
                 self._start(group)
             elif joined and not wanted:
                 self.joined.discard(group)
+                self.channels.pop(self.channel_of(group), None)  # what comes now has nobody
                 self._stop(group)
                 with contextlib.suppress(Exception):  # unreachable Redis: groups expire
                     await self.layer.group_discard(group, self.channel_of(group))

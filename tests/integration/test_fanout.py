@@ -58,6 +58,7 @@ def test_two_local_connections_make_one_group_member_and_each_gets_every_event_o
         got = [[m["payload"]["seq"] for m in await i.take(10)] for i in (first, second)]
         await fanout.leave(group, first)
         await fanout.leave(group, second)
+        assert fanout.channels == {}  # nothing kept for a group the process left
         return joined, got, len(fanout._tasks), members(private_redis.url, group)
 
     joined, got, tasks_left, left = run(scenario())
