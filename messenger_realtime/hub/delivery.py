@@ -50,20 +50,24 @@ class Delivery:
         try:
             while not self.closing:
                 frames: list[Frame] = []
+                size = 0
                 for message in await inbox.take(FRAME_RECORDS):
-                    if self.closing:
-                        break
                     if message["type"] == EVENT_TYPE:
                         frame = await self.event_frame(message)
+                        if self.closing:  # closed meanwhile (its credentials expired)
+                            return
                         if frame is not None:
                             frames.append(frame)
-                        if len(frames) > 1 and sum(map(len, frames)) >= FRAME_BYTES:
+                            size += len(frame)
+                        if size >= FRAME_BYTES:
                             await self._emit_many(frames)
-                            frames = []
+                            frames, size = [], 0
                     else:
                         await self._emit_many(frames)
-                        frames = []
+                        frames, size = [], 0
                         await self.dispatch(message)
+                        if self.closing:
+                            return
                 await self._emit_many(frames)
         except asyncio.CancelledError:
             raise
