@@ -8,16 +8,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.db import connection
 
-from messenger_realtime.dispatch.leader import advisory_key
 from messenger_realtime.models import RealtimeOutboxEntry
 from tests.support.factories import ChatFactory, MessageFactory
 from tests.support.helpers import commit_message_received, layer, receive, subscribe
-from tests.support.workers import WorkerProcess
+from tests.support.workers import WorkerProcess, lock_holders
 
 pytestmark = pytest.mark.slow
-LOCK_KEY = "job:scheduled:messenger-realtime-dispatch"
 TTL = 3.0  # LOCK_TTL for these workers: a heartbeat every second
 POLL = 0.2
 
@@ -35,19 +32,6 @@ def start_worker(worker_env: dict[str, str]) -> Iterator[Callable[..., WorkerPro
     for worker in started:
         worker.signal(signal.SIGCONT)  # a stopped process cannot be waited for otherwise
         worker.kill()
-
-
-def lock_holder_pids() -> list[int]:
-    """Backend pids holding the dispatch lock in this test database."""
-    key = advisory_key(LOCK_KEY)
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
-            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            " AND classid::bigint = (%s >> 32) & 4294967295 AND objid::bigint = %s & 4294967295",
-            [key, key],
-        )
-        return [pid for (pid,) in cur.fetchall()]
 
 
 async def collect(url: str, channel: str, count: int, timeout: float) -> list[Any]:
@@ -75,7 +59,7 @@ def test_standby_takes_over_a_wedged_leader_and_the_resumed_leader_never_claims_
     leader.wait_for("idle; waiting")
     standby = start_worker()
     standby.wait_for("dispatch lock busy")
-    (wedged_pid,) = lock_holder_pids()
+    (wedged_pid,) = lock_holders()
     chat = ChatFactory()
     channel = asyncio.run(subscribe(layer(redis_url), chat.id))
 
@@ -92,14 +76,14 @@ def test_standby_takes_over_a_wedged_leader_and_the_resumed_leader_never_claims_
     # loaded two-core machine).
     assert delivered_after < TTL + 4 * POLL + 2.0
     standby.wait_for("stale dispatch lease")
-    (new_pid,) = lock_holder_pids()
+    (new_pid,) = lock_holders()
     assert new_pid != wedged_pid
 
     resumed_at = len(leader.lines)
     leader.signal(signal.SIGCONT)
     leader.wait_for("reconnecting")
     leader.wait_for("dispatch lock busy")  # back as a standby
-    assert lock_holder_pids() == [new_pid]
+    assert lock_holders() == [new_pid]
     rows = RealtimeOutboxEntry.objects.filter(chat_id=chat.id)
     # One claim each (a second claim would have been a second push), all Done.
     assert sorted(rows.values_list("status", "attempts")) == [("Done", 1)] * 5

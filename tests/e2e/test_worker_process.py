@@ -9,17 +9,15 @@ import pytest
 from django.db import connection
 
 from messenger_realtime.dispatch import connections as db
-from messenger_realtime.dispatch.leader import advisory_key
 from messenger_realtime.dispatch.push import PIPELINE_CHUNK
 from messenger_realtime.dispatch.sql import CLAIM
 from messenger_realtime.models import RealtimeOutboxEntry
 from tests.support.factories import ChatFactory, MessageFactory, OutboxEntryFactory
 from tests.support.helpers import commit_message_received, receive_sync, subscribe_sync
 from tests.support.runtime import PrivateRedis, wait_until
-from tests.support.workers import WorkerProcess
+from tests.support.workers import WorkerProcess, lock_holders
 
 pytestmark = pytest.mark.slow
-LOCK_KEY = "job:scheduled:messenger-realtime-dispatch"
 
 
 @pytest.fixture
@@ -34,19 +32,6 @@ def start_worker(worker_env: dict[str, str]) -> Iterator[Callable[..., WorkerPro
     yield start
     for worker in started:
         worker.kill()
-
-
-def lock_holders() -> list[int]:
-    key = advisory_key(LOCK_KEY)
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
-            # advisory locks are per database: other databases' workers hold their own
-            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            " AND classid::bigint = (%s >> 32) & 4294967295 AND objid::bigint = %s & 4294967295",
-            [key, key],
-        )
-        return [pid for (pid,) in cur.fetchall()]
 
 
 def state(entry: RealtimeOutboxEntry) -> tuple[str, int]:

@@ -15,6 +15,8 @@ import zlib
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
+from tests.support.proxy import pipe
+
 FORBIDDEN = b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
@@ -88,8 +90,8 @@ class Balancer:
         with self._lock:
             self._conns += [client, upstream]
         upstream.sendall(head + b"\r\n\r\n" + rest)
-        threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
-        _pipe(client, upstream)
+        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
+        pipe(client, upstream)
 
     def _choose(self, connection_id: str) -> int:
         if self.sticky and connection_id:
@@ -114,15 +116,3 @@ class Balancer:
     def close(self) -> None:
         self.drop()
         self.listener.close()
-
-
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    try:
-        while data := source.recv(65536):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (source, sink):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)

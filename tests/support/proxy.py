@@ -45,19 +45,7 @@ class TcpProxy:
         with self._lock:
             self._conns += [client, upstream]
         for a, b in ((client, upstream), (upstream, client)):
-            threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (source, sink):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
+            threading.Thread(target=pipe, args=(a, b), daemon=True).start()
 
     def drop(self) -> None:
         """End every proxied connection, both ways, with no WebSocket close (each end
@@ -98,3 +86,17 @@ class TcpProxy:
         for client in held:
             client.close()
         self.listener.close()
+
+
+def pipe(source: socket.socket, sink: socket.socket) -> None:
+    """Copy one direction of a proxied connection until either end closes, then close
+    both ways (the other direction's copy ends with it)."""
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (source, sink):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)

@@ -1,6 +1,8 @@
 """Plain helpers for every tier: paths, free ports, waiting on state, private servers."""
 
 import asyncio
+import json
+import os
 import signal
 import socket
 import subprocess
@@ -62,3 +64,22 @@ class PrivateRedis:
 
 def manage(*args: str) -> list[str]:
     return [sys.executable, str(ROOT / "manage.py"), *args]
+
+
+def project_settings(expression: str, **env: str) -> Any:
+    """`expression` (over django.conf.settings) as project/settings.py computes it in a
+    fresh process with this environment: settings read the environment at import."""
+    code = (
+        "import json, django; django.setup(); from django.conf import settings;"
+        f"print(json.dumps({expression}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return json.loads(out)

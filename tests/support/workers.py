@@ -130,3 +130,24 @@ class DaphneProcess(LoggedProcess):
     @property
     def ws(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
+
+
+LOCK_KEY = "job:scheduled:messenger-realtime-dispatch"  # the default LOCK_KEY
+
+
+def lock_holders(lock_key: str = LOCK_KEY) -> list[int]:
+    """Backend pids holding the dispatch lock in this test database (advisory locks are
+    per database: other databases' workers hold their own)."""
+    from django.db import connection
+
+    from messenger_realtime.dispatch.leader import advisory_key
+
+    key = advisory_key(lock_key)
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND classid::bigint = (%s >> 32) & 4294967295 AND objid::bigint = %s & 4294967295",
+            [key, key],
+        )
+        return [pid for (pid,) in cur.fetchall()]

@@ -1,13 +1,11 @@
 """Settings from the environment: `check --deploy` is clean with a production environment,
 and the connection pool is sized from it."""
 
-import json
 import os
 import secrets
 import subprocess
-import sys
 
-from tests.support.runtime import ROOT, manage
+from tests.support.runtime import manage, project_settings
 
 PRODUCTION = {
     "DJANGO_DEBUG": "false",
@@ -63,21 +61,11 @@ def test_check_deploy_names_what_a_local_environment_leaves_insecure() -> None:
 
 
 def database_settings(**env: str) -> dict[str, object]:
-    code = (
-        "import json, django; django.setup(); from django.conf import settings;"
-        "d = settings.DATABASES['default'];"
-        "print(json.dumps({'CONN_MAX_AGE': d['CONN_MAX_AGE'], 'OPTIONS': d['OPTIONS']}))"
+    expression = (
+        "{'CONN_MAX_AGE': settings.DATABASES['default']['CONN_MAX_AGE'],"
+        " 'OPTIONS': settings.DATABASES['default']['OPTIONS']}"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    return dict(json.loads(out))
+    return dict(project_settings(expression, **env))
 
 
 def test_web_processes_pool_connections_sized_from_the_environment() -> None:

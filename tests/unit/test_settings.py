@@ -1,9 +1,7 @@
 """MESSENGER_REALTIME: the spec's defaults, env overrides, and a check id per bad value."""
 
-import json
 import os
 import subprocess
-import sys
 
 import pytest
 from django.conf import settings
@@ -14,7 +12,7 @@ from django.test import override_settings
 from messenger_realtime.conf.checks import HUB_TAG, WORKER_TAG
 from messenger_realtime.conf.settings import load_hub_options, load_options
 from messenger_realtime.contracts.port import get_domain_port
-from tests.support.runtime import ROOT, manage
+from tests.support.runtime import manage, project_settings
 
 HUB_ONLY = {
     "JWT_SIGNING_KEY",
@@ -239,21 +237,8 @@ def test_channel_layer_hosts_must_be_distinct_redis_urls() -> None:
 
 def project_layer_hosts(**env: str) -> list[str]:
     """The channel layer hosts project/settings.py builds from this environment."""
-    code = (
-        "import django, json; django.setup(); from django.conf import settings;"
-        "hosts = settings.CHANNEL_LAYERS['default']['CONFIG']['hosts'];"
-        "print(json.dumps([host['address'] for host in hosts]))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "project.settings", **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    return list(json.loads(out))
+    hosts = "[h['address'] for h in settings.CHANNEL_LAYERS['default']['CONFIG']['hosts']]"
+    return list(project_settings(hosts, **env))
 
 
 def test_channel_redis_urls_shard_the_layer_and_default_to_redis_url() -> None:
