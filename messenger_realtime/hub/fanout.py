@@ -13,7 +13,9 @@ once it is in the process.
 Backpressure: the reader takes nothing more from Redis while the process's draining
 connections hold BACKLOG_LIMIT deliveries or more in memory. A process that falls behind
 thus shows it in its Redis queue, which is what the worker's backpressure watches
-(dispatch/push.py, HUB_BACKLOG_LIMIT); nothing piles up unseen in memory.
+(dispatch/push.py, HUB_BACKLOG_LIMIT); nothing piles up unseen in memory. A connection
+that took nothing for STALL_AFTER with messages waiting stops counting (hub/inbox.py):
+a stuck one cannot stop the reader for the others, and overflows into its overrun.
 
 Joining a user to a chat: the worker copies the members of the user's group into the
 chat's group (transport/pipeline.copy_members), so the process's `<process>!user.<id>`
@@ -31,6 +33,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 import weakref
 from typing import Any
 from uuid import UUID
@@ -44,6 +47,7 @@ from messenger_realtime.transport.layer import OVERRUN_EVENT
 
 logger = logging.getLogger(__name__)
 BACKLOG_LIMIT = 1000  # deliveries waiting in memory before the reader stops popping
+STALL_AFTER = 0.5  # s an inbox with messages may take nothing before it stops counting
 # Groups are joined again this often: channels-redis forgets members older than its
 # group_expiry (86,400 s by default), which would cut a long-lived process off silently.
 GROUP_REFRESH = 3600.0
@@ -161,7 +165,7 @@ class Fanout:
     async def _read(self, channel: str) -> None:
         layer = self.layer
         while True:
-            await self.room.wait()
+            await self._wait_for_room()
             try:
                 if self._batched:
                     received = await layer.receive_batch(channel)
@@ -178,6 +182,17 @@ class Fanout:
                 continue
             for target, message in received:
                 self.route(target, message)
+
+    async def _wait_for_room(self) -> None:
+        """Until the backlog is under the limit, leaving stalled inboxes out of it."""
+        while not self.room.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(STALL_AFTER):
+                    await self.room.wait()
+            if not self.room.is_set():
+                since = time.monotonic() - STALL_AFTER
+                for inbox in set().union(*self.members.values()):
+                    inbox.stall_if_idle(since)
 
     def route(self, target: str | list[str], message: dict[str, Any]) -> None:
         """Hand a message to every local connection of the groups it names, once each."""

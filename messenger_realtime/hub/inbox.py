@@ -5,11 +5,14 @@ one overrun message instead, which closes it with allowReconnect (its client res
 never a silent drop. While the connection drains it (its delivery task runs), what it
 holds counts towards the process's backlog, which decides whether the process's reader
 takes more from Redis. A connection that does not drain yet (handshake pending) is left
-out, so it cannot hold the others back.
+out, and so is one that took nothing for a while with messages waiting (stalled: its
+delivery is stuck in a slow domain read, say) until it takes again: one connection
+cannot hold the others back, and a stuck one fills up to its overrun.
 """
 
 import asyncio
 import collections
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,8 +28,10 @@ class Inbox:
         self._count = count  # adds a delta to the process's backlog
         self._queue: collections.deque[dict[str, Any]] = collections.deque()
         self._ready = asyncio.Event()
-        self._counted = 0  # what this inbox added to the backlog (all of it while draining)
+        self._counted = 0  # what this inbox added to the backlog (all of it while counted)
         self.draining = False
+        self.stalled = False  # left out of the backlog until it takes again
+        self.last_take = time.monotonic()
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -48,8 +53,15 @@ class Inbox:
             self._ready.clear()
             await self._ready.wait()
         taken = [queue.popleft() for _ in range(min(most, len(queue)))]
+        self.last_take, self.stalled = time.monotonic(), False
         self._recount()
         return taken
+
+    def stall_if_idle(self, since: float) -> None:
+        """Leave the backlog if messages wait and nothing was taken since `since`."""
+        if self._counted and self.last_take < since:
+            self.stalled = True
+            self._recount()
 
     def start_draining(self) -> None:
         self.draining = True
@@ -62,7 +74,7 @@ class Inbox:
         self._recount()
 
     def _recount(self) -> None:
-        counted = len(self._queue) if self.draining else 0
+        counted = len(self._queue) if self.draining and not self.stalled else 0
         if counted != self._counted:
             self._count(counted - self._counted)
             self._counted = counted

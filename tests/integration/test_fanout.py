@@ -100,6 +100,39 @@ def test_the_reader_takes_nothing_more_while_the_process_is_behind(
     assert (taken, queued_after) == (300, 0)
 
 
+def test_a_stuck_connection_does_not_stop_the_reader_for_the_others(
+    private_redis: PrivateRedis, monkeypatch: Any
+) -> None:
+    """A connection whose delivery is stuck (a domain read that hangs, say) stops counting
+    towards the process's backlog once it took nothing for STALL_AFTER: the others get
+    every event, and the stuck one fills up to its overrun (it is told, not silently
+    starved)."""
+    monkeypatch.setattr(fanout_module, "BACKLOG_LIMIT", 10)
+    monkeypatch.setattr(fanout_module, "STALL_AFTER", 0.05)
+    chat = uuid.uuid4()
+    group = layer_group(HubTarget.chat(chat))
+
+    async def scenario() -> tuple[list[int], list[dict[str, Any]]]:
+        hub, worker = layer(private_redis.url, capacity=150), layer(private_redis.url)
+        fanout = Fanout(hub)
+        stuck, live = fanout.inbox(), fanout.inbox()
+        for inbox in (stuck, live):
+            inbox.start_draining()
+            await fanout.join(group, inbox)
+        await ChannelLayerPublisher(worker).publish_many([chat_event(chat, n) for n in range(400)])
+        got: list[int] = []
+        while len(got) < 400:  # only `live` drains
+            got += [m["payload"]["seq"] for m in await asyncio.wait_for(live.take(7), 5)]
+        held = await stuck.take(1000)
+        for inbox in (stuck, live):
+            await fanout.leave(group, inbox)
+        return got, held
+
+    got, held = run(scenario())
+    assert got == list(range(400))
+    assert OVERRUN_MESSAGE in held  # the stuck connection overflowed and is closed
+
+
 def test_a_lost_message_closes_the_connections_of_that_group_only(
     private_redis: PrivateRedis,
 ) -> None:
