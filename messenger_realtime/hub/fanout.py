@@ -138,8 +138,6 @@ class Fanout:
                 self._stop(group)
                 with contextlib.suppress(Exception):  # unreachable Redis: groups expire
                     await self.layer.group_discard(group, self.channel_of(group))
-        if not lock.locked() and group not in self.members and group not in self.joined:
-            self._locks.pop(group, None)
 
     # -- reading ------------------------------------------------------------------
 
@@ -155,7 +153,7 @@ class Fanout:
         """Stop the readers nobody needs: a group's own (unbatched), or all when no
         group is left (a receive cancelled mid-call loses nothing: layer.py)."""
         names = [group] if not self._batched else []
-        if not self.joined:
+        if not self.joined and not self.channels:  # (a join still in flight is in channels)
             names = list(self._tasks)
         for name in names:
             task = self._tasks.pop(name, None)
@@ -181,7 +179,13 @@ class Fanout:
                 await asyncio.sleep(RETRY_AFTER)  # a retry pause, not synchronisation
                 continue
             for target, message in received:
-                self.route(target, message)
+                try:
+                    self.route(target, message)
+                except Exception as exc:  # one bad message must not end the reader
+                    logger.error(
+                        "hub message not routed",
+                        extra={"action": "route", Field.ERROR_CODE: describe_error(exc)},
+                    )
 
     async def _wait_for_room(self) -> None:
         """Until the backlog is under the limit, leaving stalled inboxes out of it."""
@@ -243,6 +247,13 @@ class Fanout:
     async def _keep_joined(self) -> None:
         while True:
             await asyncio.sleep(GROUP_REFRESH)  # a period, not synchronisation
+            # Forget the locks of groups nobody wants (only here: dropping one while a
+            # waiter is about to take it would let two reconciles of a group overlap).
+            self._locks = {
+                g: lock
+                for g, lock in self._locks.items()
+                if lock.locked() or g in self.members or g in self.joined
+            }
             for group in list(self.joined):
                 with contextlib.suppress(Exception):  # tried again next period
                     await self.layer.group_add(group, self.channel_of(group))
