@@ -133,6 +133,35 @@ def test_a_stuck_connection_does_not_stop_the_reader_for_the_others(
     assert OVERRUN_MESSAGE in held  # the stuck connection overflowed and is closed
 
 
+def test_a_message_that_fails_to_route_does_not_end_the_reader(
+    private_redis: PrivateRedis, monkeypatch: Any
+) -> None:
+    chat = uuid.uuid4()
+    group = layer_group(HubTarget.chat(chat))
+    route = Fanout.route
+
+    def route_but_fail_on_seq_0(self: Fanout, target: Any, message: dict[str, Any]) -> None:
+        if message["payload"]["seq"] == 0:
+            raise ValueError("malformed")
+        route(self, target, message)
+
+    monkeypatch.setattr(Fanout, "route", route_but_fail_on_seq_0)
+
+    async def scenario() -> list[int]:
+        hub, worker = layer(private_redis.url), layer(private_redis.url)
+        fanout = Fanout(hub)
+        inbox = fanout.inbox()
+        await fanout.join(group, inbox)
+        publisher = ChannelLayerPublisher(worker)
+        await publisher.publish_many([chat_event(chat, 0)])
+        await publisher.publish_many([chat_event(chat, 1)])  # a later batch
+        got = [m["payload"]["seq"] for m in await asyncio.wait_for(inbox.take(10), 5)]
+        await fanout.leave(group, inbox)
+        return got
+
+    assert run(scenario()) == [1]
+
+
 def test_a_lost_message_closes_the_connections_of_that_group_only(
     private_redis: PrivateRedis,
 ) -> None:
