@@ -51,6 +51,7 @@ STALL_AFTER = 0.5  # s an inbox with messages may take nothing before it stops c
 # Groups are joined again this often: channels-redis forgets members older than its
 # group_expiry (86,400 s by default), which would cut a long-lived process off silently.
 GROUP_REFRESH = 3600.0
+EVERY_CHANNEL = "*"  # an overrun for every connection of the process (transport/pipeline.py)
 RETRY_AFTER = 1.0  # s before the reader tries again after a failed receive (Redis down)
 _NAME_LIMIT = 99  # Channels' longest channel name
 
@@ -201,6 +202,10 @@ class Fanout:
     def route(self, target: str | list[str], message: dict[str, Any]) -> None:
         """Hand a message to every local connection of the groups it names, once each."""
         names = target if isinstance(target, list) else [target]
+        if message.get("type") == OVERRUN_EVENT and EVERY_CHANNEL in names:
+            for inbox in set().union(*self.members.values()):  # expired: whose is unknown
+                inbox.put(message)
+            return
         groups = [g for name in names if (g := self.channels.get(name)) is not None]
         if len(groups) == 1:
             recipients: set[Inbox] | list[Inbox] = list(self.members.get(groups[0], ()))

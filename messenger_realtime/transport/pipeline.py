@@ -36,25 +36,33 @@ OVERRUN_SUFFIX = "$overrun"  # beside channels-redis' own "$inflight" backup key
 # drop expired messages, then add the message unless the channel is at capacity. KEYS[i]
 # gets ARGV[i] with capacity ARGV[n+i] and score ARGV[2n+i]; scores rise through the
 # chunk, so a channel pops them in event order. A message dropped at capacity puts its
-# channels (the space-separated names at ARGV[4n+2+ARGV[3n+i]]) in the key's overrun set;
-# the script returns how many deliveries were lost.
+# channels (the space-separated names at ARGV[4n+2+ARGV[3n+i]]) in the key's overrun set.
+# Messages that waited past their expiry (the process read nothing for `expiry` seconds)
+# are swept as channels-redis does, but not silently: their channels are unknown here, so
+# the set gets '*' (every connection of that process). The set outlives a long stall (a
+# day). The script returns how many messages were lost.
 CHUNK_SEND_LUA = """
 local n = #KEYS
 local expiry = ARGV[4 * n + 1]
 local stale_before = ARGV[4 * n + 2]
 local lost = 0
 for i = 1, n do
-    redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, stale_before)
+    local overrun = KEYS[i] .. '$overrun'
+    local stale = redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, stale_before)
+    if stale > 0 then
+        redis.call('SADD', overrun, '*')
+        redis.call('EXPIRE', overrun, 86400)
+        lost = lost + stale
+    end
     if redis.call('ZCOUNT', KEYS[i], '-inf', '+inf') < tonumber(ARGV[n + i]) then
         redis.call('ZADD', KEYS[i], ARGV[2 * n + i], ARGV[i])
         redis.call('EXPIRE', KEYS[i], expiry)
     else
-        local overrun = KEYS[i] .. '$overrun'
         for name in string.gmatch(ARGV[4 * n + 2 + tonumber(ARGV[3 * n + i])], '%S+') do
             redis.call('SADD', overrun, name)
             lost = lost + 1
         end
-        redis.call('EXPIRE', overrun, expiry)
+        redis.call('EXPIRE', overrun, 86400)
     end
 end
 return lost

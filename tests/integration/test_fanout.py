@@ -162,6 +162,17 @@ def test_a_message_that_fails_to_route_does_not_end_the_reader(
     assert run(scenario()) == [1]
 
 
+def test_an_expiry_notice_closes_every_connection_of_the_process() -> None:
+    async def scenario() -> list[list[dict[str, Any]]]:
+        fanout = Fanout(object())  # routing only: no layer call is made
+        a, b = fanout.inbox(), fanout.inbox()
+        fanout.members = {"chat.x": {a}, "user.y": {b}}
+        fanout.route(["*"], OVERRUN_MESSAGE)
+        return [await a.take(5), await b.take(5)]
+
+    assert run(scenario()) == [[OVERRUN_MESSAGE], [OVERRUN_MESSAGE]]
+
+
 def test_a_lost_message_closes_the_connections_of_that_group_only(
     private_redis: PrivateRedis,
 ) -> None:

@@ -128,3 +128,29 @@ def test_backpressure_stops_waiting_for_a_queue_nobody_drains(redis_url: str) ->
 
     first, later = run(scenario())
     assert (first, later) == (50, 0)
+
+
+def test_messages_swept_past_their_expiry_leave_a_notice_for_the_whole_process(
+    redis_url: str,
+) -> None:
+    """A process that read nothing for `expiry` seconds: the next push sweeps its stale
+    messages as channels-redis does, and marks its overrun set with '*' (every
+    connection of that process is told) and counts them."""
+    chat = uuid.uuid4()
+    process = f"specific.{uuid.uuid4().hex}!"
+    client = redis.Redis.from_url(redis_url)
+
+    async def scenario() -> None:
+        channel_layer = layer(redis_url)
+        await channel_layer.group_add(f"chat.{chat}", process + f"chat.{chat}")
+        key = channel_layer.prefix + process
+        client.zadd(key, {b"an old message": 1.0})  # queued at the epoch: long expired
+        await ChannelLayerPublisher(channel_layer).publish_many([event(chat, 1)])
+
+    before = REGISTRY.get_sample_value("messenger_realtime_channel_overruns_total") or 0.0
+    run(scenario())
+    key = f"asgi{process}"
+    assert client.smembers(key + "$overrun") == {b"*"}
+    assert client.zcard(key) == 1  # the stale one swept, the new one queued
+    after = REGISTRY.get_sample_value("messenger_realtime_channel_overruns_total") or 0.0
+    assert after - before == 1
