@@ -38,11 +38,17 @@ async def connect(alias: str = "default", **extra: Any) -> psycopg.AsyncConnecti
     return await psycopg.AsyncConnection.connect(conninfo(alias, **extra), autocommit=True)
 
 
-def dedicate_django_connection(alias: str = "default") -> None:
+def dedicate_django_connection(
+    alias: str = "default", statement_timeout: float | None = None
+) -> None:
     """Make the worker's Django connection (its domain reads) one persistent session.
 
     A host may give its web processes a connection pool (OPTIONS["pool"]); the worker
     reads from one thread, so a pool only adds sessions. Called before the first query.
+    statement_timeout (seconds, the worker's BUILD_TIMEOUT): a domain read that hangs
+    (a lock, a runaway plan) is ended by PostgreSQL too, so the build thread the worker
+    abandoned at its deadline returns and gives its session back, instead of holding
+    one more session per timeout until the database runs out of connections.
     """
     wrapper = connections[alias]
     wrapper.close()
@@ -50,9 +56,11 @@ def dedicate_django_connection(alias: str = "default") -> None:
     if settings_dict.get("OPTIONS", {}).get("pool"):
         # PostgreSQL's wrapper has close_pool(); the base class does not declare it.
         wrapper.close_pool()  # type: ignore[attr-defined]
-    settings_dict["OPTIONS"] = {
-        **{k: v for k, v in settings_dict.get("OPTIONS", {}).items() if k != "pool"},
-        "application_name": "messenger-realtime-dispatch",
-    }
+    options = {k: v for k, v in settings_dict.get("OPTIONS", {}).items() if k != "pool"}
+    options["application_name"] = "messenger-realtime-dispatch"
+    if statement_timeout:
+        timeout = f"-c statement_timeout={int(statement_timeout * 1000)}"
+        options["options"] = f"{options.get('options', '')} {timeout}".strip()
+    settings_dict["OPTIONS"] = options
     settings_dict["CONN_MAX_AGE"] = None  # kept; checked before reuse (CONN_HEALTH_CHECKS)
     settings_dict["CONN_HEALTH_CHECKS"] = True

@@ -102,7 +102,7 @@ class Command(BaseCommand):
                 "reach Daphne from another process, so the dispatcher runs inside Daphne "
                 "(single-process mode). Enable the backplane to run this worker."
             )
-        dedicate_django_connection()
+        dedicate_django_connection(statement_timeout=options.build_timeout)
         asyncio.run(self._run(options, once=once, use_lock=not no_lock))
 
     async def _run(self, options: Any, *, once: bool, use_lock: bool) -> None:
