@@ -40,6 +40,10 @@ logger = logging.getLogger(__name__)
 NO_TARGET = UUID(int=0)  # the cursor before any target
 RECONNECT_DELAY = 1.0  # seconds between attempts to get a lost database session back
 STATS_INTERVAL = 1.0  # seconds between backlog gauge refreshes
+# Walks of BATCH_SIZE targets whose rows are all backing off (or suspects) that one claim
+# may skip before it gives up: such a walk claims nothing, and ending the pass there would
+# leave a due row behind them waiting for the next wake.
+EMPTY_WALKS = 50
 
 
 def stale_after(options: RealtimeDispatchOptions) -> float:
@@ -195,9 +199,13 @@ class Dispatcher:
             if self.use_lock:
                 await self.leader.ensure_held()
             limit, part = self.options.batch_size, self.partition
-            targets = await store.walk_targets(claim_conn, self.cursor, limit, part)
-            self.cursor = targets[-1] if targets else NO_TARGET
-            return await store.claim(claim_conn, self.claim_shape, targets, part)
+            for _ in range(EMPTY_WALKS):  # a full walk of rows not due yet: walk on
+                targets = await store.walk_targets(claim_conn, self.cursor, limit, part)
+                self.cursor = targets[-1] if targets else NO_TARGET
+                outcomes = await store.claim(claim_conn, self.claim_shape, targets, part)
+                if outcomes or len(targets) < limit:
+                    break
+            return outcomes
 
         async def claim_suspect() -> list[RowOutcome]:
             if self.use_lock:

@@ -61,6 +61,19 @@ def test_a_burst_next_to_a_quiet_chat_is_claimed_in_whole_batches_in_one_pass() 
     assert (result.batches, result.dispatched) == (5, 1000)
 
 
+def test_a_walk_full_of_rows_not_due_yet_does_not_end_the_pass() -> None:
+    # 250 chats whose only row is backing off (a Redis blip failed them together), then
+    # a due row of another chat: the first walk of 200 targets claims nothing, and the
+    # claim walks on instead of ending the pass.
+    waiting = [OutboxEntryFactory(due_later=True) for _ in range(250)]
+    last = ChatFactory(id=uuid.UUID(int=2**128 - 1))  # walked after every other target
+    due = OutboxEntryFactory(message__chat=last)
+    publisher = RecordingPublisher()
+    result = run(one_pass(options(batch_size=200), publisher))
+    assert result.dispatched == 1 and [chat_of(e) for e in publisher.events] == [due.chat_id]
+    assert len(waiting) == RealtimeOutboxEntry.objects.filter(status=Status.PENDING).count()
+
+
 def test_targets_take_turns_across_claims() -> None:
     # Two claims of 3 rows over 6 chats with one row each: the second claim starts where
     # the first stopped, so no chat waits for another's second turn.
