@@ -179,13 +179,17 @@ RETURNING o.id, extract(epoch FROM now() - o.created_at)::float8 AS lag_seconds
 # attempt MAX_ATTEMPTS or the failure is permanent, then Quarantined. Never dropped.
 # A suspect's failure keeps it a suspect (claimed_at stays), so it is retried alone again;
 # `isolate` (a batch whose build failed or timed out) also makes the row due now, to be
-# retried alone at once, so the one row that broke the build holds up nobody else.
+# retried alone at once, so the one row that broke the build holds up nobody else. An
+# isolated row gets its attempt back (as RELEASE does): it was never tried on its own, so
+# a neighbour's failure cannot bring it to MAX_ATTEMPTS; only its own tries alone count.
 MARK_FAILED = f"""
 UPDATE messenger.realtime_outbox AS o SET
-    status = CASE WHEN t.permanent OR o.attempts >= %(max_attempts)s
+    status = CASE WHEN t.permanent OR (o.attempts >= %(max_attempts)s AND NOT t.isolate)
                   THEN {QUARANTINED} ELSE {PENDING} END,
+    attempts = CASE WHEN t.isolate THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
     last_error = left(t.error, 512),
-    claimed_at = CASE WHEN t.suspect AND NOT t.permanent AND o.attempts < %(max_attempts)s
+    claimed_at = CASE WHEN t.suspect AND NOT t.permanent
+                           AND (o.attempts < %(max_attempts)s OR t.isolate)
                       THEN o.claimed_at ELSE NULL END,
     next_attempt_at = CASE WHEN t.isolate THEN now() ELSE o.next_attempt_at END,
     updated_at = now(), row_version = o.row_version + 1

@@ -170,13 +170,40 @@ def test_a_read_that_never_returns_holds_up_only_its_own_row() -> None:
         port.release.set()  # let the abandoned threads finish
     # The batch's read timed out; each row was then retried alone, at once, in the same
     # pass: nine delivered, the stuck one timed out again alone and waits for its backoff.
+    # The batch's claim was given back (none of its rows was tried alone): one attempt.
     assert sorted(e.payload["seq"] for e in publisher.events) == sorted(
         e.seq for e in entries if e != stuck
     )
     assert (result.dispatched, abandoned, port.stuck_reads) == (9, 2, 2)
     row = RealtimeOutboxEntry.objects.get(id=stuck.id)
-    assert (row.status, row.attempts, row.last_error) == (Status.PENDING, 2, BUILD_TIMEOUT_ERROR)
+    assert (row.status, row.attempts, row.last_error) == (Status.PENDING, 1, BUILD_TIMEOUT_ERROR)
     assert row.claimed_at is not None  # still a suspect: it will be tried alone again
+
+
+def test_a_row_on_its_last_attempt_is_not_quarantined_for_a_neighbours_hung_read() -> None:
+    chat = ChatFactory()
+    entries = [OutboxEntryFactory(message__chat=chat) for _ in range(3)]
+    stuck, last_try = entries[0], entries[1]
+    max_attempts = options().max_attempts
+    RealtimeOutboxEntry.objects.filter(id=last_try.id).update(attempts=max_attempts - 1)
+    port = HangingPort(stuck.message_id)
+
+    async def one_pass_with(port: HangingPort) -> Any:
+        publisher = RecordingPublisher()
+        dispatcher = Dispatcher(options(build_timeout=0.3), publisher, use_lock=False, port=port)
+        try:
+            return await dispatcher.run_pass()
+        finally:
+            await dispatcher.close()
+
+    try:
+        run(one_pass_with(port))
+    finally:
+        port.release.set()
+    row = RealtimeOutboxEntry.objects.get(id=last_try.id)
+    # Claimed with the batch (attempt MAX), given back when the batch was isolated, then
+    # tried alone (attempt MAX again) and delivered.
+    assert (row.status, row.attempts) == (Status.DONE, max_attempts)
 
 
 def test_rows_that_fail_together_do_not_come_due_together() -> None:
