@@ -165,12 +165,13 @@ class Dispatcher:
             self.wakes.pass_ended(found_rows=result.batches > 0)
             self.liveness.beat()
             metrics.last_pass.set(time.time())
-            if time.monotonic() - last_stats >= STATS_INTERVAL:  # bounded cost under load
+            first = self.partition is None or self.partition.index == 0  # gauges are global
+            if first and time.monotonic() - last_stats >= STATS_INTERVAL:  # bounded cost
                 await store.refresh_backlog_gauges(await self._work_connection())
                 last_stats = time.monotonic()
             retention_due = time.monotonic() - last_retention >= self.options.retention_interval
             # One partition's leader deletes: concurrent deletes would only block each other.
-            if (once or retention_due) and (self.partition is None or self.partition.index == 0):
+            if (once or retention_due) and first:
                 await self.run_retention()
                 last_retention = time.monotonic()
             if once:
