@@ -5,6 +5,7 @@ sending exactly what each case needs: negotiate's grant, numbering, Acks, the re
 import contextlib
 import json
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection
 
+from messenger_realtime.hub.connection import FIRST_MESSAGE_WAIT
 from tests.support.factories import UserFactory
 from tests.support.hub_helpers import token_for
 from tests.support.wire import (
@@ -118,10 +120,14 @@ def test_events_wait_for_the_clients_first_message_or_half_a_second(
 ) -> None:
     user = UserFactory()
     with open_stateful(daphne, user, negotiated(daphne, user), ping=False) as quiet:
+        handshaken = time.monotonic()
         push_to_user(user.id, 1)
         with pytest.raises(TimeoutError):
             records(quiet, timeout=0.2)  # held back: the client has said nothing yet
         assert until(quiet, is_event(1), timeout=2)[-1]["arguments"] == [{"seq": 1}]
+        # Held for FIRST_MESSAGE_WAIT from the handshake (the test saw the handshake's
+        # answer a moment after the hold began), and then sent without waiting longer.
+        assert time.monotonic() - handshaken >= FIRST_MESSAGE_WAIT - 0.1
 
 
 def test_a_resume_replaces_a_half_open_socket(daphne: DaphneProcess) -> None:
