@@ -98,7 +98,7 @@ class Dispatcher:
         )
         self.cursor = NO_TARGET  # fair claims take turns over targets from here
         o = options  # wakes.py: coalesced wake-ups, the suspect probe's pace
-        self.wakes = WakePolicy(o.wake_coalesce, o.batch_size, o.polling_interval)
+        self.wakes = WakePolicy(o.wake_coalesce, o.polling_interval)
         self.conn: psycopg.AsyncConnection[Any] | None = None  # outcomes, stats, retention
         self.claim_conn: psycopg.AsyncConnection[Any] | None = None  # claims, ahead of pushes
         metrics.create_kind_series(RealtimeDispatchKind.values)

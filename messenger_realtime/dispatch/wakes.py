@@ -6,8 +6,9 @@ the suspect probe, the build thread hop and its domain reads, the outcome), so t
 spent more CPU per message at 500 msg/s than at 1,000 (docs/performance.md). Two rules:
 
 - Wake-ups during a stream are coalesced. A NOTIFY that arrives less than WAKE_COALESCE
-  after the end of a pass that found rows waits WAKE_COALESCE more (or until a batch's
-  worth of commits have notified), and one pass then serves every commit meanwhile. A
+  after the end of a pass that found rows sleeps WAKE_COALESCE more (the NOTIFYs meanwhile
+  wait in the socket, read in one go after it: no loop wake-up per commit), and one pass
+  then serves every commit meanwhile. A
   NOTIFY after a quiet spell (the last pass ended longer ago, or found nothing) wakes a
   pass at once, so an isolated event pays no extra latency; during a stream an event
   waits at most WAKE_COALESCE more. WAKE_COALESCE = 0 turns coalescing off.
@@ -37,9 +38,8 @@ class Wake:
 class WakePolicy:
     """When a NOTIFY may wake a pass, and whether a pass probes for suspects."""
 
-    def __init__(self, window: float, batch_size: int, probe_every: float = 0.0) -> None:
+    def __init__(self, window: float, probe_every: float = 0.0) -> None:
         self.window = window
-        self.enough = max(1, batch_size)  # this many commits fill a batch: no point waiting
         self.probe_every = probe_every
         self.last_pass_ended = float("-inf")
         self.last_pass_found_rows = False

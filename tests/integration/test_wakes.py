@@ -78,10 +78,9 @@ def all_done() -> bool:
 def test_notifies_within_the_window_after_a_busy_pass_wake_one_pass(running: Any) -> None:
     chat = ChatFactory()
     messages = [MessageFactory(chat=chat) for _ in range(11)]
-    # A window far longer than ten commits take; a batch's worth (10) of NOTIFYs ends the
-    # wait early (a NOTIFY may go uncounted: psycopg drops the rest of a packet read for
-    # the first one, and then the window runs out instead).
-    dispatcher = running(wake_coalesce=2.0, batch_size=10)
+    # A window far longer than ten commits take: the wake holds it out, then one pass
+    # serves every commit meanwhile (a NOTIFY read with the first may go uncounted).
+    dispatcher = running(wake_coalesce=2.0)
     assert dispatcher.passes == [0]  # the catch-up pass found nothing
 
     commit_message_received(messages[0])
@@ -108,7 +107,7 @@ def test_an_event_after_a_quiet_spell_wakes_a_pass_at_once(running: Any) -> None
 
 
 def test_the_policy_holds_only_right_after_a_pass_that_found_rows() -> None:
-    policy = WakePolicy(window=60.0, batch_size=200)
+    policy = WakePolicy(window=60.0)
     assert policy.hold_until() is None  # no pass yet
     policy.pass_ended(found_rows=False)
     assert policy.hold_until() is None  # quiet: wake at once
@@ -117,13 +116,13 @@ def test_the_policy_holds_only_right_after_a_pass_that_found_rows() -> None:
     assert until is not None and until > time.monotonic()  # streaming: wait a window
     policy.last_pass_ended -= 61.0  # that pass ended longer ago than the window
     assert policy.hold_until() is None
-    off = WakePolicy(window=0.0, batch_size=200)
+    off = WakePolicy(window=0.0)
     off.pass_ended(found_rows=True)
     assert off.hold_until() is None
 
 
 def test_suspects_are_probed_once_per_interval_and_after_every_retry() -> None:
-    policy = WakePolicy(window=0.01, batch_size=200, probe_every=60.0)
+    policy = WakePolicy(window=0.01, probe_every=60.0)
     assert policy.suspects_due(retried=0)  # the first pass probes
     assert not policy.suspects_due(retried=0)  # then once per interval
     assert policy.suspects_due(retried=3)  # rows retried alone at once: probe now
