@@ -32,8 +32,8 @@ from bench import e2e  # noqa: E402
 
 
 def prepare_database(env: dict[str, str]) -> None:
-    subprocess.run([sys.executable, "scripts/ensure_database.py", "--fresh"], env=env, check=True, cwd=ROOT)
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], env=env, check=True, cwd=ROOT)
+    for argv in (["scripts/ensure_database.py", "--fresh"], ["manage.py", "migrate", "-v0"]):
+        subprocess.run([sys.executable, *argv], env=env, check=True, cwd=ROOT)
 
 
 async def measure(passes: int, sizes: list[int]) -> dict[str, Any]:
@@ -71,7 +71,7 @@ async def measure(passes: int, sizes: list[int]) -> dict[str, Any]:
     xs = sizes
     ys = [per_size[k] for k in xs]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
     return {
         "cpu_ms_per_pass": {str(k): round(per_size[k], 3) for k in xs},
         "fixed_ms_per_pass": round(my - slope * mx, 3),
