@@ -57,8 +57,13 @@ async def measure(passes: int, sizes: list[int]) -> dict[str, Any]:
                     chat = chats[(n * size + i) % len(chats)]
                     await owner.execute(
                         e2e.SEND_SQL,
-                        {"chat": chat.id, "sender": chat.members[0], "message": uuid7(),
-                         "entry": uuid7(), "body": "hello"},
+                        {
+                            "chat": chat.id,
+                            "sender": chat.members[0],
+                            "message": uuid7(),
+                            "entry": uuid7(),
+                            "body": "hello",
+                        },
                     )
                 before = time.process_time()
                 result = await dispatcher.run_pass()
@@ -71,7 +76,8 @@ async def measure(passes: int, sizes: list[int]) -> dict[str, Any]:
     xs = sizes
     ys = [per_size[k] for k in xs]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    spread = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / spread
     return {
         "cpu_ms_per_pass": {str(k): round(per_size[k], 3) for k in xs},
         "fixed_ms_per_pass": round(my - slope * mx, 3),
