@@ -15,7 +15,8 @@ connections hold BACKLOG_LIMIT deliveries or more in memory. A process that fall
 thus shows it in its Redis queue, which is what the worker's backpressure watches
 (dispatch/push.py, HUB_BACKLOG_LIMIT); nothing piles up unseen in memory. A connection
 that took nothing for STALL_AFTER with messages waiting stops counting (hub/inbox.py):
-a stuck one cannot stop the reader for the others, and overflows into its overrun.
+a stuck one cannot stop the reader for the others, and overflows into its overrun at
+BACKLOG_LIMIT messages (not the layer's capacity).
 
 Joining a user to a chat: the worker copies the members of the user's group into the
 chat's group (transport/pipeline.copy_members), so the process's `<process>!user.<id>`
@@ -90,7 +91,8 @@ class Fanout:
     # -- membership ---------------------------------------------------------------
 
     def inbox(self) -> Inbox:
-        return Inbox(getattr(self.layer, "capacity", 100), self._count)
+        capacity = getattr(self.layer, "capacity", 100)
+        return Inbox(capacity, self._count, stalled_capacity=min(capacity, BACKLOG_LIMIT))
 
     async def join(self, group: str, inbox: Inbox) -> None:
         self.members.setdefault(group, set()).add(inbox)
