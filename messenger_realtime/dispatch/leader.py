@@ -49,6 +49,9 @@ class Leader:
         self.guard = {"guard": advisory_key(guard_key)} if guard_key else None
         self.guarded = False  # this session holds the guard (taken once per session)
         self.guard_warned = False
+        base = guard_key or lock_key  # the LOCK_KEY setting: every partition count's leases
+        self.scheme = {"base": base, "turn": advisory_key(f"{base}#acquire"), "ttl": lock_ttl}
+        self.other_count_seen: int | None = None  # logged once per other count
         self.lock_ttl = lock_ttl
         self.alias = alias
         self.params = {"lock_key": lock_key, "key": self.key, "holder": lease.holder_name()}
@@ -84,9 +87,10 @@ class Leader:
             self.listen_conn = await db.connect(self.alias)
             await self.listen_conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
 
-    async def try_acquire(self) -> bool:
+    async def try_acquire(self, partitions: int = 1) -> bool:
         """Take the lock and the lease if free, or if the holder's lease went stale
-        (ending its session); never waits for a live holder."""
+        (ending its session); never waits for a live holder. `partitions`: this worker's
+        DISPATCH_PARTITIONS; none of it leads while a live lease names another."""
         conn = self._connection()
         if self.guard is not None and not self.guarded:
             cur = await conn.execute(lease.GUARD, self.guard)
@@ -102,14 +106,42 @@ class Leader:
                 return False
         for _ in range(2):
             sent = time.monotonic()
-            cur = await conn.execute(lease.ACQUIRE, self.params)
-            if await cur.fetchone() is not None:
+            async with conn.transaction():
+                await conn.execute(lease.ACQUIRE_TURN, self.scheme)
+                if await self._other_count_leads(conn, partitions):
+                    break
+                cur = await conn.execute(lease.ACQUIRE, {**self.params, "partitions": partitions})
+                acquired = await cur.fetchone() is not None
+            if acquired:
                 self.holds_lock, self.proven_at = True, sent
                 return True
             if not await self.standby.take_over_if_stale(conn):
                 break
         self.holds_lock = False
         return False
+
+    async def _other_count_leads(self, conn: psycopg.AsyncConnection[Any], partitions: int) -> bool:
+        """A live leader of this LOCK_KEY runs with another DISPATCH_PARTITIONS: leading
+        beside it would give some chats two leaders (their partitions differ), so stand
+        by until it stops (an error, once per other count: the setting must agree)."""
+        cur = await conn.execute(lease.OTHER_COUNT, {**self.scheme, "partitions": partitions})
+        row = await cur.fetchone()
+        if row is None:
+            self.other_count_seen = None
+            return False
+        if row[0] != self.other_count_seen:
+            logger.error(
+                "DISPATCH_PARTITIONS differs from a live leader's: standing by until it stops"
+                " (set the same DISPATCH_PARTITIONS on every worker)",
+                extra={
+                    "action": "skip",
+                    "partitions": partitions,
+                    "leader_partitions": row[0],
+                    Field.HOLDER: row[1],
+                },
+            )
+            self.other_count_seen = row[0]
+        return True
 
     async def lock_is_free(self) -> bool:
         """Nobody holds this lock exclusively now (a hint: it may change at once)."""
@@ -236,8 +268,9 @@ class PartitionGate:
     (SIGTERM) a worker that leads several partitions to spread them (docs/dispatcher.md).
     """
 
-    def __init__(self, polling_interval: float) -> None:
+    def __init__(self, polling_interval: float, partitions: int) -> None:
         self.polling_interval = polling_interval
+        self.partitions = partitions  # DISPATCH_PARTITIONS (every lease says it)
         self.led: set[int] = set()
         self._free_since: dict[int, float] = {}
         self._turn = asyncio.Lock()  # one acquisition at a time, so `led` is exact
@@ -251,7 +284,7 @@ class PartitionGate:
                 if time.monotonic() - first < (others + 0.5) * self.polling_interval:
                     return False
             self._free_since.pop(index, None)
-            if not await leader.try_acquire():
+            if not await leader.try_acquire(self.partitions):
                 return False
             self.led.add(index)
             return True

@@ -32,12 +32,40 @@ TERMINATE_WAIT_MS = 5000  # pg_terminate_backend waits this long for the backend
 ACQUIRE = """
 WITH lock AS (SELECT pg_try_advisory_lock(%(key)s) AS held)
 INSERT INTO messenger.realtime_dispatch_lease AS l
-    (lock_key, holder_pid, holder, acquired_at, heartbeat_at)
-SELECT %(lock_key)s, pg_backend_pid(), %(holder)s, now(), now() FROM lock WHERE lock.held
+    (lock_key, holder_pid, holder, partitions, acquired_at, heartbeat_at)
+SELECT %(lock_key)s, pg_backend_pid(), %(holder)s, %(partitions)s, now(), now()
+FROM lock WHERE lock.held
 ON CONFLICT (lock_key) DO UPDATE SET
     holder_pid = excluded.holder_pid, holder = excluded.holder,
+    partitions = excluded.partitions,
     acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at
 RETURNING l.holder_pid
+"""
+
+# Acquisitions of one LOCK_KEY's leases, whatever their partition count, one at a time (a
+# transaction lock, before OTHER_COUNT and ACQUIRE): two workers of different counts
+# cannot both find the other absent and both lead.
+ACQUIRE_TURN = "SELECT pg_advisory_xact_lock(%(turn)s)"
+
+# The partition count of a lease row: the column (migration 0008), else what an older
+# worker's LOCK_KEY says (LOCK_KEY#partition-i-of-K), else a single runner's 1.
+_COUNT = r"""coalesce(
+    partitions, (regexp_match(lock_key, '#partition-\d+-of-(\d+)$'))[1]::int, 1)"""
+_SCHEME = "(lock_key = %(base)s OR starts_with(lock_key, %(base)s || '#partition-'))"
+_OTHER = f"{_SCHEME} AND {_COUNT} <> %(partitions)s"
+_FRESH = "heartbeat_at >= now() - make_interval(secs => %(ttl)s)"
+
+# A live lease of this LOCK_KEY with another partition count (a rolling change of
+# DISPATCH_PARTITIONS): this worker must not lead beside it. Stale ones are deleted first,
+# as a standby of their own count would end their holder: a holder that resumes then
+# finds its lease gone at its next heartbeat, before it claims or pushes (leader.py).
+OTHER_COUNT = f"""
+WITH stale AS (
+    DELETE FROM messenger.realtime_dispatch_lease WHERE {_OTHER} AND NOT {_FRESH}
+)
+SELECT {_COUNT}, holder FROM messenger.realtime_dispatch_lease
+WHERE {_OTHER} AND {_FRESH}
+ORDER BY heartbeat_at DESC LIMIT 1
 """
 
 # Only the session named as holder can stamp: no row back means the lease was taken over.

@@ -41,8 +41,8 @@ class PartitionedRunner:
         port: DomainPort | None = None,
     ) -> None:
         self.stop = asyncio.Event()
-        self.gate = PartitionGate(options.polling_interval)
         count = options.dispatch_partitions
+        self.gate = PartitionGate(options.polling_interval, count)
         self.dispatchers = [
             Dispatcher(
                 options,

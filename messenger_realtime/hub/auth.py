@@ -2,13 +2,16 @@
 negotiate's connection tokens."""
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from importlib import import_module
 from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
 import jwt
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY
 from django.core import signing
 
 from messenger_realtime.conf.settings import HubOptions
@@ -41,8 +44,10 @@ class Identity:
     user_id: UUID
     expires_at: float | None
     # For a Django session: a digest of its key (session_digest), so that the user's
-    # logout can close this connection; the key itself never leaves the request.
+    # logout can close this connection; the key itself stays in this process (the
+    # handshake re-reads the session by it: session_holds) and out of every log.
     session: str | None = None
+    session_key: str | None = field(default=None, repr=False)
 
 
 def verify_access_token(token: str, options: HubOptions) -> UUID:
@@ -157,7 +162,7 @@ def identify(
     elif session_user is not None and session_user.is_authenticated:
         key = getattr(session, "session_key", None)
         digest = session_digest(key) if key else None
-        identity = Identity(UUID(str(session_user.pk)), session_expiry(session), digest)
+        identity = Identity(UUID(str(session_user.pk)), session_expiry(session), digest, key)
     else:
         raise InvalidToken("no credentials")
     if lookup and not get_domain_port().user_exists(identity.user_id):
@@ -176,6 +181,13 @@ def session_expiry(session: Any) -> float | None:
     if row is not None:
         return float(row.expire_date.timestamp())
     return float(session.get_expiry_date().timestamp())
+
+
+def session_holds(session_key: str, user_id: UUID) -> bool:
+    """Whether the Django session `session_key` still exists (neither logged out nor
+    expired) and is still `user_id`'s (synchronous: reads the session store)."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    return bool(store.load().get(SESSION_KEY) == str(user_id))
 
 
 _HTTP_SCHEME = {"ws": "http", "wss": "https"}

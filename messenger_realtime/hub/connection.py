@@ -26,7 +26,7 @@ from messenger_realtime.exceptions import (
 from messenger_realtime.hub import protocols, registry
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.delivery import Delivery
-from messenger_realtime.hub.events import OVERRUN, SESSION_ENDED, EventHandlers
+from messenger_realtime.hub.events import OVERRUN, EventHandlers
 from messenger_realtime.hub.groups import ConnectionGroups
 from messenger_realtime.hub.invocations import HubInvocations
 from messenger_realtime.hub.membership import ChatMemberships
@@ -64,7 +64,7 @@ class HubConnection(
         stateful_allowed: bool = False,
     ) -> None:
         self.connection_id, self.user_id = connection_id, identity.user_id
-        self.session = identity.session
+        self.session, self.session_key = identity.session, identity.session_key
         self.token, self.options, self.transport = token, options, transport
         self.channel_layer, self.stateful_allowed = channel_layer, stateful_allowed
         self.handshaken = self.closing = self.ended = False
@@ -142,9 +142,17 @@ class HubConnection(
         # Join before answering, and start forwarding only after: the client never sees
         # an event before its handshake response.
         await self._sync_groups()
+        # A logout's control message reaches a connection only through its user group,
+        # joined just now: one sent since the upgrade authenticated this connection went
+        # unheard. So read the session again, after joining (the logout deletes the
+        # session before it sends: transport/control.py), and a logout is never missed.
+        session_holds = await self._session_holds()
         self.handshaken = True
         ok = handshake.HANDSHAKE_OK
         await self._send(ok.encode() if self.protocol.binary else ok)
+        if not session_holds:
+            await self.end_session()
+            return None
         logger.info(
             "hub connected",
             extra={
@@ -253,7 +261,6 @@ class HubConnection(
 _REASONS = {
     "token expired": "expired",
     "session expired": "expired",
-    SESSION_ENDED: "expired",
     "send buffer over SEND_BUFFER_LIMIT": "send_buffer",
     OVERRUN: "overrun",
     REPLAY_OVERFLOW: "replay_buffer",

@@ -1,15 +1,22 @@
 """What the channel layer brings a connection: dispatcher events and control messages.
 A mixin of HubConnection; each handler is named after its Channels message type."""
 
+import contextlib
+import logging
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from channels.consumer import get_handler_name
+from channels.db import database_sync_to_async
 
+from messenger_realtime.hub import protocols
+from messenger_realtime.hub.auth import session_holds
 from messenger_realtime.hub.media import media_join
 from messenger_realtime.hub.membership import ChatMemberships
 from messenger_realtime.hub.protocols.base import Frame, HubProtocol
+from messenger_realtime.ops import metrics
 
+logger = logging.getLogger(__name__)
 OVERRUN = "events dropped (channel layer overrun)"
 SESSION_ENDED = "session ended (logout)"
 EVENT_TYPE = "realtime.event"  # transport/publisher.py's dispatcher events
@@ -23,6 +30,7 @@ class EventHandlers:
     expiry_reason: str
     memberships: ChatMemberships
     session: str | None  # the digest of the Django session it authenticated with
+    session_key: str | None  # and that session's key (never logged, never sent)
     protocol: HubProtocol | None
     options: Any
 
@@ -38,6 +46,12 @@ class EventHandlers:
         async def _drop(self, reason: str, **fields: Any) -> None: ...
 
         async def shutdown(self) -> None: ...
+
+        async def _send(self, frame: Frame) -> None: ...
+
+        async def _finish(self) -> None: ...
+
+        def _ids(self) -> dict[str, Any]: ...
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """As a Channels consumer's, minus the close_old_connections() Channels runs in a
@@ -102,7 +116,26 @@ class EventHandlers:
     async def realtime_session_ended(self, message: dict[str, Any]) -> None:
         """The user logged out of the Django session this connection came with."""
         if self.session is not None and message.get("session") == self.session:
-            await self._drop(SESSION_ENDED)
+            await self.end_session()
+
+    async def _session_holds(self) -> bool:
+        """Whether the Django session this connection came with (if any) still exists and
+        is still its user's."""
+        key = self.session_key
+        return key is None or await database_sync_to_async(session_holds)(key, self.user_id)
+
+    async def end_session(self) -> None:
+        """Its Django session ended (logout): Close saying so, without allowReconnect (a
+        reconnect could only be refused; the official clients then stop for good)."""
+        if self.closing:
+            return
+        self.closing = True
+        metrics.hub_forced_closes.labels(reason="logout").inc()
+        logger.info("hub connection closed", extra={**self._ids(), "reason": SESSION_ENDED})
+        close = self.protocol.close if self.protocol else protocols.JsonProtocol.close
+        with contextlib.suppress(Exception):  # the socket may be gone already
+            await self._send(close(f"Connection closed with an error. {SESSION_ENDED}"))
+        await self._finish()
 
     async def realtime_overrun(self, message: dict[str, Any]) -> None:
         """The channel layer dropped a message meant for this connection (transport/layer.py)."""

@@ -15,7 +15,8 @@ connections hold BACKLOG_LIMIT deliveries or more in memory. A process that fall
 thus shows it in its Redis queue, which is what the worker's backpressure watches
 (dispatch/push.py, HUB_BACKLOG_LIMIT); nothing piles up unseen in memory. A connection
 that took nothing for STALL_AFTER with messages waiting stops counting (hub/inbox.py):
-a stuck one cannot stop the reader for the others, and overflows into its overrun.
+a stuck one cannot stop the reader for the others, and overflows into its overrun at
+BACKLOG_LIMIT messages (not the layer's capacity).
 
 Joining a user to a chat: the worker copies the members of the user's group into the
 chat's group (transport/pipeline.copy_members), so the process's `<process>!user.<id>`
@@ -24,6 +25,11 @@ Both names then arrive on one message and each connection gets it once. Once eve
 connection of that user is in the chat's group here, the copy is redundant and is taken
 out of the chat's group; when the user turns out not to be a member, the connection
 that found out takes it out (forget_copy).
+
+The process's queue key gets its TTL (channels-redis' `expiry`, 60 s) from pushes only;
+while the process reads it, a task gives it the full TTL again every third of that, so a
+queue still unread a minute after the last push (its connections drain a burst slowly)
+does not vanish with what it holds. A dead process's queue still expires.
 
 Other layers (the in-memory one of single-process mode) get one receive task per group
 channel instead of the batched reader.
@@ -90,7 +96,8 @@ class Fanout:
     # -- membership ---------------------------------------------------------------
 
     def inbox(self) -> Inbox:
-        return Inbox(getattr(self.layer, "capacity", 100), self._count)
+        capacity = getattr(self.layer, "capacity", 100)
+        return Inbox(capacity, self._count, stalled_capacity=min(capacity, BACKLOG_LIMIT))
 
     async def join(self, group: str, inbox: Inbox) -> None:
         self.members.setdefault(group, set()).add(inbox)
@@ -145,6 +152,8 @@ class Fanout:
     def _start(self, group: str) -> None:
         if "refresh" not in self._tasks:
             self._tasks["refresh"] = asyncio.create_task(self._keep_joined())
+        if self._batched and "queue" not in self._tasks:
+            self._tasks["queue"] = asyncio.create_task(self._keep_queue())
         key = "process" if self._batched else group
         if key not in self._tasks:
             channel = self.process_channel if self._batched else self.channel_of(group)
@@ -248,6 +257,21 @@ class Fanout:
             self.room.clear()
         else:
             self.room.set()
+
+    async def _keep_queue(self) -> None:
+        """Keep the process's Redis queue from expiring while this process reads it: a
+        push alone sets its TTL, so without this a queue still unread `expiry` (60 s)
+        after the last push would vanish, its messages lost without a word
+        (layer.keep_alive)."""
+        while True:
+            await asyncio.sleep(self.layer.expiry / 3)  # a period, not synchronisation
+            try:
+                await self.layer.keep_alive(self.process_channel)
+            except Exception as exc:  # tried again next period (Redis down: nothing to keep)
+                logger.warning(
+                    "hub queue keep-alive failed",
+                    extra={"action": "keep_queue", Field.ERROR_CODE: describe_error(exc)},
+                )
 
     async def _keep_joined(self) -> None:
         while True:

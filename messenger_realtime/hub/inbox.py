@@ -7,7 +7,11 @@ holds counts towards the process's backlog, which decides whether the process's 
 takes more from Redis. A connection that does not drain yet (handshake pending) is left
 out, and so is one that took nothing for a while with messages waiting (stalled: its
 delivery is stuck in a slow domain read, say) until it takes again: one connection
-cannot hold the others back, and a stuck one fills up to its overrun.
+cannot hold the others back. A stalled inbox is bounded by `stalled_capacity` (the
+process's backlog limit) instead: it was already that far behind when it stalled, so
+its client is told at once rather than after `capacity` (10,000 by default) more
+messages held in memory for it. A connection that keeps taking, however slowly, is
+never stalled: the process's backlog holds the reader for it.
 """
 
 import asyncio
@@ -23,8 +27,11 @@ OVERRUN_MESSAGE: dict[str, Any] = {"type": OVERRUN_EVENT}
 
 
 class Inbox:
-    def __init__(self, capacity: int, count: Callable[[int], None]) -> None:
+    def __init__(
+        self, capacity: int, count: Callable[[int], None], stalled_capacity: int | None = None
+    ) -> None:
         self.capacity = capacity
+        self.stalled_capacity = capacity if stalled_capacity is None else stalled_capacity
         self._count = count  # adds a delta to the process's backlog
         self._queue: collections.deque[dict[str, Any]] = collections.deque()
         self._ready = asyncio.Event()
@@ -38,13 +45,19 @@ class Inbox:
 
     def put(self, message: dict[str, Any]) -> None:
         queue = self._queue
-        if len(queue) >= self.capacity:
-            metrics.channel_overruns.inc(len(queue) + 1)  # what it held, and this one
-            queue.clear()
-            message = OVERRUN_MESSAGE
-        queue.append(message)
-        self._ready.set()
+        if len(queue) >= (self.stalled_capacity if self.stalled else self.capacity):
+            self._overrun(lost=len(queue) + 1)  # what it held, and this one
+        else:
+            queue.append(message)
+            self._ready.set()
         self._recount()
+
+    def _overrun(self, lost: int) -> None:
+        """Forget what it holds: one overrun message instead, which closes it."""
+        metrics.channel_overruns.inc(lost)
+        self._queue.clear()
+        self._queue.append(OVERRUN_MESSAGE)
+        self._ready.set()
 
     async def take(self, most: int) -> list[dict[str, Any]]:
         """The oldest messages, at most `most`; waits while there are none."""
@@ -58,9 +71,12 @@ class Inbox:
         return taken
 
     def stall_if_idle(self, since: float) -> None:
-        """Leave the backlog if messages wait and nothing was taken since `since`."""
+        """Leave the backlog if messages wait and nothing was taken since `since`; already
+        at its stalled bound, overrun now (the client hears of it as soon as it takes)."""
         if self._counted and self.last_take < since:
             self.stalled = True
+            if len(self._queue) >= self.stalled_capacity:
+                self._overrun(lost=len(self._queue))
             self._recount()
 
     def start_draining(self) -> None:

@@ -65,10 +65,15 @@ class StatefulConnection:
         expiry_reason: str
         token: str | None
         session: str | None
+        session_key: str | None
 
         def credentials_end(self, identity: Identity, token: str | None) -> tuple[float, str]: ...
 
         async def _drop(self, reason: str, **fields: Any) -> None: ...
+
+        async def _session_holds(self) -> bool: ...
+
+        async def end_session(self) -> None: ...
 
         async def _send(self, frame: Frame) -> None: ...
 
@@ -156,7 +161,14 @@ class StatefulConnection:
         if old is not None:  # half-open: the server had not seen it drop yet
             await old.close()
         self.token, self.session = token, identity.session
+        self.session_key = identity.session_key
         self.expires_at, self.expiry_reason = self.credentials_end(identity, token)
+        if not await self._session_holds():
+            # As at the handshake: a logout since the upgrade authenticated this resume
+            # named a session the connection did not have yet (hub/connection.py).
+            self.resuming = False
+            await self.end_session()
+            return
         self.protocol.reset()
         transport.use_binary(self.protocol.binary)
         buffer = self.stateful.buffer

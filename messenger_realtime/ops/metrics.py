@@ -77,10 +77,10 @@ hub_connections = Gauge("messenger_realtime_hub_connections", "Open hub connecti
 hub_disconnects = Counter("messenger_realtime_hub_disconnects", "Closed hub connections.")
 hub_forced_closes = Counter(
     "messenger_realtime_hub_forced_closes",
-    "Hub connections the server closed with allowReconnect, by reason: expired (token or "
+    "Hub connections the server closed, by reason: with allowReconnect, expired (token or "
     "session), send_buffer (over SEND_BUFFER_LIMIT), overrun (events were dropped), "
     "replay_buffer (a dropped stateful connection's unacked events passed "
-    "STATEFUL_RECONNECT_BUFFER_SIZE).",
+    "STATEFUL_RECONNECT_BUFFER_SIZE); without, logout (its Django session ended).",
     ["reason"],
 )
 hub_resumes = Counter(

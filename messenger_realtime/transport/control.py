@@ -68,9 +68,9 @@ def session_digest(session_key: str) -> str:
 
 def session_ended(user_id: UUID, session_key: str) -> None:
     """The user logged out of this Django session: close the hub connections that it
-    authenticated (the demo page's, say); their reconnect finds no session. Connections
-    of the user's other sessions and tokens stay. A failure is logged: such a connection
-    still ends when the session would have expired."""
+    authenticated (the demo page's, say), for good: their reconnect would find no
+    session. Connections of the user's other sessions and tokens stay. A failure is
+    logged: such a connection still ends when the session would have expired."""
     message = {"type": SESSION_ENDED_EVENT, "session": session_digest(session_key)}
     try:
         async_to_sync(get_channel_layer().group_send)(layer_group(HubTarget.user(user_id)), message)
@@ -87,6 +87,11 @@ def session_ended(user_id: UUID, session_key: str) -> None:
 
 def on_user_logged_out(sender: Any, request: Any = None, user: Any = None, **kwargs: Any) -> None:
     """Django's user_logged_out (sent before the session is flushed)."""
-    session_key = getattr(getattr(request, "session", None), "session_key", None)
-    if user is not None and session_key:
+    session: Any = getattr(request, "session", None)
+    session_key = getattr(session, "session_key", None)
+    if user is not None and session is not None and session_key:
+        # Deleted before the control message goes, not just after as logout() would: a
+        # connection that joins its user group too late to hear the message reads the
+        # session after joining (hub/connection.py), and must find it gone by then.
+        session.delete()
         session_ended(UUID(str(user.pk)), session_key)

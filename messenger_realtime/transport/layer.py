@@ -165,6 +165,15 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
                 self._append_decoded(channel, content, received)
         return received
 
+    async def keep_alive(self, channel: str) -> None:
+        """Give a live process's queue its full expiry again. channels-redis sets a key's
+        TTL (`expiry`) at each push and nothing else refreshes it, so a queue still being
+        read `expiry` seconds after its last push (a slow drain after a burst) would
+        vanish with what it holds, unannounced. A dead process's queue, which nobody
+        keeps alive, still expires as channels-redis intends."""
+        connection = self.connection(self.consistent_hash(channel))
+        await connection.expire(self.prefix + channel, self.expiry)
+
     async def _pop_batch(self, channel: str, into: collections.deque[tuple[Any, Any]]) -> None:
         assert self.require_valid_channel_name(channel, receive=True), "Channel name invalid"
         channel_key = self.prefix + channel

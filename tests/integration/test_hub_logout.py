@@ -16,8 +16,9 @@ from django.test import Client
 
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts.events import HubTarget
-from messenger_realtime.hub.auth import Identity
+from messenger_realtime.hub.auth import Identity, session_holds
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.events import SESSION_ENDED
 from messenger_realtime.hub.protocols import JsonProtocol
 from messenger_realtime.transport.control import session_digest
 from messenger_realtime.transport.groups import layer_group
@@ -30,10 +31,13 @@ class Recorder:
 
     def __init__(self) -> None:
         self.sent: list[Any] = []
-        self.closed = asyncio.Event()
+        self.closed, self.got_event = asyncio.Event(), asyncio.Event()
 
     async def send(self, frame: str) -> None:
-        self.sent.append(json.loads(frame.rstrip("\x1e")))
+        for record in frame.split("\x1e")[:-1]:
+            self.sent.append(json.loads(record))
+            if "target" in self.sent[-1]:
+                self.got_event.set()
 
     async def close(self) -> None:
         self.closed.set()
@@ -96,7 +100,8 @@ def test_a_logout_closes_the_connections_of_that_session_only() -> None:
         return recorders
 
     first, second, token = run(scenario())
-    assert first.sent == [{"type": 7, "allowReconnect": True}]
+    # For good: a reconnect would find no session.
+    assert first.sent == [{"type": 7, "error": f"Connection closed with an error. {SESSION_ENDED}"}]
     for recorder in (second, token):
         assert not recorder.closed.is_set()
         assert [m.get("target") for m in recorder.sent] == ["contact_updated"]
@@ -106,3 +111,65 @@ def test_only_a_digest_of_the_session_key_travels() -> None:
     key = "k" * 32
     digest = session_digest(key)
     assert key not in digest and len(digest) == 64 and digest == session_digest(key)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_session_holds_while_it_exists_and_is_its_users() -> None:
+    user, other = UserFactory(), UserFactory()
+    browser = Client()
+    browser.force_login(user)
+    key = browser.session.session_key
+    assert key is not None
+    assert session_holds(key, user.id) and not session_holds(key, other.id)
+    browser.logout()
+    assert not session_holds(key, user.id)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("thread_db")
+def test_a_resume_with_a_session_logged_out_since_it_authenticated_is_closed() -> None:
+    """A stateful connection may resume with another session of its user (a sign-in
+    since replaced the cookie). A logout of that session between the resume's
+    authentication and the resume names a session the connection did not have yet:
+    the resume reads the session again and closes it."""
+    user = UserFactory()
+    first, second = Client(), Client()
+    first.force_login(user)
+    second.force_login(user)
+    keys = [c.session.session_key or "" for c in (first, second)]
+
+    async def scenario() -> tuple[Recorder, HubConnection]:
+        recorder = Recorder()
+        connection = HubConnection(
+            connection_id=uuid.uuid4().hex,
+            identity=Identity(user.id, None, session_digest(keys[0]), keys[0]),
+            token=None,
+            options=load_hub_options(),
+            transport=recorder,
+            channel_layer=get_channel_layer(),
+            stateful_allowed=True,
+        )
+        await connection.open()
+        await connection.receive('{"protocol":"json","version":2}\x1e{"type":6}\x1e')
+        # Authenticated (as the upgrade would), then logged out: the message names the
+        # second session, which the connection does not have yet.
+        resumed_as = Identity(user.id, None, session_digest(keys[1]), keys[1])
+        await sync_to_async(second.logout)()
+        # Anything after that message through the user's group: once it is on the wire,
+        # the connection has handled (and ignored) the logout's message.
+        await get_channel_layer().group_send(
+            layer_group(HubTarget.user(user.id)),
+            {"type": "realtime.event", "event": "contact_updated", "payload": {"n": 1}},
+        )
+        await asyncio.wait_for(recorder.got_event.wait(), 10)
+        await connection.transport_lost(recorder, resumable=True)
+        resumed = Recorder()
+        await connection.resume(resumed, resumed_as, None)
+        await asyncio.wait_for(resumed.closed.wait(), 10)
+        return resumed, connection
+
+    resumed, connection = run(scenario())
+    assert resumed.sent == [
+        {"type": 7, "error": f"Connection closed with an error. {SESSION_ENDED}"}
+    ]
+    assert connection.ended

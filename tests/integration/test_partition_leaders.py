@@ -39,7 +39,7 @@ def test_a_process_leading_a_partition_leaves_a_free_one_to_a_process_leading_no
     leaders: list[Leader],
 ) -> None:
     async def scenario() -> tuple[bool, bool, bool]:
-        busy, idle = PartitionGate(polling_interval=60.0), PartitionGate(polling_interval=60.0)
+        busy, idle = PartitionGate(60.0, partitions=2), PartitionGate(60.0, partitions=2)
         assert await busy.acquire(0, await partition_leader(leaders, 0))
         # The busy process sees partition 1 free, but waits (it leads one already) ...
         busy_took = await busy.acquire(1, await partition_leader(leaders, 1))
@@ -53,7 +53,7 @@ def test_a_process_leading_a_partition_leaves_a_free_one_to_a_process_leading_no
 
 def test_a_worker_alone_leads_every_partition(leaders: list[Leader]) -> None:
     async def scenario() -> set[int]:
-        gate = PartitionGate(polling_interval=0.0)  # no wait: the free partition is its own
+        gate = PartitionGate(0.0, partitions=3)  # no wait: the free partition is its own
         for index in range(3):
             assert await gate.acquire(index, await partition_leader(leaders, index, 3))
         return gate.led

@@ -1,0 +1,136 @@
+"""Leases of different DISPATCH_PARTITIONS against real PostgreSQL: a live leader of
+another count keeps a worker from leading (whatever its count, 1 included), a stale one
+is cleared so that its holder learns it lost the lease before it pushes, two workers of
+different counts acquiring at once never both lead, and a lease written before
+migration 0008 (no count stored) is read by its LOCK_KEY."""
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from messenger_realtime.dispatch import connections as db
+from messenger_realtime.dispatch.leader import Leader, PartitionGate, advisory_key
+from messenger_realtime.dispatch.partitions import Partition
+from messenger_realtime.exceptions import LeadershipLost
+from tests.support.runtime import run
+
+pytestmark = pytest.mark.usefixtures("transactional_db")
+KEY = "job:scheduled:messenger-realtime-dispatch"
+TTL = 30.0
+
+
+@pytest.fixture
+def leaders() -> Iterator[list[Leader]]:
+    opened: list[Leader] = []
+    yield opened
+    for leader in opened:
+        run(leader.close())
+
+
+async def leader(opened: list[Leader], index: int, count: int) -> Leader:
+    """Partition `index` of `count` (count 1: the single runner)."""
+    if count == 1:
+        made = Leader(KEY, TTL)
+    else:
+        made = Leader(Partition(index, count).lock_key(KEY), TTL, guard_key=KEY)
+    await made.connect()
+    opened.append(made)
+    return made
+
+
+async def waiters_on_the_turn(conn: Any, count: int) -> None:
+    """Until `count` sessions wait for an advisory lock (polling pg_locks, a state)."""
+    for _ in range(1000):
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+        row = await cur.fetchone()
+        if row is not None and row[0] >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never {count} waiters")
+
+
+async def lease_sql(statement: str) -> None:
+    async with await db.connect() as conn:
+        await conn.execute(statement)
+
+
+@pytest.mark.parametrize(("count", "other"), [(2, 3), (3, 2), (2, 1), (1, 2)])
+def test_a_live_leader_of_another_count_keeps_a_worker_from_leading(
+    leaders: list[Leader], count: int, other: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> tuple[bool, bool]:
+        assert await (await leader(leaders, 0, count)).try_acquire(count)
+        # The last partition of `other` (free: its own LOCK_KEY) would give some chats a
+        # second leader.
+        refused = await (await leader(leaders, other - 1, other)).try_acquire(other)
+        await leaders[0].close()  # the live leader stops (gives its lease back) ...
+        took = await leaders[1].try_acquire(other)  # ... and the worker leads
+        return refused, took
+
+    with caplog.at_level(logging.WARNING, logger="messenger_realtime.dispatch.leader"):
+        refused, took = run(scenario())
+    assert (refused, took) == (False, True)
+    (told,) = caplog.records
+    assert "DISPATCH_PARTITIONS" in told.getMessage()
+    if count > 1:  # the lease names the other count
+        assert told.levelno == logging.ERROR
+        assert (told.partitions, told.leader_partitions) == (other, count)  # type: ignore[attr-defined]
+    else:  # a single runner leads: the guard (its shared lock) refuses first, as before
+        assert told.levelno == logging.WARNING
+
+
+def test_a_stale_lease_of_another_count_is_cleared_and_its_holder_loses_it(
+    leaders: list[Leader],
+) -> None:
+    async def scenario() -> tuple[bool, bool]:
+        wedged = await leader(leaders, 0, 2)
+        assert await wedged.try_acquire(2)
+        await lease_sql(
+            "UPDATE messenger.realtime_dispatch_lease"
+            f" SET heartbeat_at = now() - make_interval(secs => {TTL + 1})"
+        )
+        took = await (await leader(leaders, 0, 3)).try_acquire(3)
+        try:
+            await wedged.heartbeat()  # it resumes: its lease is gone, before any push
+        except LeadershipLost:
+            return took, True
+        return took, False
+
+    assert run(scenario()) == (True, True)
+
+
+def test_two_workers_of_different_counts_acquiring_at_once_never_both_lead(
+    leaders: list[Leader],
+) -> None:
+    async def scenario() -> list[bool]:
+        two, three = await leader(leaders, 0, 2), await leader(leaders, 0, 3)
+        # Hold the acquisition turn so that both wait on it, then let them race.
+        async with await db.connect() as blocker, blocker.transaction():
+            await blocker.execute(
+                "SELECT pg_advisory_xact_lock(%s)", [advisory_key(f"{KEY}#acquire")]
+            )
+            racing = asyncio.gather(two.try_acquire(2), three.try_acquire(3))
+            await waiters_on_the_turn(blocker, 2)
+        return list(await racing)
+
+    assert sorted(run(scenario())) == [False, True]
+
+
+def test_a_lease_from_before_the_count_was_stored_is_read_by_its_lock_key(
+    leaders: list[Leader],
+) -> None:
+    async def scenario() -> tuple[bool, bool]:
+        gate = PartitionGate(0.0, partitions=2)
+        assert await gate.acquire(0, await leader(leaders, 0, 2))
+        await lease_sql("UPDATE messenger.realtime_dispatch_lease SET partitions = NULL")
+        same = await gate.acquire(1, await leader(leaders, 1, 2))
+        other = await (await leader(leaders, 0, 4)).try_acquire(4)
+        return same, other
+
+    assert run(scenario()) == (True, False)
