@@ -111,9 +111,11 @@ async def run_batches(
         while ahead is not None:
             batch = await ahead
             ahead = None
+            result.more_due = batch.full  # the pass may end here with more rows due
             if not batch.outcomes:
                 break
             result.batches += 1
+            result.claimed += len(batch.outcomes)
             if batch.next_claim is not None:  # the next batch is being claimed already
                 after = _build_after(ctx, batch.next_claim, started, spawned, pace)
                 ahead = _spawn(spawned, after)

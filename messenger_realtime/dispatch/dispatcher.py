@@ -162,7 +162,7 @@ class Dispatcher:
         self._leading(True)
         while not self.stop.is_set():
             result = await self.run_pass()  # after (re)connecting this is the catch-up pass
-            self.wakes.pass_ended(found_rows=result.batches > 0)
+            self.wakes.pass_ended(rows=result.claimed)
             self.liveness.beat()
             metrics.last_pass.set(time.time())
             first = self.partition is None or self.partition.index == 0  # gauges are global
@@ -176,7 +176,8 @@ class Dispatcher:
                 last_retention = time.monotonic()
             if once:
                 return
-            logger.debug("idle; waiting for NOTIFY or the next poll", extra={"action": "idle"})
+            if result.more_due:  # cut short by MAX_RUN_DURATION: the rest is due now
+                continue
             wake = await self.leader.wait_for_wake(
                 self.options.polling_interval, self.stop, self.wakes
             )
@@ -286,8 +287,7 @@ class Dispatcher:
         return await self.gate.acquire(self.partition.index, self.leader)
 
     def _leading(self, leading: bool) -> None:
-        """Report leading (or not); a standby exports no stale backlog (partitions: once
-        the process leads none)."""
+        """Report leading (or not); a standby (a process leading no partition) clears gauges."""
         was_leading, self.liveness.leading = self.liveness.leading, leading
         if self.gate is not None and self.partition is not None:
             self.gate.report(self.partition.index, leading)

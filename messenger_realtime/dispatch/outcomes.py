@@ -42,6 +42,8 @@ class PassResult:
     expired: int = 0
     stale: int = 0
     batches: int = 0
+    claimed: int = 0  # rows the pass's batches claimed
+    more_due: bool = False  # its last batch came back full (MAX_RUN_DURATION ended it)
     duration_ms: float = 0.0
 
     def log_fields(self) -> dict[str, Any]:

@@ -6,12 +6,12 @@ the suspect probe, the build thread hop and its domain reads, the outcome), so t
 spent more CPU per message at 500 msg/s than at 1,000 (docs/performance.md). Two rules:
 
 - Wake-ups during a stream are coalesced. A NOTIFY that arrives less than WAKE_COALESCE
-  after the end of a pass that found rows sleeps WAKE_COALESCE more (the NOTIFYs meanwhile
-  wait in the socket, read in one go after it: no loop wake-up per commit), and one pass
-  then serves every commit meanwhile. A
-  NOTIFY after a quiet spell (the last pass ended longer ago, or found nothing) wakes a
-  pass at once, so an isolated event pays no extra latency; during a stream an event
-  waits at most WAKE_COALESCE more. WAKE_COALESCE = 0 turns coalescing off.
+  after the end of a pass that claimed STREAM_ROWS rows or more sleeps WAKE_COALESCE more
+  (the NOTIFYs meanwhile wait in the socket and are read in one go after it: no loop
+  wake-up per commit), and one pass then serves every commit meanwhile. A NOTIFY after a
+  quiet spell (the last pass ended longer ago) or after a pass of fewer rows (sparse
+  commits) wakes a pass at once, so light traffic pays no extra latency; during a stream
+  an event waits at most WAKE_COALESCE more. WAKE_COALESCE = 0 turns coalescing off.
 - The suspect probe (batches.run_suspects) runs at most once per POLLING_INTERVAL, and
   in every pass whose batches isolated or retried rows (those are retried alone at once).
   Suspects otherwise come due only after a backoff of seconds, so they wait at most one
@@ -20,6 +20,11 @@ spent more CPU per message at 500 msg/s than at 1,000 (docs/performance.md). Two
 
 import time
 from dataclasses import dataclass
+
+# A pass that claimed fewer rows than this served a sparse stream (commits arrive no
+# faster than passes run): the next NOTIFY wakes a pass at once, so light traffic never
+# pays the window. From about 50 commits a second passes come back with more, and wait.
+STREAM_ROWS = 3
 
 
 @dataclass(frozen=True)
@@ -42,17 +47,19 @@ class WakePolicy:
         self.window = window
         self.probe_every = probe_every
         self.last_pass_ended = float("-inf")
-        self.last_pass_found_rows = False
+        self.last_pass_rows = 0
         self.last_probe = float("-inf")
 
-    def pass_ended(self, found_rows: bool) -> None:
+    def pass_ended(self, rows: int) -> None:
+        """A pass ended, having claimed `rows` rows."""
         self.last_pass_ended = time.monotonic()
-        self.last_pass_found_rows = found_rows
+        self.last_pass_rows = rows
 
     def hold_until(self) -> float | None:
         """The monotonic time a NOTIFY arriving now should wait for, or None: wake now."""
         now = time.monotonic()
-        streaming = self.last_pass_found_rows and now - self.last_pass_ended < self.window
+        dense = self.last_pass_rows >= STREAM_ROWS
+        streaming = dense and now - self.last_pass_ended < self.window
         return now + self.window if self.window > 0 and streaming else None
 
     def suspects_due(self, retried: int) -> bool:

@@ -1,6 +1,6 @@
 """Coalesced wake-ups against real PostgreSQL and a real dispatcher loop: NOTIFYs that
-arrive right after a pass that found rows wake one pass between them, while an event after
-a quiet spell wakes a pass at once (pass counts and wake records, no timing); and the
+arrive right after a dense pass (STREAM_ROWS rows or more) wake one pass between them,
+while an event after a quiet spell or a sparse pass wakes a pass at once (pass counts and wake records, no timing); and the
 suspect probe's pace."""
 
 import asyncio
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from messenger_realtime.dispatch.dispatcher import Dispatcher, PassResult
-from messenger_realtime.dispatch.wakes import Wake, WakePolicy
+from messenger_realtime.dispatch.wakes import STREAM_ROWS, Wake, WakePolicy
 from messenger_realtime.models import RealtimeOutboxEntry
 from tests.support.factories import ChatFactory, MessageFactory
 from tests.support.helpers import RecordingPublisher, commit_message_received, options
@@ -77,23 +77,36 @@ def all_done() -> bool:
 
 def test_notifies_within_the_window_after_a_busy_pass_wake_one_pass(running: Any) -> None:
     chat = ChatFactory()
-    messages = [MessageFactory(chat=chat) for _ in range(11)]
+    messages = [MessageFactory(chat=chat) for _ in range(STREAM_ROWS + 10)]
+    for message in messages[:STREAM_ROWS]:  # a stream's worth, before the worker starts
+        commit_message_received(message)
     # A window far longer than ten commits take: the wake holds it out, then one pass
     # serves every commit meanwhile (a NOTIFY read with the first may go uncounted).
     dispatcher = running(wake_coalesce=2.0)
-    assert dispatcher.passes == [0]  # the catch-up pass found nothing
+    assert dispatcher.passes == [STREAM_ROWS]  # the catch-up pass: a dense one
 
-    commit_message_received(messages[0])
-    wait_until(lambda: len(dispatcher.passes) == 2, what="the first message's pass")
-    for message in messages[1:]:  # ten commits, ten NOTIFYs, while the window is open
+    for message in messages[STREAM_ROWS:]:  # ten commits, ten NOTIFYs, while it is open
         commit_message_received(message)
     wait_until(all_done, what="every row Done")
-    wait_until(lambda: len(dispatcher.passes) == 3, what="the coalesced pass")
+    wait_until(lambda: len(dispatcher.passes) == 2, what="the coalesced pass")
 
-    assert dispatcher.passes == [0, 1, 10]  # one pass for the ten commits
-    first, coalesced = dispatcher.wake_log[:2]
-    assert (first.notified, first.notifies, first.held) == (True, 1, 0.0)  # after quiet
+    assert dispatcher.passes == [STREAM_ROWS, 10]  # one pass for the ten commits
+    coalesced = dispatcher.wake_log[0]
     assert coalesced.notified and coalesced.notifies >= 2 and coalesced.held > 0
+
+
+def test_commits_after_a_sparse_pass_wake_passes_at_once(running: Any) -> None:
+    chat = ChatFactory()
+    first, *rest = [MessageFactory(chat=chat) for _ in range(3)]
+    dispatcher = running(wake_coalesce=2.0)  # a window that would show in every wake
+    commit_message_received(first)
+    wait_until(lambda: len(dispatcher.passes) == 2, what="the first message's pass")
+    assert dispatcher.passes == [0, 1]  # fewer than STREAM_ROWS rows: a sparse stream
+    for message in rest:
+        commit_message_received(message)
+        wait_until(all_done, what="the row Done")
+    wait_until(lambda: sum(dispatcher.passes) == 3, what="every row's pass")
+    assert all(wake.held == 0.0 for wake in dispatcher.wake_log)  # nobody waited
 
 
 def test_an_event_after_a_quiet_spell_wakes_a_pass_at_once(running: Any) -> None:
@@ -106,18 +119,20 @@ def test_an_event_after_a_quiet_spell_wakes_a_pass_at_once(running: Any) -> None
     assert dispatcher.wake_log[0] == Wake(notified=True, notifies=1, held=0.0)
 
 
-def test_the_policy_holds_only_right_after_a_pass_that_found_rows() -> None:
+def test_the_policy_holds_only_right_after_a_dense_pass() -> None:
     policy = WakePolicy(window=60.0)
     assert policy.hold_until() is None  # no pass yet
-    policy.pass_ended(found_rows=False)
+    policy.pass_ended(rows=0)
     assert policy.hold_until() is None  # quiet: wake at once
-    policy.pass_ended(found_rows=True)
+    policy.pass_ended(rows=STREAM_ROWS - 1)
+    assert policy.hold_until() is None  # sparse: wake at once
+    policy.pass_ended(rows=STREAM_ROWS)
     until = policy.hold_until()
     assert until is not None and until > time.monotonic()  # streaming: wait a window
     policy.last_pass_ended -= 61.0  # that pass ended longer ago than the window
     assert policy.hold_until() is None
     off = WakePolicy(window=0.0)
-    off.pass_ended(found_rows=True)
+    off.pass_ended(rows=STREAM_ROWS)
     assert off.hold_until() is None
 
 
@@ -128,3 +143,15 @@ def test_suspects_are_probed_once_per_interval_and_after_every_retry() -> None:
     assert policy.suspects_due(retried=3)  # rows retried alone at once: probe now
     policy.last_probe -= 61.0
     assert policy.suspects_due(retried=0)
+
+
+def test_a_pass_cut_short_by_max_run_duration_goes_on_without_a_notify(running: Any) -> None:
+    chat = ChatFactory()
+    for message in [MessageFactory(chat=chat) for _ in range(30)]:
+        commit_message_received(message)  # all committed (and notified) before the start
+    # Every pass ends after one batch of ten; no NOTIFY comes after the catch-up pass, and
+    # the next poll is 30 s away: only going on at once drains the rest within the wait.
+    dispatcher = running(batch_size=10, max_run_duration=1e-6)
+    wait_until(all_done, what="the backlog drained without a NOTIFY or a poll")
+    assert dispatcher.passes[:3] == [10, 10, 10]
+    assert not any(wake.notified for wake in dispatcher.wake_log[:2])
