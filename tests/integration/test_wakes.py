@@ -1,6 +1,7 @@
 """Coalesced wake-ups against real PostgreSQL and a real dispatcher loop: NOTIFYs that
 arrive right after a dense pass (STREAM_ROWS rows or more) wake one pass between them,
-while an event after a quiet spell or a sparse pass wakes a pass at once (pass counts and wake records, no timing); and the
+while an event after a quiet spell or a sparse pass wakes a pass at once (pass counts and
+wake records, no timing); a pass cut short by MAX_RUN_DURATION goes on at once; and the
 suspect probe's pace."""
 
 import asyncio
