@@ -178,6 +178,7 @@ class Dispatcher:
                 return
             if result.more_due:  # cut short by MAX_RUN_DURATION: the rest is due now
                 continue
+            logger.debug("idle; waiting for NOTIFY or the next poll", extra={"action": "idle"})
             wake = await self.leader.wait_for_wake(
                 self.options.polling_interval, self.stop, self.wakes
             )
@@ -278,8 +279,6 @@ class Dispatcher:
             if conn is not None and not conn.closed:
                 await conn.close()
         self.conn = self.claim_conn = None
-
-    # -- partitions ----------------------------------------------------------------
 
     async def _acquire(self) -> bool:
         if self.gate is None or self.partition is None:
