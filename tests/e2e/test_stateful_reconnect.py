@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from messenger_realtime.models import RealtimeOutboxEntry
 from project.messenger import services
 from tests.support.factories import UserFactory
 from tests.support.hub_clients import Hub, HubClient
@@ -105,8 +106,11 @@ def test_past_the_buffer_limits_the_resume_is_refused_and_the_client_starts_afre
         hub.daphne.wait_for(f"hub connection detached.*UserId={bob.id}")
         for n in range(8):  # ...while the server buffers 8 x 4 kB for it, past 16 kB
             services.post_message(alice.id, chat.id, f"{n}" * 4000)
+        pending = RealtimeOutboxEntry.objects.exclude(status="Done")
         line = hub.daphne.wait_for(f"UserId={bob.id}.*reason=.*({refusal})", timeout=30)
         assert "ConnectionId=" in line
+        # Every one of the 8 pushed before the resume: none may reach the fresh connection.
+        wait_until(lambda: not pending.exists(), what="the 8 events pushed")
         proxy.release()  # now the resume reaches the server: refused
         client.next("state", "reconnecting", timeout=15)
         client.next("state", "reconnected", timeout=15)  # a fresh connection, negotiated
