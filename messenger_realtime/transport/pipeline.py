@@ -40,9 +40,7 @@ OVERRUN_SUFFIX = "$overrun"  # beside channels-redis' own "$inflight" backup key
 # Messages that waited past their expiry (the process read nothing for `expiry` seconds)
 # are swept as channels-redis does, but not silently: their channels are unknown here, so
 # the set gets '*' (every connection of that process). The set outlives a long stall (a
-# day). The script returns how many messages were lost, then each distinct key's queue
-# length after the chunk (in order of first appearance): the push's backpressure check
-# reads those instead of asking again (one round trip less per chunk).
+# day). The script returns how many messages were lost.
 CHUNK_SEND_LUA = """
 local n = #KEYS
 local expiry = ARGV[4 * n + 1]
@@ -67,14 +65,7 @@ for i = 1, n do
         redis.call('EXPIRE', overrun, 86400)
     end
 end
-local depths, seen = {}, {}
-for i = 1, n do
-    if not seen[KEYS[i]] then
-        seen[KEYS[i]] = true
-        depths[#depths + 1] = redis.call('ZCARD', KEYS[i])
-    end
-end
-return {lost, depths}
+return lost
 """
 assert f"'{OVERRUN_SUFFIX}'" in CHUNK_SEND_LUA  # the script spells the suffix itself
 
@@ -150,7 +141,6 @@ def supports(layer: Any) -> bool:
 class ChunkSent:
     lost: int  # messages dropped (per channel they were for) at a full channel
     channel_keys: list[str]  # the distinct channel queues (hub processes) the chunk reached
-    depths: dict[str, int] = field(default_factory=dict)  # their lengths right after it
 
 
 @dataclass
@@ -232,14 +222,9 @@ async def group_send_many(
         return ChunkSent(0, [])
     stale_before = now - int(layer.expiry)
     calls = {host: send.script(layer, clock, stale_before) for host, send in sends.items()}
-    replies = await shards.on_hosts(layer, calls)
-    depths = {
-        key: int(depth)
-        for host, send in sends.items()
-        for key, depth in zip(dict.fromkeys(send.keys), replies[host][1], strict=True)
-    }
-    lost = sum(int(reply[0]) for reply in replies.values())
-    return ChunkSent(lost, list(depths), depths)
+    lost = await shards.on_hosts(layer, calls)
+    reached = [key for send in sends.values() for key in send.keys]
+    return ChunkSent(sum(int(count) for count in lost.values()), list(dict.fromkeys(reached)))
 
 
 async def queue_depths(layer: Any, channel_keys: list[str]) -> dict[str, int]:

@@ -43,7 +43,6 @@ class ChannelLayerPublisher:
         self.layer = layer
         self.scores = pipeline.ScoreClock()
         self.last_channels: list[str] = []  # hub process queues the last chunk reached
-        self.pushed_depths: dict[str, int] | None = None  # their lengths the push returned
         self.queues = QueueWatch()
 
     async def publish(self, event: OutgoingEvent) -> None:
@@ -64,7 +63,7 @@ class ChannelLayerPublisher:
                     results.append(exc)
             return results
         start = 0
-        self.last_channels, self.pushed_depths = [], {}
+        self.last_channels = []
         for index, event in enumerate(events):
             if event.joins is not None:  # rare: a membership change, in stream order
                 await self._send_many(events[start:index])
@@ -80,8 +79,6 @@ class ChannelLayerPublisher:
             sent = await pipeline.group_send_many(self.layer, messages, self.scores)
             pipeline.report_lost(sent.lost)
             self.last_channels = list(dict.fromkeys([*self.last_channels, *sent.channel_keys]))
-            if self.pushed_depths is not None:
-                self.pushed_depths.update(sent.depths)
 
     async def _join(self, event: OutgoingEvent) -> None:
         """The user's connections join the chat's group now, ahead of the chat's later
@@ -96,11 +93,7 @@ class ChannelLayerPublisher:
         channels-redis one)."""
         if not self.last_channels or not pipeline.supports(self.layer):
             return 0
-        # The first look after a chunk uses the lengths its push returned; the waits after
-        # it read them again.
-        depths, self.pushed_depths = self.pushed_depths, None
-        if depths is None:
-            depths = await pipeline.queue_depths(self.layer, self.last_channels)
+        depths = await pipeline.queue_depths(self.layer, self.last_channels)
         return self.queues.longest_draining(depths)
 
 
