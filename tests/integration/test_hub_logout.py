@@ -24,31 +24,20 @@ from messenger_realtime.transport.control import session_digest
 from messenger_realtime.transport.groups import layer_group
 from tests.support.factories import UserFactory
 from tests.support.runtime import run
+from tests.support.transports import FakeTransport
 
 
-class Recorder:
-    name, binary_ok, inherent_keepalive = "WebSockets", True, False
-
+class Recorder(FakeTransport):
     def __init__(self) -> None:
+        super().__init__()
         self.sent: list[Any] = []
-        self.closed, self.got_event = asyncio.Event(), asyncio.Event()
+        self.got_event = asyncio.Event()
 
     async def send(self, frame: str) -> None:
         for record in frame.split("\x1e")[:-1]:
             self.sent.append(json.loads(record))
             if "target" in self.sent[-1]:
                 self.got_event.set()
-
-    async def close(self) -> None:
-        self.closed.set()
-
-    def use_binary(self, binary: bool) -> None: ...
-
-    def idle_since(self) -> None:
-        return None
-
-    def lingers(self) -> bool:
-        return False
 
 
 @pytest.fixture

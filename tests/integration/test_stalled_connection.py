@@ -22,20 +22,19 @@ from messenger_realtime.transport.layer import RECEIVE_BATCH
 from messenger_realtime.transport.publisher import ChannelLayerPublisher
 from tests.support.helpers import layer
 from tests.support.runtime import PrivateRedis, run
+from tests.support.transports import FakeTransport
 
 BURST = 3 * BACKLOG_LIMIT
 
 
-class Transport:
+class Transport(FakeTransport):
     """Keeps the records it is sent; `gate` (when given) holds every send until set."""
 
-    name, binary_ok, inherent_keepalive = "WebSockets", True, False
-
     def __init__(self, gate: asyncio.Event | None = None, pause: float = 0.0) -> None:
+        super().__init__()
         self.records: list[dict[str, Any]] = []
         self.gate, self.pause = gate, pause
         self.received = asyncio.Event()  # the whole burst
-        self.closed = asyncio.Event()
 
     async def send(self, frame: str) -> None:
         if self.gate is not None:
@@ -45,17 +44,6 @@ class Transport:
         self.records += [json.loads(r) for r in frame.split("\x1e")[:-1]]
         if sum(1 for r in self.records if r.get("target")) == BURST:
             self.received.set()
-
-    async def close(self) -> None:
-        self.closed.set()
-
-    def use_binary(self, binary: bool) -> None: ...
-
-    def idle_since(self) -> None:
-        return None
-
-    def lingers(self) -> bool:
-        return False
 
 
 def overruns() -> float:
