@@ -11,7 +11,6 @@ import dataclasses
 import logging
 import time
 from typing import Any
-from uuid import UUID
 
 import psycopg
 
@@ -26,6 +25,7 @@ from messenger_realtime.dispatch.leader import Leader, PartitionGate
 from messenger_realtime.dispatch.outcomes import PassResult
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.dispatch.rows import RowOutcome
+from messenger_realtime.dispatch.store import NO_TARGET
 from messenger_realtime.dispatch.wakes import WakePolicy
 from messenger_realtime.exceptions import LeadershipLost, describe_error
 from messenger_realtime.ops import metrics, tracing
@@ -37,13 +37,8 @@ from messenger_realtime.uuid7 import uuid7
 
 logger = logging.getLogger(__name__)
 
-NO_TARGET = UUID(int=0)  # the cursor before any target
 RECONNECT_DELAY = 1.0  # seconds between attempts to get a lost database session back
 STATS_INTERVAL = 1.0  # seconds between backlog gauge refreshes
-# Walks of BATCH_SIZE targets whose rows are all backing off (or suspects) that one claim
-# may skip before it gives up: such a walk claims nothing, and ending the pass there would
-# leave a due row behind them waiting for the next wake.
-EMPTY_WALKS = 50
 
 
 def stale_after(options: RealtimeDispatchOptions) -> float:
@@ -201,13 +196,9 @@ class Dispatcher:
         async def claim() -> list[RowOutcome]:
             if self.use_lock:
                 await self.leader.ensure_held()
-            limit, part = self.options.batch_size, self.partition
-            for _ in range(EMPTY_WALKS):  # a full walk of rows not due yet: walk on
-                targets = await store.walk_targets(claim_conn, self.cursor, limit, part)
-                self.cursor = targets[-1] if targets else NO_TARGET
-                outcomes = await store.claim(claim_conn, self.claim_shape, targets, part)
-                if outcomes or len(targets) < limit:
-                    break
+            outcomes, self.cursor = await store.claim_fair(
+                claim_conn, self.claim_shape, self.cursor, self.partition
+            )
             return outcomes
 
         async def claim_suspect() -> list[RowOutcome]:

@@ -22,7 +22,7 @@ import psycopg
 
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch import lease
-from messenger_realtime.dispatch.wakes import Wake, WakePolicy
+from messenger_realtime.dispatch.wakes import Wake, WakePolicy, drain_notifies
 from messenger_realtime.exceptions import LeadershipLost, describe_error
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
@@ -221,8 +221,7 @@ class Leader:
             await asyncio.sleep(until - started)
             held = time.monotonic() - started
         # Several commits may have notified meanwhile; one pass serves them all.
-        async for _ in conn.notifies(timeout=0):
-            count += 1
+        count += await drain_notifies(conn)
         return Wake(notified=True, notifies=count, held=held)
 
     async def close(self) -> None:

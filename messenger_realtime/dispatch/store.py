@@ -22,6 +22,7 @@ from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
 from messenger_realtime.outbox.enums import RealtimeTargetKind as TargetKind
 
 Conn = psycopg.AsyncConnection[Any]
+NO_TARGET = UUID(int=0)  # the walk's cursor before any target
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,28 @@ async def walk_targets(
         statement = partitions.WALK_PARTITION_TARGETS
     cur = await conn.execute(statement, params)
     return [key for (key,) in await cur.fetchall()]
+
+
+async def claim_fair(
+    conn: Conn, shape: Claim, cursor: UUID, partition: Partition | None = None, walks: int = 50
+) -> tuple[list[RowOutcome], UUID]:
+    """A fair claim of the targets walked from just after `cursor`; (outcomes, new cursor).
+
+    A walk whose targets hold only rows not due yet (backing off, or suspects) claims
+    nothing, and ending there would leave a due row behind them until the next wake: walk
+    on, until something is claimed or the walks come round to a target already walked
+    (every target with Pending rows was tried once; at most `walks` walks in any case).
+    """
+    seen: set[UUID] = set()
+    for _ in range(walks):
+        targets = await walk_targets(conn, cursor, shape.limit, partition)
+        cursor = targets[-1] if targets else NO_TARGET
+        outcomes = await claim(conn, shape, targets, partition)
+        came_round = len(targets) < shape.limit or not seen.isdisjoint(targets)
+        if outcomes or came_round:
+            break
+        seen.update(targets)
+    return outcomes, cursor
 
 
 async def claim(

@@ -20,11 +20,17 @@ spent more CPU per message at 500 msg/s than at 1,000 (docs/performance.md). Two
 
 import time
 from dataclasses import dataclass
+from typing import Any
+
+import psycopg
 
 # A pass that claimed fewer rows than this served a sparse stream (commits arrive no
 # faster than passes run): the next NOTIFY wakes a pass at once, so light traffic never
 # pays the window. From about 50 commits a second passes come back with more, and wait.
 STREAM_ROWS = 3
+# Socket reads one drain may take: a read yields about a thousand NOTIFYs (libpq's buffer),
+# so this bounds a drain after a flood while still emptying any realistic backlog.
+DRAIN_READS = 100
 
 
 @dataclass(frozen=True)
@@ -69,3 +75,21 @@ class WakePolicy:
             self.last_probe = now
             return True
         return False
+
+
+async def drain_notifies(conn: psycopg.AsyncConnection[Any]) -> int:
+    """Read every NOTIFY already waiting on `conn` without waiting for more; the count.
+
+    One notifies(timeout=0) is one socket read, about a thousand NOTIFYs: after a backlog
+    (passes that went on at once read none) a single read left the rest to wake the next
+    idle wait at once for a pass with nothing new, read after read.
+    """
+    total = 0
+    for _ in range(DRAIN_READS):
+        count = 0
+        async for _ in conn.notifies(timeout=0):
+            count += 1
+        total += count
+        if not count:
+            break
+    return total

@@ -74,6 +74,28 @@ def test_a_walk_full_of_rows_not_due_yet_does_not_end_the_pass() -> None:
     assert len(waiting) == RealtimeOutboxEntry.objects.filter(status=Status.PENDING).count()
 
 
+def test_a_claim_walks_the_targets_not_due_yet_once_round_not_fifty_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 250 chats whose only row is backing off and nothing due: each walk of 200 targets
+    # comes back full, so "walk on while walks come back full" re-walked the same ring
+    # up to fifty times (two statements each) in every pass. Once round is enough.
+    for _ in range(250):
+        OutboxEntryFactory(due_later=True)
+    walks: list[int] = []
+    walk = store.walk_targets
+
+    async def counted_walk(*args: Any, **kwargs: Any) -> list[uuid.UUID]:
+        targets = await walk(*args, **kwargs)
+        walks.append(len(targets))
+        return targets
+
+    monkeypatch.setattr(store, "walk_targets", counted_walk)
+    result = run(one_pass(options(batch_size=200), RecordingPublisher()))
+    assert result.dispatched == 0
+    assert walks == [200, 200]  # the second walk comes round to targets already seen
+
+
 def test_targets_take_turns_across_claims() -> None:
     # Two claims of 3 rows over 6 chats with one row each: the second claim starts where
     # the first stopped, so no chat waits for another's second turn.

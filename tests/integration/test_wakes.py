@@ -13,12 +13,15 @@ from typing import Any
 
 import pytest
 
+from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch.dispatcher import Dispatcher, PassResult
+from messenger_realtime.dispatch.leader import Leader
 from messenger_realtime.dispatch.wakes import STREAM_ROWS, Wake, WakePolicy
 from messenger_realtime.models import RealtimeOutboxEntry
+from messenger_realtime.outbox.notify import NOTIFY_CHANNEL
 from tests.support.factories import ChatFactory, MessageFactory
 from tests.support.helpers import RecordingPublisher, commit_message_received, options
-from tests.support.runtime import wait_until
+from tests.support.runtime import run, wait_until
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
 
@@ -156,3 +159,30 @@ def test_a_pass_cut_short_by_max_run_duration_goes_on_without_a_notify(running: 
     wait_until(all_done, what="the backlog drained without a NOTIFY or a poll")
     assert dispatcher.passes[:3] == [10, 10, 10]
     assert not any(wake.notified for wake in dispatcher.wake_log[:2])
+
+
+def test_a_wake_reads_every_notify_already_waiting_not_one_socket_read() -> None:
+    # A backlog's NOTIFYs pile up while passes go on at once; one socket read holds about a
+    # thousand. Reading only that left the rest to end the next idle wait at once, for a
+    # pass with nothing new, read after read.
+    async def wake_after_a_pile_of(notifies: int) -> tuple[Wake, Wake]:
+        leader = Leader("wake-drain-test", 30.0)
+        await leader.listen()
+        sender = await db.connect()
+        try:
+            async with sender.transaction():  # distinct payloads: identical ones fold
+                await sender.execute(
+                    "SELECT pg_notify(%s, i::text) FROM generate_series(1, %s) AS i",
+                    [NOTIFY_CHANNEL, notifies],
+                )
+            stop = asyncio.Event()
+            first = await leader.wait_for_wake(30.0, stop, WakePolicy(window=0.0))
+            second = await leader.wait_for_wake(0.2, stop, WakePolicy(window=0.0))
+            return first, second
+        finally:
+            await sender.close()
+            await leader.close()
+
+    first, second = run(wake_after_a_pile_of(5000))
+    assert first.notified
+    assert not second.notified  # nothing left over to wake an empty pass
