@@ -22,7 +22,7 @@ import psycopg
 
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch import lease
-from messenger_realtime.dispatch.wakes import Wake, WakePolicy, drain_notifies
+from messenger_realtime.dispatch.wakes import Wake, WakePolicy, wait_for_wake
 from messenger_realtime.exceptions import LeadershipLost, describe_error
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
@@ -190,39 +190,10 @@ class Leader:
     async def wait_for_wake(
         self, timeout: float, stop: asyncio.Event, policy: WakePolicy | None = None
     ) -> Wake:
-        """Wait for a NOTIFY, the timeout, stop or a lost lease; after a NOTIFY, wait for
-        more while `policy` (wakes.py) says the stream is coalescing, then read the rest."""
-        conn = self.listen_conn
-        if conn is None:
+        """Wait for a NOTIFY, the timeout, stop or a lost lease (wakes.wait_for_wake)."""
+        if self.listen_conn is None:
             raise RuntimeError("Leader.listen() first")
-
-        async def first_notify() -> bool:
-            async for _ in conn.notifies(timeout=timeout, stop_after=1):
-                return True
-            return False
-
-        notified = asyncio.ensure_future(first_notify())
-        waits = {notified, asyncio.ensure_future(stop.wait())}
-        waits.add(asyncio.ensure_future(self.lost.wait()))
-        done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        if notified not in done or not notified.result():
-            return Wake(notified=False)
-        count, held = 1, 0.0
-        until = policy.hold_until() if policy is not None else None
-        if until is not None:
-            # Sleep through the window instead of reading each NOTIFY as it comes: at a few
-            # hundred commits a second, waking the loop per NOTIFY cost more CPU than the
-            # pass they share. They wait in the socket; the drain below reads them at once.
-            # Bounded by WAKE_COALESCE (at most 0.1 s), so a stop request may wait for it.
-            started = time.monotonic()
-            await asyncio.sleep(until - started)
-            held = time.monotonic() - started
-        # Several commits may have notified meanwhile; one pass serves them all.
-        count += await drain_notifies(conn)
-        return Wake(notified=True, notifies=count, held=held)
+        return await wait_for_wake(self.listen_conn, timeout, (stop, self.lost), policy)
 
     async def close(self) -> None:
         """Give the lease and the lock back (if held) and close; closing alone frees the

@@ -16,8 +16,11 @@ spent more CPU per message at 500 msg/s than at 1,000 (docs/performance.md). Two
   in every pass whose batches isolated or retried rows (those are retried alone at once).
   Suspects otherwise come due only after a backoff of seconds, so they wait at most one
   POLLING_INTERVAL more; the first pass after (re)connecting always probes.
+
+The wait itself (wait_for_wake) reads the leader's LISTEN connection (leader.py).
 """
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -93,3 +96,41 @@ async def drain_notifies(conn: psycopg.AsyncConnection[Any]) -> int:
         if not count:
             break
     return total
+
+
+async def wait_for_wake(
+    conn: psycopg.AsyncConnection[Any],
+    timeout: float,
+    ends: tuple[asyncio.Event, ...],
+    policy: WakePolicy | None = None,
+) -> Wake:
+    """Wait on the LISTEN connection `conn` for a NOTIFY, the timeout or any of `ends`
+    (stop, a lost lease); after a NOTIFY, wait for more while `policy` says the stream is
+    coalescing, then read the rest."""
+
+    async def first_notify() -> bool:
+        async for _ in conn.notifies(timeout=timeout, stop_after=1):
+            return True
+        return False
+
+    notified = asyncio.ensure_future(first_notify())
+    waits = {notified, *(asyncio.ensure_future(end.wait()) for end in ends)}
+    done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    if notified not in done or not notified.result():
+        return Wake(notified=False)
+    count, held = 1, 0.0
+    until = policy.hold_until() if policy is not None else None
+    if until is not None:
+        # Sleep through the window instead of reading each NOTIFY as it comes: at a few
+        # hundred commits a second, waking the loop per NOTIFY cost more CPU than the
+        # pass they share. They wait in the socket; the drain below reads them at once.
+        # Bounded by WAKE_COALESCE (at most 0.1 s), so a stop request may wait for it.
+        started = time.monotonic()
+        await asyncio.sleep(until - started)
+        held = time.monotonic() - started
+    # Several commits may have notified meanwhile; one pass serves them all.
+    count += await drain_notifies(conn)
+    return Wake(notified=True, notifies=count, held=held)
