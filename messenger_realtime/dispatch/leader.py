@@ -76,9 +76,13 @@ class Leader:
         interval = max(1, int(self.lock_ttl / 9))
         # Heartbeats need not survive a crash (a lost one only looks older to a standby),
         # so they do not wait for the WAL flush: a stamp before every claim stays cheap.
+        # This session's transactions (an acquisition, a take-over) last milliseconds; one
+        # left open by a frozen process would hold the acquisition turn or the lease row's
+        # lock for ever, so the server ends such a session after LOCK_TTL/3.
         await self.conn.execute(
             f"SET tcp_keepalives_idle = {idle}; SET tcp_keepalives_interval = {interval};"
-            " SET tcp_keepalives_count = 3; SET synchronous_commit = off"
+            " SET tcp_keepalives_count = 3; SET synchronous_commit = off;"
+            f" SET idle_in_transaction_session_timeout = {idle * 1000}"
         )
 
     async def listen(self) -> None:
@@ -89,9 +93,18 @@ class Leader:
 
     async def try_acquire(self, partitions: int = 1) -> bool:
         """Take the lock and the lease if free, or if the holder's lease went stale
-        (ending its session); never waits for a live holder. `partitions`: this worker's
-        DISPATCH_PARTITIONS; none of it leads while a live lease names another."""
-        conn = self._connection()
+        (ending its session); never waits for a lock (a live holder's, another worker's
+        acquisition turn). `partitions`: this worker's DISPATCH_PARTITIONS; none of it
+        leads while a live lease names another."""
+        try:
+            return await self._try_acquire(self._connection(), partitions)
+        except psycopg.errors.IdleInTransactionSessionTimeout as exc:  # see connect()
+            self._lose()
+            raise LeadershipLost(
+                "the lease session was ended while frozen mid-acquisition"
+            ) from exc
+
+    async def _try_acquire(self, conn: psycopg.AsyncConnection[Any], partitions: int) -> bool:
         if self.guard is not None and not self.guarded:
             cur = await conn.execute(lease.GUARD, self.guard)
             row = await cur.fetchone()
@@ -107,8 +120,9 @@ class Leader:
         for _ in range(2):
             sent = time.monotonic()
             async with conn.transaction():
-                await conn.execute(lease.ACQUIRE_TURN, self.scheme)
-                if await self._other_count_leads(conn, partitions):
+                cur = await conn.execute(lease.ACQUIRE_TURN, self.scheme)
+                turn = await cur.fetchone()
+                if not (turn and turn[0]) or await self._other_count_leads(conn, partitions):
                     break
                 cur = await conn.execute(lease.ACQUIRE, {**self.params, "partitions": partitions})
                 acquired = await cur.fetchone() is not None

@@ -44,8 +44,9 @@ RETURNING l.holder_pid
 
 # Acquisitions of one LOCK_KEY's leases, whatever their partition count, one at a time (a
 # transaction lock, before OTHER_COUNT and ACQUIRE): two workers of different counts
-# cannot both find the other absent and both lead.
-ACQUIRE_TURN = "SELECT pg_advisory_xact_lock(%(turn)s)"
+# cannot both find the other absent and both lead. Tried, never waited for: a session
+# frozen inside its acquisition must not hang the others (false: stand by, poll again).
+ACQUIRE_TURN = "SELECT pg_try_advisory_xact_lock(%(turn)s)"
 
 # The partition count of a lease row: the column (migration 0008), else what an older
 # worker's LOCK_KEY says (LOCK_KEY#partition-i-of-K), else a single runner's 1.

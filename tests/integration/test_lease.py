@@ -1,6 +1,7 @@
 """The single-runner lease against real PostgreSQL: heartbeats, stale holders, take-over,
 the old leader's refusal to claim or push, and the permission pg_terminate_backend needs."""
 
+import asyncio
 import logging
 import os
 import time
@@ -26,6 +27,7 @@ from tests.support.runtime import run
 pytestmark = pytest.mark.usefixtures("transactional_db")
 KEY = "job:scheduled:messenger-realtime-dispatch"
 TTL = 30.0
+TURN = f"{KEY}#acquire"  # the transaction lock acquisitions take turns on
 
 
 async def age_lease(seconds: float) -> None:
@@ -148,6 +150,47 @@ async def _is_dead(conn: psycopg.AsyncConnection[Any]) -> bool:
     except psycopg.OperationalError:
         return True
     return False
+
+
+def test_a_busy_acquisition_turn_makes_a_worker_stand_by_at_once_instead_of_waiting() -> None:
+    async def scenario() -> tuple[bool, bool]:
+        leader = await leader_of()
+        try:
+            # Another session (a worker frozen inside its acquisition) holds the turn.
+            async with await db.connect() as wedged, wedged.transaction():
+                await wedged.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key(TURN)])
+                busy = await asyncio.wait_for(leader.try_acquire(), timeout=5)
+            return busy, await leader.try_acquire()  # its next poll
+        finally:
+            await leader.close()
+
+    assert run(scenario()) == (False, True)
+
+
+def test_a_lease_session_frozen_inside_a_transaction_is_ended_by_the_server() -> None:
+    """So a worker stopped mid-acquisition (holding the turn, or a lease row's lock in a
+    take-over) cannot keep the others from leading: the server ends its session."""
+
+    async def scenario() -> str:
+        wedged, other = await leader_of(3.0), await leader_of(3.0)  # the limit: 1 s
+        try:
+            assert wedged.conn is not None
+            await wedged.conn.execute("BEGIN")
+            await wedged.conn.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key(TURN)])
+            deadline = time.monotonic() + 10
+            while not await other.try_acquire():  # polls, as a standby does
+                assert time.monotonic() < deadline, "the frozen session kept the turn"
+                await asyncio.sleep(0.05)
+            try:
+                await wedged.try_acquire()  # it resumes: the run loop reconnects on this
+            except LeadershipLost as exc:
+                return str(exc)
+            return "resumed as if nothing happened"
+        finally:
+            await wedged.close()
+            await other.close()
+
+    assert "frozen" in run(asyncio.wait_for(scenario(), timeout=20))
 
 
 def test_a_pass_whose_lease_was_taken_over_claims_and_pushes_nothing() -> None:

@@ -1,8 +1,9 @@
 """Leases of different DISPATCH_PARTITIONS against real PostgreSQL: a live leader of
 another count keeps a worker from leading (whatever its count, 1 included), a stale one
-is cleared so that its holder learns it lost the lease before it pushes, two workers of
-different counts acquiring at once never both lead, and a lease written before
-migration 0008 (no count stored) is read by its LOCK_KEY."""
+is cleared so that its holder learns it lost the lease before it pushes, a worker
+acquiring while one of another count is inside its acquisition stands by (never both
+lead), and a lease written before migration 0008 (no count stored) is read by its
+LOCK_KEY."""
 
 import asyncio
 import logging
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from messenger_realtime.dispatch import connections as db
-from messenger_realtime.dispatch.leader import Leader, PartitionGate, advisory_key
+from messenger_realtime.dispatch.leader import Leader, PartitionGate
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.exceptions import LeadershipLost
 from tests.support.runtime import run
@@ -41,11 +42,11 @@ async def leader(opened: list[Leader], index: int, count: int) -> Leader:
     return made
 
 
-async def waiters_on_the_turn(conn: Any, count: int) -> None:
-    """Until `count` sessions wait for an advisory lock (polling pg_locks, a state)."""
+async def lock_waiters(conn: Any, count: int) -> None:
+    """Until `count` sessions wait for a lock in this database (polling pg_locks, a state)."""
     for _ in range(1000):
         cur = await conn.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            "SELECT count(*) FROM pg_locks WHERE NOT granted"
             " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         )
         row = await cur.fetchone()
@@ -108,18 +109,19 @@ def test_a_stale_lease_of_another_count_is_cleared_and_its_holder_loses_it(
 def test_two_workers_of_different_counts_acquiring_at_once_never_both_lead(
     leaders: list[Leader],
 ) -> None:
-    async def scenario() -> list[bool]:
+    async def scenario() -> tuple[bool, bool]:
         two, three = await leader(leaders, 0, 2), await leader(leaders, 0, 3)
-        # Hold the acquisition turn so that both wait on it, then let them race.
+        # Stall `two` inside its acquisition (it holds the turn, and waits at the lease
+        # table before reading it), then let `three` acquire meanwhile.
         async with await db.connect() as blocker, blocker.transaction():
-            await blocker.execute(
-                "SELECT pg_advisory_xact_lock(%s)", [advisory_key(f"{KEY}#acquire")]
-            )
-            racing = asyncio.gather(two.try_acquire(2), three.try_acquire(3))
-            await waiters_on_the_turn(blocker, 2)
-        return list(await racing)
+            await blocker.execute("LOCK TABLE messenger.realtime_dispatch_lease IN SHARE MODE")
+            first = asyncio.ensure_future(two.try_acquire(2))
+            await lock_waiters(blocker, 1)
+            # It cannot find `two` absent and lead beside it: it stands by, at once.
+            meanwhile = await asyncio.wait_for(three.try_acquire(3), timeout=5)
+        return meanwhile, await first
 
-    assert sorted(run(scenario())) == [False, True]
+    assert run(scenario()) == (False, True)
 
 
 def test_a_lease_from_before_the_count_was_stored_is_read_by_its_lock_key(
