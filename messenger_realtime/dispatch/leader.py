@@ -54,7 +54,12 @@ class Leader:
         self.other_count_seen: int | None = None  # logged once per other count
         self.lock_ttl = lock_ttl
         self.alias = alias
-        self.params = {"lock_key": lock_key, "key": self.key, "holder": lease.holder_name()}
+        self.params = {
+            "lock_key": lock_key,
+            "key": self.key,
+            "holder": lease.holder_name(),
+            "ttl": lock_ttl,  # written into the lease: standbys judge it by this
+        }
         self.standby = lease.Standby(lock_key, self.key, lock_ttl)
         self.conn: psycopg.AsyncConnection[Any] | None = None  # the lock and the heartbeat
         self.listen_conn: psycopg.AsyncConnection[Any] | None = None

@@ -4,9 +4,10 @@ A session advisory lock outlives a wedged worker (stopped, deadlocked, paused by
 kernel): its connection stays up, so the lock stays held. The holder therefore stamps
 messenger.realtime_dispatch_lease.heartbeat_at with the database clock on its lock
 session, before every claim and at least every LOCK_TTL/3. A standby whose lock attempt
-fails looks at the stamp: older than LOCK_TTL, it ends the holder's session with
-pg_terminate_backend (which frees the lock) and takes the lock itself. Both sides read the
-database clock, so the workers' clocks do not matter.
+fails looks at the stamp: older than the holder's LOCK_TTL (the lease row names it, so a
+mismatched setting cannot make a live holder look stale), it ends the holder's session
+with pg_terminate_backend (which frees the lock) and takes the lock itself. Both sides
+read the database clock, so the workers' clocks do not matter.
 
 The SQL lives here, not in sql.py: it touches the lease table only, never the outbox.
 """
@@ -28,16 +29,17 @@ TERMINATE_WAIT_MS = 5000  # pg_terminate_backend waits this long for the backend
 
 # Take the lock and, in the same statement (so the same commit), name this session as the
 # holder with a fresh heartbeat. The CTE runs pg_try_advisory_lock exactly once (a volatile
-# function keeps it materialised); no row comes back when the lock is busy.
+# function keeps it materialised); no row comes back when the lock is busy. The row
+# carries the holder's LOCK_TTL: every worker judges the lease by it (_STALE_AFTER).
 ACQUIRE = """
 WITH lock AS (SELECT pg_try_advisory_lock(%(key)s) AS held)
 INSERT INTO messenger.realtime_dispatch_lease AS l
-    (lock_key, holder_pid, holder, partitions, acquired_at, heartbeat_at)
-SELECT %(lock_key)s, pg_backend_pid(), %(holder)s, %(partitions)s, now(), now()
+    (lock_key, holder_pid, holder, partitions, lock_ttl, acquired_at, heartbeat_at)
+SELECT %(lock_key)s, pg_backend_pid(), %(holder)s, %(partitions)s, %(ttl)s, now(), now()
 FROM lock WHERE lock.held
 ON CONFLICT (lock_key) DO UPDATE SET
     holder_pid = excluded.holder_pid, holder = excluded.holder,
-    partitions = excluded.partitions,
+    partitions = excluded.partitions, lock_ttl = excluded.lock_ttl,
     acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at
 RETURNING l.holder_pid
 """
@@ -54,7 +56,12 @@ _COUNT = r"""coalesce(
     partitions, (regexp_match(lock_key, '#partition-\d+-of-(\d+)$'))[1]::int, 1)"""
 _SCHEME = "(lock_key = %(base)s OR starts_with(lock_key, %(base)s || '#partition-'))"
 _OTHER = f"{_SCHEME} AND {_COUNT} <> %(partitions)s"
-_FRESH = "heartbeat_at >= now() - make_interval(secs => %(ttl)s)"
+# A lease is stale once its heartbeat is older than its *holder's* LOCK_TTL (it stamps
+# every third of that), whatever the reader's: with mismatched settings a short-TTL
+# standby would otherwise end a live leader. NULL: a holder from before migration 0009,
+# judged by the reader's own LOCK_TTL.
+_STALE_AFTER = "coalesce(lock_ttl, %(ttl)s)"
+_FRESH = f"heartbeat_at >= now() - make_interval(secs => {_STALE_AFTER})"
 
 # A live lease of this LOCK_KEY with another partition count (a rolling change of
 # DISPATCH_PARTITIONS): this worker must not lead beside it. Stale ones are deleted first,
@@ -91,7 +98,7 @@ SELECT pg_advisory_unlock(%(key)s)
 # guard, partitioned.py), which a single runner must wait for, never end.
 HOLDER = """
 SELECT l.pid, lease.holder_pid, lease.holder,
-       extract(epoch FROM now() - lease.heartbeat_at)::float8
+       extract(epoch FROM now() - lease.heartbeat_at)::float8, coalesce(lease.lock_ttl, %(ttl)s)
 FROM pg_locks AS l
 LEFT JOIN messenger.realtime_dispatch_lease AS lease ON lease.lock_key = %(lock_key)s
 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.mode = 'ExclusiveLock'
@@ -102,8 +109,8 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.mode = 'Exc
 
 # The re-check under the row lock: a heartbeat committing meanwhile waits for this
 # transaction and then finds its session gone, or it committed first and we see it fresh.
-LOCKED_LEASE = """
-SELECT holder_pid, extract(epoch FROM now() - heartbeat_at)::float8
+LOCKED_LEASE = f"""
+SELECT holder_pid, extract(epoch FROM now() - heartbeat_at)::float8, {_STALE_AFTER}
 FROM messenger.realtime_dispatch_lease WHERE lock_key = %(lock_key)s
 FOR UPDATE
 """
@@ -126,7 +133,9 @@ class Standby:
     """A standby's view of the lease: decides when the holder is stale and ends it."""
 
     def __init__(self, lock_key: str, key: int, ttl: float) -> None:
-        self.params = {"lock_key": lock_key, "key": key}
+        """ttl: this worker's LOCK_TTL (for holders that name none: no lease row, or one
+        from before migration 0009)."""
+        self.params = {"lock_key": lock_key, "key": key, "ttl": ttl}
         self.ttl = ttl
         # A lock holder without a lease row of its own (an older worker, a person's psql
         # session, or a leader between its lock and its commit): first seen when, by us.
@@ -140,7 +149,7 @@ class Standby:
         if row is None:
             self.unleased = None
             return True  # released since our attempt
-        lock_pid, lease_pid, holder, age = row
+        lock_pid, lease_pid, holder, age, stale_after = row
         fields: dict[str, Any] = {"action": "take_over", Field.HOLDER_PID: lock_pid}
         try:
             if lease_pid != lock_pid:
@@ -152,12 +161,12 @@ class Standby:
                 fields["reason"] = "lock held without a lease"
                 return await self._terminate(conn, lock_pid, fields)
             self.unleased = None
-            if age is None or age <= self.ttl:
+            if age is None or age <= stale_after:
                 return False
             async with conn.transaction():
                 cur = await conn.execute(LOCKED_LEASE, self.params)
                 again = await cur.fetchone()
-                if again is None or again[0] != lock_pid or again[1] <= self.ttl:
+                if again is None or again[0] != lock_pid or again[1] <= again[2]:
                     return False  # a heartbeat landed meanwhile
                 fields.update(
                     {"reason": "stale heartbeat", Field.HOLDER: holder, Field.LEASE_AGE: again[1]}

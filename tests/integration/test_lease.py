@@ -92,6 +92,51 @@ def test_a_standby_leaves_a_live_leader_alone() -> None:
     assert run(scenario()) == (False, True)
 
 
+def test_a_standby_judges_the_lease_by_its_holders_lock_ttl_not_its_own() -> None:
+    async def scenario() -> tuple[bool, bool, bool]:
+        holder, short = await leader_of(TTL), await leader_of(TTL / 3)  # mismatched settings
+        try:
+            assert await holder.try_acquire()
+            await age_lease(TTL - 5)  # past the standby's LOCK_TTL, within the holder's
+            taken_live = await short.try_acquire()
+            await holder.ensure_held()  # still ours: no LeadershipLost
+            await age_lease(TTL + 1)  # the holder went silent for longer than its own TTL
+            taken_stale = await short.try_acquire()
+            return taken_live, taken_stale, await _lost(holder)
+        finally:
+            await holder.close()
+            await short.close()
+
+    assert run(scenario()) == (False, True, True)
+
+
+def test_a_lease_from_before_the_holders_ttl_was_stored_is_judged_by_the_readers_own() -> None:
+    async def scenario() -> bool:
+        holder, short = await leader_of(TTL), await leader_of(TTL / 3)
+        try:
+            assert await holder.try_acquire()
+            async with await db.connect() as conn:  # as a worker before migration 0009 wrote it
+                await conn.execute(
+                    "UPDATE messenger.realtime_dispatch_lease SET lock_ttl = NULL,"
+                    " heartbeat_at = now() - make_interval(secs => %s)",
+                    (TTL / 3 + 1,),
+                )
+            return await short.try_acquire()
+        finally:
+            await holder.close()
+            await short.close()
+
+    assert run(scenario()) is True
+
+
+async def _lost(leader: Leader) -> bool:
+    try:
+        await leader.ensure_held()
+    except LeadershipLost:
+        return True
+    return False
+
+
 def test_a_standby_ends_a_stale_leaders_session_and_the_old_leader_cannot_claim_or_push(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -106,6 +106,26 @@ def test_a_stale_lease_of_another_count_is_cleared_and_its_holder_loses_it(
     assert run(scenario()) == (True, True)
 
 
+def test_a_lease_of_another_count_is_judged_live_by_its_holders_lock_ttl(
+    leaders: list[Leader],
+) -> None:
+    async def scenario() -> tuple[bool, bool]:
+        holder = await leader(leaders, 0, 2)  # LOCK_TTL 30
+        assert await holder.try_acquire(2)
+        await lease_sql(
+            "UPDATE messenger.realtime_dispatch_lease"
+            f" SET heartbeat_at = now() - make_interval(secs => {TTL - 5})"
+        )
+        short = Leader(Partition(0, 3).lock_key(KEY), TTL / 3, guard_key=KEY)
+        await short.connect()
+        leaders.append(short)
+        took = await short.try_acquire(3)  # its own TTL would call the lease stale
+        await holder.heartbeat()  # the lease was left alone: no LeadershipLost
+        return took, holder.holds_lock
+
+    assert run(scenario()) == (False, True)
+
+
 def test_two_workers_of_different_counts_acquiring_at_once_never_both_lead(
     leaders: list[Leader],
 ) -> None:
