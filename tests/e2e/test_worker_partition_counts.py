@@ -7,12 +7,12 @@ import signal
 from collections.abc import Callable, Iterator
 
 import pytest
-from django.db import connection
 
 from messenger_realtime.dispatch.leader import advisory_key
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.models import RealtimeOutboxEntry
 from tests.support.factories import ChatFactory, backlog
+from tests.support.leaders import UNSIGNED, exclusive_advisory_locks
 from tests.support.runtime import wait_until
 from tests.support.workers import WorkerProcess
 
@@ -42,19 +42,11 @@ def led(*counts: int) -> set[tuple[int, int]]:
     """(count, partition) of every lock held exclusively among these partition counts; a
     single runner (count 1) shows as (1, 0)."""
     keys = {
-        advisory_key(Partition(i, k).lock_key(LOCK_KEY) if k > 1 else LOCK_KEY)
-        & 0xFFFFFFFFFFFFFFFF: (k, i)
+        advisory_key(Partition(i, k).lock_key(LOCK_KEY) if k > 1 else LOCK_KEY) & UNSIGNED: (k, i)
         for k in counts
         for i in range(k)
     }
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT (classid::bigint << 32) | objid::bigint FROM pg_locks"
-            " WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND mode = 'ExclusiveLock'"
-            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-        )
-        held = {key & 0xFFFFFFFFFFFFFFFF for (key,) in cur.fetchall()}  # as unsigned
-    return {keys[key] for key in held if key in keys}
+    return {keys[key] for key in exclusive_advisory_locks() if key in keys}
 
 
 def all_done() -> bool:

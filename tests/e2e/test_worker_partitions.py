@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from messenger_realtime.dispatch.leader import advisory_key
-from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.models import RealtimeOutboxEntry
 from tests.support.factories import ChatFactory, backlog
+from tests.support.leaders import partition_leaders as leaders_of_partitions
 from tests.support.runtime import wait_until
 from tests.support.workers import WorkerProcess
 
@@ -70,16 +69,7 @@ def start_worker(worker_env: dict[str, str]) -> Iterator[Callable[..., WorkerPro
 
 def partition_leaders() -> dict[int, int]:
     """partition -> the backend pid holding its lock (exclusively), for those held."""
-    keys = {advisory_key(Partition(i, K).lock_key(LOCK_KEY)): i for i in range(K)}
-    with connection.cursor() as cur:
-        cur.execute(
-            "SELECT (classid::bigint << 32) | objid::bigint, pid FROM pg_locks"
-            " WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND mode = 'ExclusiveLock'"
-            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-        )
-        held = cur.fetchall()
-    unsigned = {key & 0xFFFFFFFFFFFFFFFF: index for key, index in keys.items()}
-    return {unsigned[key]: pid for key, pid in held if key in unsigned}
+    return leaders_of_partitions(K, LOCK_KEY)
 
 
 def leading_worker(workers: list[WorkerProcess], partition: int) -> WorkerProcess | None:

@@ -7,39 +7,17 @@ LOCK_KEY."""
 
 import asyncio
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch.leader import Leader, PartitionGate
-from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.exceptions import LeadershipLost
+from tests.support.leaders import TTL, open_leader
 from tests.support.runtime import run
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
-KEY = "job:scheduled:messenger-realtime-dispatch"
-TTL = 30.0
-
-
-@pytest.fixture
-def leaders() -> Iterator[list[Leader]]:
-    opened: list[Leader] = []
-    yield opened
-    for leader in opened:
-        run(leader.close())
-
-
-async def leader(opened: list[Leader], index: int, count: int) -> Leader:
-    """Partition `index` of `count` (count 1: the single runner)."""
-    if count == 1:
-        made = Leader(KEY, TTL)
-    else:
-        made = Leader(Partition(index, count).lock_key(KEY), TTL, guard_key=KEY)
-    await made.connect()
-    opened.append(made)
-    return made
 
 
 async def lock_waiters(conn: Any, count: int) -> None:
@@ -66,10 +44,10 @@ def test_a_live_leader_of_another_count_keeps_a_worker_from_leading(
     leaders: list[Leader], count: int, other: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def scenario() -> tuple[bool, bool]:
-        assert await (await leader(leaders, 0, count)).try_acquire(count)
+        assert await (await open_leader(leaders, 0, count)).try_acquire(count)
         # The last partition of `other` (free: its own LOCK_KEY) would give some chats a
         # second leader.
-        refused = await (await leader(leaders, other - 1, other)).try_acquire(other)
+        refused = await (await open_leader(leaders, other - 1, other)).try_acquire(other)
         await leaders[0].close()  # the live leader stops (gives its lease back) ...
         took = await leaders[1].try_acquire(other)  # ... and the worker leads
         return refused, took
@@ -90,13 +68,13 @@ def test_a_stale_lease_of_another_count_is_cleared_and_its_holder_loses_it(
     leaders: list[Leader],
 ) -> None:
     async def scenario() -> tuple[bool, bool]:
-        wedged = await leader(leaders, 0, 2)
+        wedged = await open_leader(leaders, 0, 2)
         assert await wedged.try_acquire(2)
         await lease_sql(
             "UPDATE messenger.realtime_dispatch_lease"
             f" SET heartbeat_at = now() - make_interval(secs => {TTL + 1})"
         )
-        took = await (await leader(leaders, 0, 3)).try_acquire(3)
+        took = await (await open_leader(leaders, 0, 3)).try_acquire(3)
         try:
             await wedged.heartbeat()  # it resumes: its lease is gone, before any push
         except LeadershipLost:
@@ -110,15 +88,13 @@ def test_a_lease_of_another_count_is_judged_live_by_its_holders_lock_ttl(
     leaders: list[Leader],
 ) -> None:
     async def scenario() -> tuple[bool, bool]:
-        holder = await leader(leaders, 0, 2)  # LOCK_TTL 30
+        holder = await open_leader(leaders, 0, 2)  # LOCK_TTL 30
         assert await holder.try_acquire(2)
         await lease_sql(
             "UPDATE messenger.realtime_dispatch_lease"
             f" SET heartbeat_at = now() - make_interval(secs => {TTL - 5})"
         )
-        short = Leader(Partition(0, 3).lock_key(KEY), TTL / 3, guard_key=KEY)
-        await short.connect()
-        leaders.append(short)
+        short = await open_leader(leaders, 0, 3, ttl=TTL / 3)
         took = await short.try_acquire(3)  # its own TTL would call the lease stale
         await holder.heartbeat()  # the lease was left alone: no LeadershipLost
         return took, holder.holds_lock
@@ -130,7 +106,7 @@ def test_two_workers_of_different_counts_acquiring_at_once_never_both_lead(
     leaders: list[Leader],
 ) -> None:
     async def scenario() -> tuple[bool, bool]:
-        two, three = await leader(leaders, 0, 2), await leader(leaders, 0, 3)
+        two, three = await open_leader(leaders, 0, 2), await open_leader(leaders, 0, 3)
         # Stall `two` inside its acquisition (it holds the turn, and waits at the lease
         # table before reading it), then let `three` acquire meanwhile.
         async with await db.connect() as blocker, blocker.transaction():
@@ -149,10 +125,10 @@ def test_a_lease_from_before_the_count_was_stored_is_read_by_its_lock_key(
 ) -> None:
     async def scenario() -> tuple[bool, bool]:
         gate = PartitionGate(0.0, partitions=2)
-        assert await gate.acquire(0, await leader(leaders, 0, 2))
+        assert await gate.acquire(0, await open_leader(leaders, 0, 2))
         await lease_sql("UPDATE messenger.realtime_dispatch_lease SET partitions = NULL")
-        same = await gate.acquire(1, await leader(leaders, 1, 2))
-        other = await (await leader(leaders, 0, 4)).try_acquire(4)
+        same = await gate.acquire(1, await open_leader(leaders, 1, 2))
+        other = await (await open_leader(leaders, 0, 4)).try_acquire(4)
         return same, other
 
     assert run(scenario()) == (True, False)

@@ -1,38 +1,25 @@
 """Partition leadership against real PostgreSQL: the spreading rule, the guard between a
-single runner and partition leaders, and a partition's Dispatcher pushing only its rows."""
+single runner and partition leaders, a partition's Dispatcher pushing only its rows, and
+the pg_locks reading the end-to-end tests find partition leaders with."""
 
 import uuid
-from collections.abc import Iterator
 
+import psycopg
 import pytest
 
+from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch.dispatcher import Dispatcher
-from messenger_realtime.dispatch.leader import Leader, PartitionGate
+from messenger_realtime.dispatch.leader import Leader, PartitionGate, advisory_key
 from messenger_realtime.dispatch.partitioned import PartitionedRunner, build_runner
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.ops.health import LivenessGroup
 from tests.support.helpers import RecordingPublisher, options
+from tests.support.leaders import LOCK_KEY, open_leader, partition_leaders
 from tests.support.partitions import insert_rows, partition_of
 from tests.support.runtime import run
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
-KEY = "job:scheduled:messenger-realtime-dispatch"
-
-
-@pytest.fixture
-def leaders() -> Iterator[list[Leader]]:
-    opened: list[Leader] = []
-    yield opened
-    for leader in opened:
-        run(leader.close())
-
-
-async def partition_leader(opened: list[Leader], index: int, count: int = 2) -> Leader:
-    leader = Leader(Partition(index, count).lock_key(KEY), 30.0, guard_key=KEY)
-    await leader.connect()
-    opened.append(leader)
-    return leader
 
 
 def test_a_process_leading_a_partition_leaves_a_free_one_to_a_process_leading_none(
@@ -40,11 +27,11 @@ def test_a_process_leading_a_partition_leaves_a_free_one_to_a_process_leading_no
 ) -> None:
     async def scenario() -> tuple[bool, bool, bool]:
         busy, idle = PartitionGate(60.0, partitions=2), PartitionGate(60.0, partitions=2)
-        assert await busy.acquire(0, await partition_leader(leaders, 0))
+        assert await busy.acquire(0, await open_leader(leaders, 0, 2))
         # The busy process sees partition 1 free, but waits (it leads one already) ...
-        busy_took = await busy.acquire(1, await partition_leader(leaders, 1))
+        busy_took = await busy.acquire(1, await open_leader(leaders, 1, 2))
         # ... so the process leading nothing takes it at once.
-        idle_took = await idle.acquire(1, await partition_leader(leaders, 1))
+        idle_took = await idle.acquire(1, await open_leader(leaders, 1, 2))
         busy_again = await busy.acquire(1, leaders[1])
         return busy_took, idle_took, busy_again
 
@@ -55,7 +42,7 @@ def test_a_worker_alone_leads_every_partition(leaders: list[Leader]) -> None:
     async def scenario() -> set[int]:
         gate = PartitionGate(0.0, partitions=3)  # no wait: the free partition is its own
         for index in range(3):
-            assert await gate.acquire(index, await partition_leader(leaders, index, 3))
+            assert await gate.acquire(index, await open_leader(leaders, index, 3))
         return gate.led
 
     assert run(scenario()) == {0, 1, 2}
@@ -65,16 +52,12 @@ def test_a_single_runner_and_partition_leaders_never_lead_at_once(
     leaders: list[Leader],
 ) -> None:
     async def scenario() -> tuple[bool, bool, bool, bool]:
-        single = Leader(KEY, 30.0)
-        await single.connect()
-        leaders.append(single)
+        single = await open_leader(leaders, 0, 1)
         assert await single.try_acquire()
-        blocked = await (await partition_leader(leaders, 0)).try_acquire()
+        blocked = await (await open_leader(leaders, 0, 2)).try_acquire()
         await single.close()
         took = await leaders[1].try_acquire()  # the single runner went: partitions lead
-        second = Leader(KEY, 30.0)
-        await second.connect()
-        leaders.append(second)
+        second = await open_leader(leaders, 0, 1)
         single_took = await second.try_acquire()
         await leaders[1].heartbeat()  # a single runner never ends a partition's session
         return blocked, took, single_took, leaders[1].holds_lock
@@ -114,3 +97,14 @@ def test_the_runner_is_partitioned_only_when_asked_and_reports_the_partitions_it
     runner.dispatchers[1].liveness.leading = True
     details = runner.liveness.state()[2]
     assert details["partitionsLed"] == [1] and details["leading"] is True
+
+
+def test_the_partition_leaders_helper_finds_a_lock_whose_key_is_negative() -> None:
+    """pg_locks shows a bigint key as two unsigned 32-bit halves (classid, objid)."""
+    keys = [advisory_key(Partition(i, 3).lock_key(LOCK_KEY)) for i in range(3)]
+    assert keys[0] < 0 < keys[1]  # K=3: partition 0's key is negative, partition 1's not
+    with psycopg.connect(db.conninfo(), autocommit=True) as holder:
+        for key in keys[:2]:
+            holder.execute("SELECT pg_advisory_lock(%s)", [key])
+        pid = holder.info.backend_pid
+        assert partition_leaders(3) == {0: pid, 1: pid}
