@@ -30,13 +30,17 @@ class TwoHubs:
         return "\n".join(self.daphnes[index].lines)
 
     def holding(self, user: Any) -> int:
-        """Which process opened `user`'s connection."""
+        """Which process opened `user`'s connection. Its log line may come a moment after
+        the client saw the handshake (the line is read from Daphne's output): wait for it."""
         marks = ["hub connected ConnectionId", f"UserId={user.id}"]
-        return next(
-            i
-            for i in (0, 1)
-            if any(all(m in line for m in marks) for line in self.daphnes[i].lines)
-        )
+
+        def holders() -> list[int]:
+            lines = [self.daphnes[i].lines for i in (0, 1)]
+            return [i for i in (0, 1) if any(all(m in x for m in marks) for x in lines[i])]
+
+        found = wait_until(holders, what=f"the connection log line of user {user.id}")
+        assert len(found) == 1, found
+        return int(found[0])
 
     def close(self) -> None:
         for daphne in self.daphnes:
