@@ -22,7 +22,12 @@ from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
 from messenger_realtime.exceptions import LeadershipLost, describe_error
 from messenger_realtime.ops import metrics, tracing
-from messenger_realtime.transport.publisher import BatchPublisher, HubBacklog, Publisher
+from messenger_realtime.transport.publisher import (
+    HubBacklog,
+    Publisher,
+    is_batch_publisher,
+    reports_hub_backlog,
+)
 
 logger = logging.getLogger(__name__)
 PIPELINE_CHUNK = 100
@@ -57,7 +62,7 @@ async def push(
     pace = pace or Pace()
     waited = False
     ready = [o for o in outcomes if o.undecided and o.event is not None]
-    batched = isinstance(publisher, BatchPublisher)
+    batched = is_batch_publisher(publisher)
     step = PIPELINE_CHUNK if batched else 1
     for start in range(0, len(ready), step):
         chunk = ready[start : start + step]
@@ -83,9 +88,7 @@ async def push(
                 outcome.decide(Fate.DONE)
             else:
                 outcome.decide(Fate.RETRY, describe_error(result))
-        if isinstance(publisher, HubBacklog) and await _wait_for_hub(
-            publisher, options, stop, pace
-        ):
+        if reports_hub_backlog(publisher) and await _wait_for_hub(publisher, options, stop, pace):
             waited = True
     pace.hub_behind = waited
 
@@ -115,7 +118,7 @@ async def _wait_for_hub(
 
 
 async def _publish(publisher: Publisher, events: list[OutgoingEvent]) -> list[BaseException | None]:
-    if isinstance(publisher, BatchPublisher):
+    if is_batch_publisher(publisher):
         return await publisher.publish_many(events)
     await publisher.publish(events[0])
     return [None]

@@ -5,6 +5,11 @@ come from RealtimeOutboxStatus but are written into the text as literals, not bo
 parameters: the partial index ix_rto_pending_id (WHERE status = 'Pending') serves the
 claim only if the planner can prove the predicate, which a bound parameter in a prepared
 statement's generic plan would not let it do.
+
+Array parameters (a batch's ids, versions, errors; the walked targets) are bound in
+binary (`%(name)b`): psycopg then sends each uuid's 16 bytes instead of formatting its
+text, which took ~0.4 ms of the worker's CPU per 200-id array (a quarter of that in
+binary). The scalar ones stay text (the planner needs no more).
 """
 
 from messenger_realtime.outbox.enums import URGENT_KINDS
@@ -94,12 +99,12 @@ def claim_statement(in_partition: str = "") -> str:
     return f"""
 WITH quota AS (
     SELECT greatest(1, ceil(%(limit)s::numeric
-                            / greatest(cardinality(%(targets)s::uuid[]), 1)))::int AS q
+                            / greatest(cardinality(%(targets)b::uuid[]), 1)))::int AS q
 ),
 fair AS (
     SELECT r.id, r.target_key,
            row_number() OVER (PARTITION BY r.target_key ORDER BY r.id) AS rn
-    FROM unnest(%(targets)s::uuid[]) AS t(key) CROSS JOIN LATERAL (
+    FROM unnest(%(targets)b::uuid[]) AS t(key) CROSS JOIN LATERAL (
         SELECT o.id, o.target_key FROM messenger.realtime_outbox AS o
         WHERE o.target_key = t.key AND {_DUE} AND o.claimed_at IS NULL
         ORDER BY o.id LIMIT (SELECT q FROM quota)
@@ -169,8 +174,8 @@ MARK_DONE = f"""
 UPDATE messenger.realtime_outbox AS o SET
     status = {DONE}, last_error = NULL, claimed_at = NULL, updated_at = now(),
     row_version = o.row_version + 1
-FROM unnest(%(ids)s::uuid[], %(versions)s::bigint[]) AS t(id, version)
-WHERE o.id = ANY(%(ids)s::uuid[]) AND o.id = t.id AND o.row_version = t.version
+FROM unnest(%(ids)b::uuid[], %(versions)b::bigint[]) AS t(id, version)
+WHERE o.id = ANY(%(ids)b::uuid[]) AND o.id = t.id AND o.row_version = t.version
   AND o.status = {PENDING}
 RETURNING o.id, extract(epoch FROM now() - o.created_at)::float8 AS lag_seconds
 """
@@ -193,10 +198,10 @@ UPDATE messenger.realtime_outbox AS o SET
                       THEN o.claimed_at ELSE NULL END,
     next_attempt_at = CASE WHEN t.isolate THEN now() ELSE o.next_attempt_at END,
     updated_at = now(), row_version = o.row_version + 1
-FROM unnest(%(ids)s::uuid[], %(versions)s::bigint[], %(errors)s::text[],
-            %(permanent)s::bool[], %(suspect)s::bool[], %(isolate)s::bool[])
+FROM unnest(%(ids)b::uuid[], %(versions)b::bigint[], %(errors)b::text[],
+            %(permanent)b::bool[], %(suspect)b::bool[], %(isolate)b::bool[])
      AS t(id, version, error, permanent, suspect, isolate)
-WHERE o.id = ANY(%(ids)s::uuid[]) AND o.id = t.id AND o.row_version = t.version
+WHERE o.id = ANY(%(ids)b::uuid[]) AND o.id = t.id AND o.row_version = t.version
   AND o.status = {PENDING}
 RETURNING o.id, o.status
 """
@@ -207,9 +212,9 @@ MARK_EXPIRED = f"""
 UPDATE messenger.realtime_outbox AS o SET
     status = {DONE}, last_error = left(t.error, 512), claimed_at = NULL, updated_at = now(),
     row_version = o.row_version + 1
-FROM unnest(%(ids)s::uuid[], %(versions)s::bigint[], %(errors)s::text[])
+FROM unnest(%(ids)b::uuid[], %(versions)b::bigint[], %(errors)b::text[])
      AS t(id, version, error)
-WHERE o.id = ANY(%(ids)s::uuid[]) AND o.id = t.id AND o.row_version = t.version
+WHERE o.id = ANY(%(ids)b::uuid[]) AND o.id = t.id AND o.row_version = t.version
   AND o.status = {PENDING}
 RETURNING o.id
 """
@@ -220,8 +225,8 @@ RELEASE = f"""
 UPDATE messenger.realtime_outbox AS o SET
     attempts = greatest(o.attempts - 1, 0), next_attempt_at = now(), claimed_at = NULL,
     updated_at = now(), row_version = o.row_version + 1
-FROM unnest(%(ids)s::uuid[], %(versions)s::bigint[]) AS t(id, version)
-WHERE o.id = ANY(%(ids)s::uuid[]) AND o.id = t.id AND o.row_version = t.version
+FROM unnest(%(ids)b::uuid[], %(versions)b::bigint[]) AS t(id, version)
+WHERE o.id = ANY(%(ids)b::uuid[]) AND o.id = t.id AND o.row_version = t.version
   AND o.status = {PENDING}
 RETURNING o.id
 """

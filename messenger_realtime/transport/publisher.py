@@ -6,7 +6,7 @@ channel layer's pipelined path), and the dispatcher then hands it chunks
 is transient and the row is retried.
 """
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.transport import pipeline
@@ -32,6 +32,17 @@ class BatchPublisher(Publisher, Protocol):
 class HubBacklog(Protocol):
     async def hub_backlog(self) -> int:
         """Messages still queued for the hub processes the last push reached."""
+
+
+def is_batch_publisher(publisher: Publisher) -> TypeGuard[BatchPublisher]:
+    """isinstance(publisher, BatchPublisher), cheaply: a runtime Protocol check walks the
+    protocol's members on every call, and the worker asks once or twice per chunk."""
+    return callable(getattr(publisher, "publish_many", None))
+
+
+def reports_hub_backlog(publisher: Publisher) -> TypeGuard[HubBacklog]:
+    """isinstance(publisher, HubBacklog), cheaply (as is_batch_publisher)."""
+    return callable(getattr(publisher, "hub_backlog", None))
 
 
 class ChannelLayerPublisher:
