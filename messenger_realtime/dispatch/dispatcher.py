@@ -21,7 +21,8 @@ from messenger_realtime.dispatch import store
 from messenger_realtime.dispatch.backoff import delay_table
 from messenger_realtime.dispatch.batches import PassContext, run_pass
 from messenger_realtime.dispatch.building import Builder
-from messenger_realtime.dispatch.leader import Leader, PartitionGate
+from messenger_realtime.dispatch.gate import PartitionGate
+from messenger_realtime.dispatch.leader import Leader
 from messenger_realtime.dispatch.outcomes import PassResult
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.dispatch.rows import RowOutcome
@@ -194,11 +195,13 @@ class Dispatcher:
         job_run_id = uuid7().hex
 
         async def claim() -> list[RowOutcome]:
-            if self.use_lock:
-                await self.leader.ensure_held()
+            lease = self.leader.lease_proof() if self.use_lock else None
+            sent = time.monotonic()
             outcomes, self.cursor = await store.claim_fair(
-                claim_conn, self.claim_shape, self.cursor, self.partition
+                claim_conn, self.claim_shape, self.cursor, self.partition, lease
             )
+            if lease is not None:
+                self.leader.proven(sent)
             return outcomes
 
         async def claim_suspect() -> list[RowOutcome]:

@@ -1,9 +1,11 @@
 """Single-runner leadership (the lease) and wake-ups, each on a dedicated connection.
 
 The lease connection holds the session advisory lock and stamps the lease's heartbeat
-(dispatch/lease.py): before every claim and, from a task, every LOCK_TTL/3. A heartbeat
-that finds the session gone or the lease taken over raises LeadershipLost and the run
-loop reconnects and stands by. Before each push the leader also checks, on its own clock,
+(dispatch/lease.py) from a task, every LOCK_TTL/3, and before each suspect's claim. A
+fair claim proves the lease in its own statement (the lease row must still name this
+lease session: sql.WALK_AND_CLAIM), so a claim costs no heartbeat round trip. A heartbeat
+or claim that finds the session gone or the lease taken over raises LeadershipLost and
+the run loop reconnects and stands by. Before each push the leader also checks, on its own clock,
 that the lease was proven less than 2/3 LOCK_TTL ago (a standby waits for more than
 LOCK_TTL), else it proves it again first: a leader resumed after a stop therefore learns
 it lost the lease before it pushes or claims anything.
@@ -24,7 +26,6 @@ from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch import lease
 from messenger_realtime.dispatch.wakes import Wake, WakePolicy, wait_for_wake
 from messenger_realtime.exceptions import LeadershipLost, describe_error
-from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
 from messenger_realtime.outbox.notify import NOTIFY_CHANNEL
 
@@ -183,8 +184,26 @@ class Leader:
         self.proven_at = max(self.proven_at, sent)
 
     async def ensure_held(self) -> None:
-        """Before every claim: raise LeadershipLost unless the lease is still ours."""
+        """Before a suspect's claim: raise LeadershipLost unless the lease is still ours."""
         await self.heartbeat()
+
+    def lease_proof(self) -> dict[str, Any]:
+        """What a fair claim checks the lease row against in its own statement (instead of
+        a heartbeat round trip first: sql.WALK_AND_CLAIM); LeadershipLost if already lost."""
+        conn = self.conn
+        if self.lost.is_set() or not self.holds_lock or conn is None or conn.closed:
+            raise LeadershipLost("the lease was lost")
+        return {
+            "lease_key": self.params["lock_key"],
+            "lease_pid": conn.info.backend_pid,
+            # pg_locks shows a bigint advisory key as two unsigned 32-bit halves
+            "lease_classid": (self.key >> 32) & 0xFFFFFFFF,
+            "lease_objid": self.key & 0xFFFFFFFF,
+        }
+
+    def proven(self, sent: float) -> None:
+        """A claim sent at `sent` (monotonic) found the lease still ours."""
+        self.proven_at = max(self.proven_at, sent)
 
     async def ensure_fresh(self) -> None:
         """Before every push: cheap when the lease was proven lately, else prove it now."""
@@ -242,44 +261,3 @@ class Leader:
         if self.conn is None:
             raise RuntimeError("Leader.connect() first")
         return self.conn
-
-
-class PartitionGate:
-    """One worker process's partitions (DISPATCH_PARTITIONS > 1): which it leads, and the
-    spreading rule that decides when one of its standby partitions may take a free lock.
-
-    A process leading nothing takes any free partition at once; a process already leading
-    n others waits until it has seen the partition free for (n + 0.5) POLLING_INTERVALs, so
-    a standby process leading fewer (polling every interval) gets there first. Alone, a
-    worker thus leads all K partitions after a few polls; started together, or after a
-    leader died, workers spread. A stale lease (a wedged holder) is taken over at once:
-    failover never waits for spreading. There is no rebalancing of live leaders: restart
-    (SIGTERM) a worker that leads several partitions to spread them (docs/dispatcher.md).
-    """
-
-    def __init__(self, polling_interval: float, partitions: int) -> None:
-        self.polling_interval = polling_interval
-        self.partitions = partitions  # DISPATCH_PARTITIONS (every lease says it)
-        self.led: set[int] = set()
-        self._free_since: dict[int, float] = {}
-        self._turn = asyncio.Lock()  # one acquisition at a time, so `led` is exact
-
-    async def acquire(self, index: int, leader: Leader) -> bool:
-        """Try to lead partition `index` by the rule above; True when it leads now."""
-        async with self._turn:
-            others = len(self.led - {index})
-            if others and await leader.lock_is_free():
-                first = self._free_since.setdefault(index, time.monotonic())
-                if time.monotonic() - first < (others + 0.5) * self.polling_interval:
-                    return False
-            self._free_since.pop(index, None)
-            if not await leader.try_acquire(self.partitions):
-                return False
-            self.led.add(index)
-            return True
-
-    def report(self, index: int, leading: bool) -> None:
-        """Partition `index` is led (or not) by this process: the gauge and `led`."""
-        metrics.partition_leading.labels(partition=str(index)).set(int(leading))
-        if not leading:
-            self.led.discard(index)

@@ -3,7 +3,8 @@
 A session advisory lock outlives a wedged worker (stopped, deadlocked, paused by the
 kernel): its connection stays up, so the lock stays held. The holder therefore stamps
 messenger.realtime_dispatch_lease.heartbeat_at with the database clock on its lock
-session, before every claim and at least every LOCK_TTL/3. A standby whose lock attempt
+session at least every LOCK_TTL/3 (a fair claim proves the lease in its own statement
+instead: sql.WALK_AND_CLAIM). A standby whose lock attempt
 fails looks at the stamp: older than the holder's LOCK_TTL (the lease row names it, so a
 mismatched setting cannot make a live holder look stale), it ends the holder's session
 with pg_terminate_backend (which frees the lock) and takes the lock itself. Both sides

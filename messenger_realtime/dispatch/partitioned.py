@@ -2,7 +2,7 @@
 
 DISPATCH_PARTITIONS=K > 1 (opt-in) runs one Dispatcher per partition in this process,
 each with its own lease (LOCK_KEY#partition-i-of-K), connections and idle wait, all
-sharing one stop event and one PartitionGate (leader.py: the spreading rule). Each
+sharing one stop event and one PartitionGate (gate.py: the spreading rule). Each
 partition's Dispatcher leads its partition or stands by for it, exactly as the single
 runner does for the whole outbox, so a partition whose leader dies is taken over by a
 standby like the single runner's lease is. Entry points build the runner here.
@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.contracts.port import DomainPort
 from messenger_realtime.dispatch.dispatcher import Dispatcher
-from messenger_realtime.dispatch.leader import PartitionGate
+from messenger_realtime.dispatch.gate import PartitionGate
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.ops.health import Liveness, LivenessGroup
 from messenger_realtime.transport.publisher import Publisher

@@ -6,10 +6,8 @@ parameters: the partial index ix_rto_pending_id (WHERE status = 'Pending') serve
 claim only if the planner can prove the predicate, which a bound parameter in a prepared
 statement's generic plan would not let it do.
 
-Array parameters (a batch's ids, versions, errors; the walked targets) are bound in
-binary (`%(name)b`): psycopg then sends each uuid's 16 bytes instead of formatting its
-text, which took ~0.4 ms of the worker's CPU per 200-id array (a quarter of that in
-binary). The scalar ones stay text (the planner needs no more).
+Array parameters are bound in binary (`%(name)b`): psycopg sends each uuid's 16 bytes
+instead of formatting its text (~0.4 ms of CPU per 200-id array; a quarter in binary).
 """
 
 from messenger_realtime.outbox.enums import URGENT_KINDS
@@ -24,6 +22,7 @@ PENDING, DONE, QUARANTINED = (
 # instead of letting a poison row crash the worker forever.
 EXHAUSTED_ERROR = "AttemptsExhausted: no outcome recorded within MAX_ATTEMPTS claims"
 
+
 # Every claim ends with the same update: attempts are pre-incremented and next_attempt_at
 # pushed out by the backoff for the new attempt count, all on the database clock, so a
 # crash before the outcome means a retry after backoff, never a lost row. Jitter is drawn
@@ -31,7 +30,9 @@ EXHAUSTED_ERROR = "AttemptsExhausted: no outcome recorded within MAX_ATTEMPTS cl
 # marks the attempt in flight until its outcome clears it. Rows whose attempts already
 # reached MAX_ATTEMPTS are quarantined here instead. `age` (now - created_at, database
 # clock) lets the worker drop a time-critical event that is too old to matter.
-_CLAIMED = f"""
+def _claimed(guard: str = "") -> str:
+    """The claim's UPDATE of the rows in `due`; `guard`: an extra condition on each."""
+    return f"""
 UPDATE messenger.realtime_outbox AS o SET
     status = CASE WHEN o.attempts >= %(max_attempts)s THEN {QUARANTINED} ELSE {PENDING} END,
     last_error = CASE WHEN o.attempts >= %(max_attempts)s THEN %(exhausted)s
@@ -45,11 +46,15 @@ UPDATE messenger.realtime_outbox AS o SET
     updated_at = now(),
     row_version = o.row_version + 1
 FROM due
-WHERE o.id = due.id
+WHERE o.id = due.id{guard}
 RETURNING o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id,
           o.ref_id, o.session_kind, o.seq, o.status, o.attempts, o.row_version,
           o.created_at, extract(epoch FROM now() - o.created_at)::float8 AS age
 """
+
+
+_CLAIMED = _claimed()
+CLAIMED_COLUMNS = 14  # what its RETURNING lists (rows.ClaimedRow)
 
 _DUE = f"o.status = {PENDING} AND o.next_attempt_at <= now()"
 _URGENT = ", ".join(f"'{kind}'" for kind in URGENT_KINDS)
@@ -66,8 +71,7 @@ _FIRST = "ORDER BY target_key LIMIT 1"
 # target with ten thousand rows costs no more to step over than one with a single row.
 # The worker moves its cursor to the last key, so successive claims take turns over every
 # target.
-WALK_TARGETS = f"""
-WITH RECURSIVE walk(key, depth, wrapped) AS (
+WALK = f"""walk(key, depth, wrapped) AS (
     SELECT coalesce(after.key, first.key), 1, after.key IS NULL
     FROM (SELECT ({_NEXT_TARGET} AND target_key > %(after)s::uuid {_FIRST}) AS key) AS after,
          (SELECT ({_NEXT_TARGET} {_FIRST}) AS key) AS first
@@ -80,9 +84,8 @@ WITH RECURSIVE walk(key, depth, wrapped) AS (
     ) AS step
     WHERE walk.depth < %(limit)s AND step.key IS NOT NULL
       AND NOT (step.wrapped AND step.key > %(after)s::uuid)
-)
-SELECT key FROM walk WHERE key IS NOT NULL ORDER BY depth
-"""
+)"""
+WALK_TARGETS = f"WITH RECURSIVE {WALK}\nSELECT key FROM walk WHERE key IS NOT NULL ORDER BY depth"
 
 
 # A fair claim of up to %(limit)s due rows that no attempt holds (claimed_at IS NULL):
@@ -96,15 +99,19 @@ SELECT key FROM walk WHERE key IS NOT NULL ORDER BY depth
 # candidates not picked are unlocked when the statement ends.
 def claim_statement(in_partition: str = "") -> str:
     """CLAIM, its urgent probe limited by `in_partition` (partitions.py; empty: all)."""
-    return f"""
-WITH quota AS (
+    return f"WITH {_fair_ctes(in_partition, '%(targets)b::uuid[]')}\n{_CLAIMED}"
+
+
+def _fair_ctes(in_partition: str, targets: str) -> str:
+    """CLAIM's CTEs, up to `due`, over the `targets` array expression."""
+    return f"""quota AS (
     SELECT greatest(1, ceil(%(limit)s::numeric
-                            / greatest(cardinality(%(targets)b::uuid[]), 1)))::int AS q
+                            / greatest(cardinality({targets}), 1)))::int AS q
 ),
 fair AS (
     SELECT r.id, r.target_key,
            row_number() OVER (PARTITION BY r.target_key ORDER BY r.id) AS rn
-    FROM unnest(%(targets)b::uuid[]) AS t(key) CROSS JOIN LATERAL (
+    FROM unnest({targets}) AS t(key) CROSS JOIN LATERAL (
         SELECT o.id, o.target_key FROM messenger.realtime_outbox AS o
         WHERE o.target_key = t.key AND {_DUE} AND o.claimed_at IS NULL
         ORDER BY o.id LIMIT (SELECT q FROM quota)
@@ -139,11 +146,48 @@ due AS (
         UNION ALL SELECT id, rn FROM topped
     ) AS candidates
     GROUP BY id ORDER BY min(rn), id LIMIT %(limit)s
-)
-{_CLAIMED}"""
+)"""
 
 
 CLAIM = claim_statement()
+
+
+# WALK and CLAIM in one round trip and snapshot, with the lease proof in it instead of a
+# heartbeat round trip first: rows are claimed only while the leader's lease session holds
+# the advisory lock (pg_locks: ~60 us here) and the lease row names it (a take-over
+# rewrites the row as it takes the lock). %(lease_pid)s NULL: no lease (--no-lock). One
+# trailer row (id NULL) says where the walk ended, how many targets it walked, which ones
+# when it claimed nothing (to walk on: store.claim_fair) and whether the lease held.
+def walk_and_claim_statement(walk: str, in_partition: str = "") -> str:
+    """WALK_AND_CLAIM over `walk` (WALK, or a partition's), urgent rows by `in_partition`."""
+    return f"""
+WITH RECURSIVE {walk},
+walked AS (
+    SELECT coalesce(array_agg(key ORDER BY depth), '{{}}') AS keys
+    FROM walk WHERE key IS NOT NULL
+),
+lease AS (
+    SELECT %(lease_pid)s::int IS NULL OR (EXISTS (
+        SELECT FROM messenger.realtime_dispatch_lease
+        WHERE lock_key = %(lease_key)s AND holder_pid = %(lease_pid)s::int
+    ) AND EXISTS (
+        SELECT FROM pg_locks
+        WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid = %(lease_pid)s::int
+          AND classid = %(lease_classid)s::oid AND objid = %(lease_objid)s::oid
+    )) AS held
+),
+{_fair_ctes(in_partition, "(SELECT keys FROM walked)")},
+claimed AS ({_claimed(" AND (SELECT held FROM lease)")})
+SELECT *, NULL::uuid AS last_key, NULL::int AS walked, NULL::uuid[] AS keys, NULL::bool AS held
+FROM claimed
+UNION ALL
+SELECT {", ".join(["NULL"] * CLAIMED_COLUMNS)}, keys[cardinality(keys)], cardinality(keys),
+       CASE WHEN NOT EXISTS (SELECT FROM claimed) THEN keys END, (SELECT held FROM lease)
+FROM walked
+"""
+
+
+WALK_AND_CLAIM = walk_and_claim_statement(WALK)
 
 
 # One suspect: a due row whose last attempt never got an outcome (claimed_at still set:

@@ -5,7 +5,7 @@ push; a batch's outcomes are written in one short transaction after its pushes.
 """
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -16,6 +16,7 @@ from psycopg.rows import args_row
 from messenger_realtime.dispatch import partitions, sql
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.dispatch.rows import ClaimedRow, Fate, RowOutcome
+from messenger_realtime.exceptions import LeadershipLost
 from messenger_realtime.ops import metrics
 from messenger_realtime.outbox.enums import URGENT_KINDS
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
@@ -50,25 +51,61 @@ async def walk_targets(
 
 
 async def claim_fair(
-    conn: Conn, shape: Claim, cursor: UUID, partition: Partition | None = None, walks: int = 50
+    conn: Conn,
+    shape: Claim,
+    cursor: UUID,
+    partition: Partition | None = None,
+    lease: Mapping[str, Any] | None = None,
+    walks: int = 50,
 ) -> tuple[list[RowOutcome], UUID]:
     """A fair claim of the targets walked from just after `cursor`; (outcomes, new cursor).
+
+    One statement walks and claims (sql.WALK_AND_CLAIM). `lease`: the leader's proof
+    parameters (Leader.lease_proof); the claim takes nothing and raises LeadershipLost
+    once the lease row names another session. None: no lease (--no-lock, benchmarks).
 
     A walk whose targets hold only rows not due yet (backing off, or suspects) claims
     nothing, and ending there would leave a due row behind them until the next wake: walk
     on, until something is claimed or the walks come round to a target already walked
     (every target with Pending rows was tried once; at most `walks` walks in any case).
     """
+    params = _claim_params(
+        shape, lease_key=None, lease_pid=None, lease_classid=None, lease_objid=None
+    )
+    if lease is not None:
+        params.update(lease)
+    statement = sql.WALK_AND_CLAIM
+    if partition is not None:
+        params.update(partition.params())
+        statement = partitions.WALK_AND_CLAIM_IN_PARTITION
     seen: set[UUID] = set()
     for _ in range(walks):
-        targets = await walk_targets(conn, cursor, shape.limit, partition)
-        cursor = targets[-1] if targets else NO_TARGET
-        outcomes = await claim(conn, shape, targets, partition)
-        came_round = len(targets) < shape.limit or not seen.isdisjoint(targets)
+        with metrics.claim_duration.time():
+            cur = await conn.execute(statement, {**params, "after": cursor})
+            rows = await cur.fetchall()
+        (last_key, walked, keys, held), claimed = _trailer(rows)
+        if not held:
+            raise LeadershipLost("the lease is no longer this session's (taken over, or ended)")
+        cursor = last_key or NO_TARGET
+        outcomes = _outcomes(push_order(claimed), suspect=False)
+        came_round = walked < shape.limit or not seen.isdisjoint(keys or ())
         if outcomes or came_round:
             break
-        seen.update(targets)
+        seen.update(keys or ())
     return outcomes, cursor
+
+
+def _trailer(rows: list[Any]) -> tuple[tuple[Any, ...], list[ClaimedRow]]:
+    """WALK_AND_CLAIM's rows: its trailer (the walk's end, size, keys; the lease) and the
+    claimed rows, wherever UNION ALL put the trailer."""
+    trailer: tuple[Any, ...] = (None, 0, None, False)
+    claimed = []
+    for row in rows:
+        if row[0] is None:
+            trailer = tuple(row[sql.CLAIMED_COLUMNS :])
+        else:
+            claimed.append(ClaimedRow(*row[: sql.CLAIMED_COLUMNS]))
+    return trailer, claimed
 
 
 async def claim(
@@ -83,14 +120,7 @@ async def claim(
 
     Rows the claim itself quarantined (attempts exhausted) come back decided and recorded.
     """
-    params: dict[str, Any] = {
-        "limit": claim.limit,
-        "delays": claim.delays,
-        "jitter": claim.jitter,
-        "max_attempts": claim.max_attempts,
-        "exhausted": sql.EXHAUSTED_ERROR,
-        "targets": targets or [],
-    }
+    params = _claim_params(claim, targets=targets or [])
     statement = sql.CLAIM if targets is not None else sql.CLAIM_SUSPECT
     if partition is not None:
         params.update(partition.params())
@@ -103,7 +133,23 @@ async def claim(
         async with conn.cursor(row_factory=args_row(ClaimedRow)) as cur:
             await cur.execute(statement, params)
             rows = push_order(await cur.fetchall())
-    outcomes = [RowOutcome(row, suspect=targets is None) for row in rows]
+    return _outcomes(rows, suspect=targets is None)
+
+
+def _claim_params(claim: Claim, **extra: Any) -> dict[str, Any]:
+    return {
+        "limit": claim.limit,
+        "delays": claim.delays,
+        "jitter": claim.jitter,
+        "max_attempts": claim.max_attempts,
+        "exhausted": sql.EXHAUSTED_ERROR,
+        **extra,
+    }
+
+
+def _outcomes(rows: list[ClaimedRow], suspect: bool) -> list[RowOutcome]:
+    """One outcome per claimed row; those the claim quarantined come back decided."""
+    outcomes = [RowOutcome(row, suspect=suspect) for row in rows]
     for outcome in outcomes:
         if outcome.row.status == Status.QUARANTINED:
             outcome.decide(Fate.QUARANTINE, sql.EXHAUSTED_ERROR)

@@ -79,18 +79,18 @@ def test_a_claim_walks_the_targets_not_due_yet_once_round_not_fifty_times(
 ) -> None:
     # 250 chats whose only row is backing off and nothing due: each walk of 200 targets
     # comes back full, so "walk on while walks come back full" re-walked the same ring
-    # up to fifty times (two statements each) in every pass. Once round is enough.
+    # up to fifty times in every pass. Once round is enough.
     for _ in range(250):
         OutboxEntryFactory(due_later=True)
     walks: list[int] = []
-    walk = store.walk_targets
+    trailer = store._trailer  # each walk-and-claim statement's result, read once
 
-    async def counted_walk(*args: Any, **kwargs: Any) -> list[uuid.UUID]:
-        targets = await walk(*args, **kwargs)
-        walks.append(len(targets))
-        return targets
+    def counted(rows: list[Any]) -> Any:
+        (last_key, walked, keys, held), claimed = trailer(rows)
+        walks.append(walked)
+        return (last_key, walked, keys, held), claimed
 
-    monkeypatch.setattr(store, "walk_targets", counted_walk)
+    monkeypatch.setattr(store, "_trailer", counted)
     result = run(one_pass(options(batch_size=200), RecordingPublisher()))
     assert result.dispatched == 0
     assert walks == [200, 200]  # the second walk comes round to targets already seen
@@ -263,12 +263,12 @@ def test_a_build_that_fails_for_one_row_fails_only_that_row() -> None:
 def test_nothing_is_claimed_ahead_while_the_hub_is_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     OutboxEntryFactory.create_batch(40)
     steps: list[str] = []
-    claim = store.claim
+    claim = store.claim_fair
 
     async def logged_claim(*args: Any, **kwargs: Any) -> Any:
-        outcomes = await claim(*args, **kwargs)
+        outcomes, cursor = await claim(*args, **kwargs)
         steps.append(f"claim {len(outcomes)}")
-        return outcomes
+        return outcomes, cursor
 
     class BehindHub(RecordingPublisher):
         async def publish(self, event: Any) -> None:
@@ -278,7 +278,7 @@ def test_nothing_is_claimed_ahead_while_the_hub_is_behind(monkeypatch: pytest.Mo
         async def hub_backlog(self) -> int:
             return 10**6  # always behind: every push waits (briefly, HUB_BACKLOG_WAIT)
 
-    monkeypatch.setattr(store, "claim", logged_claim)
+    monkeypatch.setattr(store, "claim_fair", logged_claim)
     opts = options(batch_size=10, hub_backlog_wait=0.01)
     result = run(one_pass(opts, BehindHub()))
     assert result.dispatched == 40

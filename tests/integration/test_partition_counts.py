@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from messenger_realtime.dispatch import connections as db
-from messenger_realtime.dispatch.leader import Leader, PartitionGate
+from messenger_realtime.dispatch.gate import PartitionGate
+from messenger_realtime.dispatch.leader import Leader
 from messenger_realtime.exceptions import LeadershipLost
 from tests.support.leaders import TTL, open_leader
 from tests.support.runtime import run
