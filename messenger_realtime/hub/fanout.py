@@ -19,12 +19,8 @@ a stuck one cannot stop the reader for the others, and overflows into its overru
 BACKLOG_LIMIT messages (not the layer's capacity).
 
 Joining a user to a chat: the worker copies the members of the user's group into the
-chat's group (transport/pipeline.copy_members), so the process's `<process>!user.<id>`
-channel receives the chat's events before its connections have read their memberships.
-Both names then arrive on one message and each connection gets it once. Once every local
-connection of that user is in the chat's group here, the copy is redundant and is taken
-out of the chat's group; when the user turns out not to be a member, the connection
-that found out takes it out (forget_copy).
+chat's group, so one message may name both the chat's channel and the user's; each
+connection gets it once, and the copy is taken out once redundant (hub/copies.py).
 
 The process's queue key gets its TTL (channels-redis' `expiry`, 60 s) from pushes only;
 while the process reads it, a task gives it the full TTL again every third of that, so a
@@ -42,13 +38,11 @@ import logging
 import time
 import weakref
 from typing import Any
-from uuid import UUID
 
-from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.exceptions import describe_error
+from messenger_realtime.hub.copies import Copies
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.ops.logging import Field
-from messenger_realtime.transport.groups import layer_group
 from messenger_realtime.transport.layer import OVERRUN_EVENT
 
 logger = logging.getLogger(__name__)
@@ -86,7 +80,7 @@ class Fanout:
         self.room.set()
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}  # reader(s) and the refresher
-        self._forgetting: set[tuple[str, str]] = set()  # (chat group, user group) in flight
+        self.copies = Copies(layer, self.channel_of)
         self._batched = hasattr(layer, "receive_batch")
         # Channels' specific-channel prefix: "specific.<client prefix>!" (channels-redis
         # keeps all of them in that one key), or the in-memory layer's own.
@@ -120,8 +114,7 @@ class Fanout:
     async def forget_copy(self, chat_group: str, user_group: str) -> None:
         """The user is not in the chat: stop receiving its events through the user's
         channel (a copy made when the user joined, since undone)."""
-        with contextlib.suppress(Exception):  # Redis may be unreachable: groups expire
-            await self.layer.group_discard(chat_group, self.channel_of(user_group))
+        await self.copies.forget(chat_group, user_group)
 
     async def _reconcile(self, group: str) -> None:
         """Make the layer's membership of this process in `group` match whether any local
@@ -165,6 +158,7 @@ class Fanout:
         names = [group] if not self._batched else []
         if not self.joined and not self.channels:  # (a join still in flight is in channels)
             names = list(self._tasks)
+            self.copies.cancel()
         for name in names:
             task = self._tasks.pop(name, None)
             if task is not None:
@@ -221,35 +215,9 @@ class Fanout:
         else:
             recipients = set().union(*(self.members.get(g, ()) for g in groups))
             if len(groups) > 1 and message.get("type") != OVERRUN_EVENT:
-                self._drop_redundant_copies(groups, message)
+                self.copies.drop_redundant(groups, message, self.members)
         for inbox in recipients:
             inbox.put(message)
-
-    def _drop_redundant_copies(self, groups: list[str], message: dict[str, Any]) -> None:
-        """A chat event that came both through the chat's channel and a user's: once all
-        of that user's local connections are in the chat's group, drop the copy."""
-        chat = message.get("chat")
-        if chat is None:
-            return
-        chat_group = layer_group(HubTarget.chat(UUID(chat)))
-        if chat_group not in groups:
-            return
-        in_chat = self.members.get(chat_group, set())
-        for group in groups:
-            pair = (chat_group, group)
-            if group == chat_group or pair in self._forgetting:
-                continue
-            if self.members.get(group, set()) <= in_chat:
-                self._forgetting.add(pair)
-                task = asyncio.create_task(self._forget_once(chat_group, group))
-                self._tasks[f"forget {chat_group} {group}"] = task
-
-    async def _forget_once(self, chat_group: str, user_group: str) -> None:
-        try:
-            await self.forget_copy(chat_group, user_group)
-        finally:
-            self._forgetting.discard((chat_group, user_group))
-            self._tasks.pop(f"forget {chat_group} {user_group}", None)
 
     def _count(self, delta: int) -> None:
         self.backlog += delta
