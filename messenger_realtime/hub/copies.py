@@ -5,7 +5,9 @@ The worker's join copies the members of the user's group into the chat's group
 the chat's events before its connections have read their memberships. Once every local
 connection of that user is in the chat's group here, the copy is redundant (the event
 now comes through both names) and is taken out of the chat's group; when the user turns
-out not to be a member, the connection that found out takes it out (forget).
+out not to be a member, the connection that found out takes it out (forget). The
+reader looks at a message's copies only after it has handed the message to every inbox,
+and a failure here is logged, never a lost delivery (fanout.route).
 """
 
 import asyncio

@@ -214,10 +214,18 @@ class Fanout:
             recipients: set[Inbox] | list[Inbox] = list(self.members.get(groups[0], ()))
         else:
             recipients = set().union(*(self.members.get(g, ()) for g in groups))
-            if len(groups) > 1 and message.get("type") != OVERRUN_EVENT:
-                self.copies.drop_redundant(groups, message, self.members)
         for inbox in recipients:
             inbox.put(message)
+        # Only once the message is in every inbox: bookkeeping must never cost a delivery
+        # (a failure here used to end route() before anyone got the message).
+        if len(groups) > 1 and message.get("type") != OVERRUN_EVENT:
+            try:
+                self.copies.drop_redundant(groups, message, self.members)
+            except Exception as exc:  # the copy stays: a duplicate name, delivered once
+                logger.error(
+                    "hub copy bookkeeping failed",
+                    extra={"action": "drop_copy", Field.ERROR_CODE: describe_error(exc)},
+                )
 
     def _count(self, delta: int) -> None:
         self.backlog += delta

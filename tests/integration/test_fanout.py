@@ -173,6 +173,23 @@ def test_an_expiry_notice_closes_every_connection_of_the_process() -> None:
     assert run(scenario()) == [[OVERRUN_MESSAGE], [OVERRUN_MESSAGE]]
 
 
+def test_a_message_through_two_channels_is_delivered_though_its_copy_bookkeeping_fails() -> None:
+    """The copy bookkeeping (hub/copies.py) runs after the message is in the inboxes: a
+    failure in it (here a `chat` that is no UUID) costs no delivery."""
+    message = {"type": "realtime.event", "chat": "not-a-uuid", "payload": {"seq": 1}}
+
+    async def scenario() -> list[list[dict[str, Any]]]:
+        fanout = Fanout(object())  # routing only: no layer call is made
+        a, b = fanout.inbox(), fanout.inbox()
+        chat_group, user_group = "chat.x", "user.y"
+        fanout.members = {chat_group: {a}, user_group: {a, b}}
+        fanout.channels = {fanout.channel_of(g): g for g in (chat_group, user_group)}
+        fanout.route([fanout.channel_of(chat_group), fanout.channel_of(user_group)], message)
+        return [await asyncio.wait_for(i.take(5), 5) for i in (a, b)]
+
+    assert run(scenario()) == [[message], [message]]
+
+
 def test_a_lost_message_closes_the_connections_of_that_group_only(
     private_redis: PrivateRedis,
 ) -> None:
