@@ -252,13 +252,23 @@ class Fanout:
     async def _keep_joined(self) -> None:
         while True:
             await asyncio.sleep(GROUP_REFRESH)  # a period, not synchronisation
-            # Forget the locks of groups nobody wants (only here: dropping one while a
-            # waiter is about to take it would let two reconciles of a group overlap).
-            self._locks = {
-                g: lock
-                for g, lock in self._locks.items()
-                if lock.locked() or g in self.members or g in self.joined
-            }
-            for group in list(self.joined):
+            await self.refresh_groups()
+
+    async def refresh_groups(self) -> None:
+        """Join every joined group again (channels-redis forgets old members). Each
+        under the group's reconcile lock, and only if still joined then: a refresh in
+        flight while a leave discarded the group would otherwise land after it and put
+        the process back in a group it left (the layer saying joined, the map not)."""
+        # Forget the locks of groups nobody wants (only here: dropping one while a
+        # waiter is about to take it would let two reconciles of a group overlap).
+        self._locks = {
+            g: lock
+            for g, lock in self._locks.items()
+            if lock.locked() or g in self.members or g in self.joined
+        }
+        for group in list(self.joined):
+            async with self._locks.setdefault(group, asyncio.Lock()):
+                if group not in self.joined:  # left while the refresh went on
+                    continue
                 with contextlib.suppress(Exception):  # tried again next period
                     await self.layer.group_add(group, self.channel_of(group))
