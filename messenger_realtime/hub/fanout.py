@@ -11,12 +11,19 @@ own inbox, so a quiet connection's event never waits behind another connection's
 once it is in the process.
 
 Backpressure: the reader takes nothing more from Redis while the process's draining
-connections hold BACKLOG_LIMIT deliveries or more in memory. A process that falls behind
-thus shows it in its Redis queue, which is what the worker's backpressure watches
-(dispatch/push.py, HUB_BACKLOG_LIMIT); nothing piles up unseen in memory. A connection
-that took nothing for STALL_AFTER with messages waiting stops counting (hub/inbox.py):
-a stuck one cannot stop the reader for the others, and overflows into its overrun at
-BACKLOG_LIMIT messages (not the layer's capacity).
+connections hold BACKLOG_LIMIT deliveries or more in memory, each counting at most
+CONNECTION_SHARE of what it holds. So the reader waits only for a process that is behind
+(ten connections a frame behind, or a thousand one delivery behind), which then shows it
+in its Redis queue, where the worker's backpressure watches (dispatch/push.py,
+HUB_BACKLOG_LIMIT). One slow connection never holds the reader, and so never delays the
+other connections of its process (nor, through the worker's backpressure, everyone's
+pushes to it): it falls behind alone, in its own inbox, bounded by the layer's capacity,
+and at that bound it is overrun (Close with allowReconnect, counted in channel_overruns),
+never silently short (hub/inbox.py). A share rather than a per-process cap on slow
+connections: it needs no judgement of which connection is "the slow one", and memory
+stays bounded by the inboxes' own bounds. Every STALL_AFTER, a connection that took
+nothing for that long with messages waiting is marked stalled: it stops counting, and
+it overflows into its overrun at BACKLOG_LIMIT messages (not the layer's capacity).
 
 Joining a user to a chat: the worker copies the members of the user's group into the
 chat's group, so one message may name both the chat's channel and the user's; each
@@ -48,6 +55,9 @@ from messenger_realtime.transport.layer import OVERRUN_EVENT
 logger = logging.getLogger(__name__)
 BACKLOG_LIMIT = 1000  # deliveries waiting in memory before the reader stops popping
 STALL_AFTER = 0.5  # s an inbox with messages may take nothing before it stops counting
+# The most one connection adds to the backlog: a frame's worth (delivery.FRAME_RECORDS),
+# what it takes at once. A tenth of BACKLOG_LIMIT: one connection alone never fills it.
+CONNECTION_SHARE = 100
 # Groups are joined again this often: channels-redis forgets members older than its
 # group_expiry (86,400 s by default), which would cut a long-lived process off silently.
 GROUP_REFRESH = 3600.0
@@ -81,6 +91,7 @@ class Fanout:
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}  # reader(s) and the refresher
         self.copies = Copies(layer, self.channel_of)
+        self._inboxes: weakref.WeakSet[Inbox] = weakref.WeakSet()  # every one made here
         self._batched = hasattr(layer, "receive_batch")
         # Channels' specific-channel prefix: "specific.<client prefix>!" (channels-redis
         # keeps all of them in that one key), or the in-memory layer's own.
@@ -91,7 +102,10 @@ class Fanout:
 
     def inbox(self) -> Inbox:
         capacity = getattr(self.layer, "capacity", 100)
-        return Inbox(capacity, self._count, stalled_capacity=min(capacity, BACKLOG_LIMIT))
+        stalled, share = min(capacity, BACKLOG_LIMIT), min(CONNECTION_SHARE, BACKLOG_LIMIT)
+        made = Inbox(capacity, self._count, stalled_capacity=stalled, share=share)
+        self._inboxes.add(made)
+        return made
 
     async def join(self, group: str, inbox: Inbox) -> None:
         self.members.setdefault(group, set()).add(inbox)
@@ -145,6 +159,8 @@ class Fanout:
     def _start(self, group: str) -> None:
         if "refresh" not in self._tasks:
             self._tasks["refresh"] = asyncio.create_task(self._keep_joined())
+        if "stalls" not in self._tasks:
+            self._tasks["stalls"] = asyncio.create_task(self._watch_stalls())
         if self._batched and "queue" not in self._tasks:
             self._tasks["queue"] = asyncio.create_task(self._keep_queue())
         key = "process" if self._batched else group
@@ -192,14 +208,20 @@ class Fanout:
                     )
 
     async def _wait_for_room(self) -> None:
-        """Until the backlog is under the limit, leaving stalled inboxes out of it."""
+        """Until the backlog is under the limit (stalled inboxes leave it: _watch_stalls)."""
         while not self.room.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(STALL_AFTER):
-                    await self.room.wait()
-            if not self.room.is_set():
+            await self.room.wait()
+
+    async def _watch_stalls(self) -> None:
+        """Mark stalled the inboxes that took nothing for STALL_AFTER with messages waiting
+        (hub/inbox.py): out of the backlog, and bounded by BACKLOG_LIMIT. Not only while
+        the reader waits for room: a stuck connection's share rarely fills the backlog,
+        and its client should hear of its overrun without `capacity` messages held."""
+        while True:
+            await asyncio.sleep(STALL_AFTER)  # a period, not synchronisation
+            if self.backlog:  # nothing counted: nothing to stall
                 since = time.monotonic() - STALL_AFTER
-                for inbox in set().union(*self.members.values()):
+                for inbox in list(self._inboxes):
                     inbox.stall_if_idle(since)
 
     def route(self, target: str | list[str], message: dict[str, Any]) -> None:
