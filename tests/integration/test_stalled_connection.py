@@ -87,6 +87,14 @@ async def opened(hub: Any, transport: Transport, chat: uuid.UUID, group: str) ->
     return connection
 
 
+async def publish_burst(url: str, chat: uuid.UUID) -> None:
+    """BURST events of `chat` through the worker's pipelined push, in one go."""
+    events = [
+        OutgoingEvent(HubTarget.chat(chat), "message_received", {"seq": n}) for n in range(BURST)
+    ]
+    await ChannelLayerPublisher(layer(url)).publish_many(events)
+
+
 def test_a_stalled_connection_is_closed_at_the_backlog_limit_and_a_slow_one_loses_nothing(
     private_redis: PrivateRedis,
 ) -> None:
@@ -110,11 +118,7 @@ def test_a_stalled_connection_is_closed_at_the_backlog_limit_and_a_slow_one_lose
 
         stuck.inbox.put = measured_put  # type: ignore[method-assign]
         before = overruns()
-        events = [
-            OutgoingEvent(HubTarget.chat(chat), "message_received", {"seq": n})
-            for n in range(BURST)
-        ]
-        await ChannelLayerPublisher(layer(private_redis.url)).publish_many(events)
+        await publish_burst(private_redis.url, chat)
         await asyncio.wait_for(slow_transport.received.wait(), 60)
         # The stuck one is found stalled within a STALL_AFTER period or two (its clock,
         # not the test's): it overruns at once, being far past BACKLOG_LIMIT already.
@@ -182,11 +186,7 @@ def test_a_slow_connection_does_not_hold_the_reader_for_a_quick_one_in_its_proce
         slow = await opened(hub, slow_transport, chat, group)
         quick = await opened(hub, quick_transport, chat, group)
         before = overruns()
-        events = [
-            OutgoingEvent(HubTarget.chat(chat), "message_received", {"seq": n})
-            for n in range(BURST)
-        ]
-        await ChannelLayerPublisher(layer(private_redis.url)).publish_many(events)
+        await publish_burst(private_redis.url, chat)
         # The slow one's send waits (a slow socket) all along: the quick one gets it all.
         await asyncio.wait_for(quick_transport.received.wait(), 30)
         held = len(slow.inbox)
