@@ -76,6 +76,7 @@ class HubConnection(
         self.wake = asyncio.Event()
         self.receiving = asyncio.Lock()  # POSTs of one connection, one at a time
         self.delivery: asyncio.Task[None] | None = None
+        self.unsent = []
         self.detached_at: float | None = None
         self.stateful = None
 
@@ -220,8 +221,7 @@ class HubConnection(
         logger.info("hub connection closed", extra={**self._ids(), "reason": reason})
         self.closing = True  # before the Close: a resume it may prompt is refused
         close = self.protocol.close if self.protocol else protocols.JsonProtocol.close
-        with contextlib.suppress(Exception):
-            await self._send(close(reason, allow_reconnect=allow_reconnect))
+        await self._send_close(close(reason, allow_reconnect=allow_reconnect))
         await self._finish()
 
     async def _drop(self, reason: str, **fields: Any) -> None:
@@ -238,8 +238,7 @@ class HubConnection(
         """Close, telling the client to reconnect (server shutdown, or ops' request)."""
         self.closing = True
         close = self.protocol.close if self.protocol else protocols.JsonProtocol.close
-        with contextlib.suppress(Exception):  # the socket may be gone already
-            await self._send(close(allow_reconnect=True))
+        await self._send_close(close(allow_reconnect=True))
         await self._finish()
 
     async def _client_closed(self) -> None:

@@ -1,7 +1,16 @@
 """Server to client: what the process's reader put in a connection's inbox goes out, the
-events waiting at once in one frame. A mixin of HubConnection."""
+events waiting at once in one frame. A mixin of HubConnection.
+
+The frames built for a batch wait in `unsent` until the batch's frame is full or done.
+A connection closed meanwhile (its credentials expired while an event's membership read
+ran, ops' disconnect, an overrun, ...) sends them before its Close (_send_close): they
+were checked while the connection could still have them. What the batch holds after them
+is not sent, and the Close (with allowReconnect, but for a logout or a protocol error)
+is how the client learns to resync.
+"""
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +32,7 @@ class Delivery:
     transport: Transport | None
     stateful: Any
     delivery: "asyncio.Task[None] | None"
+    unsent: list[Frame]  # built for the current batch, not emitted yet
 
     if TYPE_CHECKING:  # provided by HubConnection and its mixins
         loop: asyncio.AbstractEventLoop
@@ -49,31 +59,41 @@ class Delivery:
         inbox.start_draining()
         try:
             while not self.closing:
-                frames: list[Frame] = []
                 size = 0
                 for message in await inbox.take(FRAME_RECORDS):
                     if message["type"] == EVENT_TYPE:
                         frame = await self.event_frame(message)
-                        if self.closing:  # closed meanwhile (its credentials expired)
+                        if self.closing:  # closed meanwhile: its Close sent `unsent` first
                             return
                         if frame is not None:
-                            frames.append(frame)
+                            self.unsent.append(frame)
                             size += len(frame)
                         if size >= FRAME_BYTES:
-                            await self._emit_many(frames)
-                            frames, size = [], 0
+                            await self._flush_unsent()
+                            size = 0
                     else:
-                        await self._emit_many(frames)
-                        frames, size = [], 0
+                        await self._flush_unsent()
+                        size = 0
                         await self.dispatch(message)
                         if self.closing:
                             return
-                await self._emit_many(frames)
+                await self._flush_unsent()
         except asyncio.CancelledError:
             raise
         except Exception:
             logger.exception("hub connection failed", extra=self._ids())
             await self.shutdown()
+
+    async def _flush_unsent(self) -> None:
+        frames, self.unsent = self.unsent, []  # taken first: a Close meanwhile sends none twice
+        await self._emit_many(frames)
+
+    async def _send_close(self, close: Frame) -> None:
+        """The Close, after the frames built before it (whichever task closes)."""
+        with contextlib.suppress(Exception):  # the socket may be gone already
+            await self._flush_unsent()
+        with contextlib.suppress(Exception):
+            await self._send(close)
 
     async def _send(self, frame: Frame) -> None:
         """A message outside the sequence (handshake, ping, Close, Ack, Sequence)."""

@@ -1,7 +1,6 @@
 """What the channel layer brings a connection: dispatcher events and control messages.
 A mixin of HubConnection; each handler is named after its Channels message type."""
 
-import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -48,6 +47,8 @@ class EventHandlers:
         async def shutdown(self) -> None: ...
 
         async def _send(self, frame: Frame) -> None: ...
+
+        async def _send_close(self, close: Frame) -> None: ...
 
         async def _finish(self) -> None: ...
 
@@ -133,8 +134,7 @@ class EventHandlers:
         metrics.hub_forced_closes.labels(reason="logout").inc()
         logger.info("hub connection closed", extra={**self._ids(), "reason": SESSION_ENDED})
         close = self.protocol.close if self.protocol else protocols.JsonProtocol.close
-        with contextlib.suppress(Exception):  # the socket may be gone already
-            await self._send(close(f"Connection closed with an error. {SESSION_ENDED}"))
+        await self._send_close(close(f"Connection closed with an error. {SESSION_ENDED}"))
         await self._finish()
 
     async def realtime_overrun(self, message: dict[str, Any]) -> None:

@@ -11,20 +11,23 @@ own inbox, so a quiet connection's event never waits behind another connection's
 once it is in the process.
 
 Backpressure: the reader takes nothing more from Redis while the process's draining
-connections hold BACKLOG_LIMIT deliveries or more in memory. A process that falls behind
-thus shows it in its Redis queue, which is what the worker's backpressure watches
-(dispatch/push.py, HUB_BACKLOG_LIMIT); nothing piles up unseen in memory. A connection
-that took nothing for STALL_AFTER with messages waiting stops counting (hub/inbox.py):
-a stuck one cannot stop the reader for the others, and overflows into its overrun at
-BACKLOG_LIMIT messages (not the layer's capacity).
+connections hold BACKLOG_LIMIT deliveries or more in memory, each counting at most
+CONNECTION_SHARE of what it holds. So the reader waits only for a process that is behind
+(ten connections a frame behind, or a thousand one delivery behind), which then shows it
+in its Redis queue, where the worker's backpressure watches (dispatch/push.py,
+HUB_BACKLOG_LIMIT). One slow connection never holds the reader, and so never delays the
+other connections of its process (nor, through the worker's backpressure, everyone's
+pushes to it): it falls behind alone, in its own inbox, bounded by the layer's capacity,
+and at that bound it is overrun (Close with allowReconnect, counted in channel_overruns),
+never silently short (hub/inbox.py). A share rather than a per-process cap on slow
+connections: it needs no judgement of which connection is "the slow one", and memory
+stays bounded by the inboxes' own bounds. Every STALL_AFTER, a connection that took
+nothing for that long with messages waiting is marked stalled: it stops counting, and
+it overflows into its overrun at BACKLOG_LIMIT messages (not the layer's capacity).
 
 Joining a user to a chat: the worker copies the members of the user's group into the
-chat's group (transport/pipeline.copy_members), so the process's `<process>!user.<id>`
-channel receives the chat's events before its connections have read their memberships.
-Both names then arrive on one message and each connection gets it once. Once every local
-connection of that user is in the chat's group here, the copy is redundant and is taken
-out of the chat's group; when the user turns out not to be a member, the connection
-that found out takes it out (forget_copy).
+chat's group, so one message may name both the chat's channel and the user's; each
+connection gets it once, and the copy is taken out once redundant (hub/copies.py).
 
 The process's queue key gets its TTL (channels-redis' `expiry`, 60 s) from pushes only;
 while the process reads it, a task gives it the full TTL again every third of that, so a
@@ -42,18 +45,19 @@ import logging
 import time
 import weakref
 from typing import Any
-from uuid import UUID
 
-from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.exceptions import describe_error
+from messenger_realtime.hub.copies import Copies
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.ops.logging import Field
-from messenger_realtime.transport.groups import layer_group
 from messenger_realtime.transport.layer import OVERRUN_EVENT
 
 logger = logging.getLogger(__name__)
 BACKLOG_LIMIT = 1000  # deliveries waiting in memory before the reader stops popping
 STALL_AFTER = 0.5  # s an inbox with messages may take nothing before it stops counting
+# The most one connection adds to the backlog: a frame's worth (delivery.FRAME_RECORDS),
+# what it takes at once. A tenth of BACKLOG_LIMIT: one connection alone never fills it.
+CONNECTION_SHARE = 100
 # Groups are joined again this often: channels-redis forgets members older than its
 # group_expiry (86,400 s by default), which would cut a long-lived process off silently.
 GROUP_REFRESH = 3600.0
@@ -86,7 +90,8 @@ class Fanout:
         self.room.set()
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}  # reader(s) and the refresher
-        self._forgetting: set[tuple[str, str]] = set()  # (chat group, user group) in flight
+        self.copies = Copies(layer, self.channel_of)
+        self._inboxes: weakref.WeakSet[Inbox] = weakref.WeakSet()  # every one made here
         self._batched = hasattr(layer, "receive_batch")
         # Channels' specific-channel prefix: "specific.<client prefix>!" (channels-redis
         # keeps all of them in that one key), or the in-memory layer's own.
@@ -97,7 +102,10 @@ class Fanout:
 
     def inbox(self) -> Inbox:
         capacity = getattr(self.layer, "capacity", 100)
-        return Inbox(capacity, self._count, stalled_capacity=min(capacity, BACKLOG_LIMIT))
+        stalled, share = min(capacity, BACKLOG_LIMIT), min(CONNECTION_SHARE, BACKLOG_LIMIT)
+        made = Inbox(capacity, self._count, stalled_capacity=stalled, share=share)
+        self._inboxes.add(made)
+        return made
 
     async def join(self, group: str, inbox: Inbox) -> None:
         self.members.setdefault(group, set()).add(inbox)
@@ -120,8 +128,7 @@ class Fanout:
     async def forget_copy(self, chat_group: str, user_group: str) -> None:
         """The user is not in the chat: stop receiving its events through the user's
         channel (a copy made when the user joined, since undone)."""
-        with contextlib.suppress(Exception):  # Redis may be unreachable: groups expire
-            await self.layer.group_discard(chat_group, self.channel_of(user_group))
+        await self.copies.forget(chat_group, user_group)
 
     async def _reconcile(self, group: str) -> None:
         """Make the layer's membership of this process in `group` match whether any local
@@ -152,6 +159,8 @@ class Fanout:
     def _start(self, group: str) -> None:
         if "refresh" not in self._tasks:
             self._tasks["refresh"] = asyncio.create_task(self._keep_joined())
+        if "stalls" not in self._tasks:
+            self._tasks["stalls"] = asyncio.create_task(self._watch_stalls())
         if self._batched and "queue" not in self._tasks:
             self._tasks["queue"] = asyncio.create_task(self._keep_queue())
         key = "process" if self._batched else group
@@ -165,6 +174,7 @@ class Fanout:
         names = [group] if not self._batched else []
         if not self.joined and not self.channels:  # (a join still in flight is in channels)
             names = list(self._tasks)
+            self.copies.cancel()
         for name in names:
             task = self._tasks.pop(name, None)
             if task is not None:
@@ -198,14 +208,20 @@ class Fanout:
                     )
 
     async def _wait_for_room(self) -> None:
-        """Until the backlog is under the limit, leaving stalled inboxes out of it."""
+        """Until the backlog is under the limit (stalled inboxes leave it: _watch_stalls)."""
         while not self.room.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(STALL_AFTER):
-                    await self.room.wait()
-            if not self.room.is_set():
+            await self.room.wait()
+
+    async def _watch_stalls(self) -> None:
+        """Mark stalled the inboxes that took nothing for STALL_AFTER with messages waiting
+        (hub/inbox.py): out of the backlog, and bounded by BACKLOG_LIMIT. Not only while
+        the reader waits for room: a stuck connection's share rarely fills the backlog,
+        and its client should hear of its overrun without `capacity` messages held."""
+        while True:
+            await asyncio.sleep(STALL_AFTER)  # a period, not synchronisation
+            if self.backlog:  # nothing counted: nothing to stall
                 since = time.monotonic() - STALL_AFTER
-                for inbox in set().union(*self.members.values()):
+                for inbox in list(self._inboxes):
                     inbox.stall_if_idle(since)
 
     def route(self, target: str | list[str], message: dict[str, Any]) -> None:
@@ -220,36 +236,18 @@ class Fanout:
             recipients: set[Inbox] | list[Inbox] = list(self.members.get(groups[0], ()))
         else:
             recipients = set().union(*(self.members.get(g, ()) for g in groups))
-            if len(groups) > 1 and message.get("type") != OVERRUN_EVENT:
-                self._drop_redundant_copies(groups, message)
         for inbox in recipients:
             inbox.put(message)
-
-    def _drop_redundant_copies(self, groups: list[str], message: dict[str, Any]) -> None:
-        """A chat event that came both through the chat's channel and a user's: once all
-        of that user's local connections are in the chat's group, drop the copy."""
-        chat = message.get("chat")
-        if chat is None:
-            return
-        chat_group = layer_group(HubTarget.chat(UUID(chat)))
-        if chat_group not in groups:
-            return
-        in_chat = self.members.get(chat_group, set())
-        for group in groups:
-            pair = (chat_group, group)
-            if group == chat_group or pair in self._forgetting:
-                continue
-            if self.members.get(group, set()) <= in_chat:
-                self._forgetting.add(pair)
-                task = asyncio.create_task(self._forget_once(chat_group, group))
-                self._tasks[f"forget {chat_group} {group}"] = task
-
-    async def _forget_once(self, chat_group: str, user_group: str) -> None:
-        try:
-            await self.forget_copy(chat_group, user_group)
-        finally:
-            self._forgetting.discard((chat_group, user_group))
-            self._tasks.pop(f"forget {chat_group} {user_group}", None)
+        # Only once the message is in every inbox: bookkeeping must never cost a delivery
+        # (a failure here used to end route() before anyone got the message).
+        if len(groups) > 1 and message.get("type") != OVERRUN_EVENT:
+            try:
+                self.copies.drop_redundant(groups, message, self.members)
+            except Exception as exc:  # the copy stays: a duplicate name, delivered once
+                logger.error(
+                    "hub copy bookkeeping failed",
+                    extra={"action": "drop_copy", Field.ERROR_CODE: describe_error(exc)},
+                )
 
     def _count(self, delta: int) -> None:
         self.backlog += delta
@@ -276,13 +274,23 @@ class Fanout:
     async def _keep_joined(self) -> None:
         while True:
             await asyncio.sleep(GROUP_REFRESH)  # a period, not synchronisation
-            # Forget the locks of groups nobody wants (only here: dropping one while a
-            # waiter is about to take it would let two reconciles of a group overlap).
-            self._locks = {
-                g: lock
-                for g, lock in self._locks.items()
-                if lock.locked() or g in self.members or g in self.joined
-            }
-            for group in list(self.joined):
+            await self.refresh_groups()
+
+    async def refresh_groups(self) -> None:
+        """Join every joined group again (channels-redis forgets old members). Each
+        under the group's reconcile lock, and only if still joined then: a refresh in
+        flight while a leave discarded the group would otherwise land after it and put
+        the process back in a group it left (the layer saying joined, the map not)."""
+        # Forget the locks of groups nobody wants (only here: dropping one while a
+        # waiter is about to take it would let two reconciles of a group overlap).
+        self._locks = {
+            g: lock
+            for g, lock in self._locks.items()
+            if lock.locked() or g in self.members or g in self.joined
+        }
+        for group in list(self.joined):
+            async with self._locks.setdefault(group, asyncio.Lock()):
+                if group not in self.joined:  # left while the refresh went on
+                    continue
                 with contextlib.suppress(Exception):  # tried again next period
                     await self.layer.group_add(group, self.channel_of(group))

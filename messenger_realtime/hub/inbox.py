@@ -4,14 +4,17 @@ Bounded: a connection that falls `capacity` messages behind loses what it holds 
 one overrun message instead, which closes it with allowReconnect (its client resyncs);
 never a silent drop. While the connection drains it (its delivery task runs), what it
 holds counts towards the process's backlog, which decides whether the process's reader
-takes more from Redis. A connection that does not drain yet (handshake pending) is left
-out, and so is one that took nothing for a while with messages waiting (stalled: its
-delivery is stuck in a slow domain read, say) until it takes again: one connection
-cannot hold the others back. A stalled inbox is bounded by `stalled_capacity` (the
-process's backlog limit) instead: it was already that far behind when it stalled, so
-its client is told at once rather than after `capacity` (10,000 by default) more
-messages held in memory for it. A connection that keeps taking, however slowly, is
-never stalled: the process's backlog holds the reader for it.
+takes more from Redis, but at most `share` of it (a frame's worth): one connection that
+keeps taking, however slowly, never holds the reader for the others on its own; only
+many connections behind at once do (the process is behind). A slow one falls behind
+alone, up to `capacity`, and then is told (overrun).
+
+A connection that does not drain yet (handshake pending) is left out, and so is one that
+took nothing for a while with messages waiting (stalled: its delivery is stuck in a slow
+domain read, say) until it takes again. A stalled inbox is bounded by `stalled_capacity`
+(the process's backlog limit) instead: it was already that far behind when it stalled,
+so its client is told at once rather than after `capacity` (10,000 by default) messages
+held in memory for it.
 """
 
 import asyncio
@@ -28,10 +31,15 @@ OVERRUN_MESSAGE: dict[str, Any] = {"type": OVERRUN_EVENT}
 
 class Inbox:
     def __init__(
-        self, capacity: int, count: Callable[[int], None], stalled_capacity: int | None = None
+        self,
+        capacity: int,
+        count: Callable[[int], None],
+        stalled_capacity: int | None = None,
+        share: int | None = None,
     ) -> None:
         self.capacity = capacity
         self.stalled_capacity = capacity if stalled_capacity is None else stalled_capacity
+        self.share = capacity if share is None else share  # the most it adds to the backlog
         self._count = count  # adds a delta to the process's backlog
         self._queue: collections.deque[dict[str, Any]] = collections.deque()
         self._ready = asyncio.Event()
@@ -45,6 +53,8 @@ class Inbox:
 
     def put(self, message: dict[str, Any]) -> None:
         queue = self._queue
+        if not queue:  # it was up to date until now: it is behind (stalls) from here
+            self.last_take = time.monotonic()
         if len(queue) >= (self.stalled_capacity if self.stalled else self.capacity):
             self._overrun(lost=len(queue) + 1)  # what it held, and this one
         else:
@@ -90,7 +100,7 @@ class Inbox:
         self._recount()
 
     def _recount(self) -> None:
-        counted = len(self._queue) if self.draining and not self.stalled else 0
+        counted = min(len(self._queue), self.share) if self.draining and not self.stalled else 0
         if counted != self._counted:
             self._count(counted - self._counted)
             self._counted = counted

@@ -8,7 +8,8 @@ up, clean the backup), which caps a hub process near its Redis latency (1-2k mes
 on a busy box) and lets the key fill to capacity under load, where channels-redis drops.
 
 The hub's one reader per process (hub/fanout.py) calls receive_batch(): one round trip
-per batch (BZMPOP up to RECEIVE_BATCH messages, and the key's overrun set, pipelined).
+per batch (BZMPOP up to RECEIVE_BATCH messages, and SPOP of the key's overrun set, in
+one pipeline), every batch.
 Other consumers of a process channel still go through Channels' receive(), where this
 layer's receive_single pops up to RECEIVE_BATCH with one Lua call that also backs them
 up atomically (a receive cancelled mid-call leaves them in the backup key, and the next
@@ -60,15 +61,9 @@ return {popped, lost}
 """
 
 
-# KEYS[1]: a process queue, KEYS[2]: its overrun set, ARGV[1]: how many to pop. The
-# hub's reader's pop while the queue is long (no backup: see receive_batch).
-POP_WITH_OVERRUNS_LUA = """
-local popped = redis.call('ZPOPMIN', KEYS[1], ARGV[1])
-local lost = redis.call('SMEMBERS', KEYS[2])
-redis.call('DEL', KEYS[2])
-return {popped, lost}
-"""
-OVERRUN_CHECK = 1.0  # s: the reader reads the overrun set at least this often under traffic
+# The most overrun names one batch takes (SPOP's count: the whole set when it holds
+# fewer, which is every real case; any left over come with the next batch).
+OVERRUN_NAMES = 10_000
 
 
 class OverrunQueue(asyncio.Queue[Any]):
@@ -95,8 +90,6 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
             functools.partial(OverrunQueue, self.capacity)
         )
         self._scores = pipeline.ScoreClock()
-        self._long_queue = False  # the reader's last batch was full
-        self._overruns_checked = float("-inf")  # loop time of the reader's last check
 
     def consistent_hash(self, value: str) -> int:
         """A process channel's host by its non-local part, where its receive reads and
@@ -130,38 +123,33 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
         """What waits for this process ("specific.<client prefix>!"), at least one message
         (blocking until one comes), addressed as receive_single's, lost-message notices
         first. The hub's one reader per process (hub/fanout.py) takes its messages this
-        way: one command per batch (BZMPOP up to RECEIVE_BATCH), where channels-redis'
-        receive costs four round trips per message plus its per-consumer machinery.
+        way: one round trip per batch, a pipeline of BZMPOP (up to RECEIVE_BATCH) and
+        SPOP of the key's overrun set, where channels-redis' receive costs four round
+        trips per message plus its per-consumer machinery.
 
-        The overrun set is read (with the pop, in one script) while the queue is long and
-        at least every OVERRUN_CHECK seconds: a message is dropped only at a full queue,
-        whose reader pops full batches until it is short again, so it hears of the drop
-        before it reaches where the dropped message would have been.
+        Every batch reads the overrun set, in the same round trip: Redis runs the SPOP
+        right after the pop (which may block while the queue is empty), so a drop
+        recorded before the pop is told with that batch, ahead of its messages. SPOP
+        takes and removes the names in one command: a drop recorded meanwhile is either
+        in this batch's names or stays for the next.
 
         Unlike receive_single it keeps no backup: the only reader is the process's own,
         and a message it has popped is lost only when that reader is cancelled, which
         happens when the process ends or has no connection left."""
         assert self.require_valid_channel_name(channel, receive=True), "Channel name invalid"
         channel_key = self.prefix + channel
+        overrun = channel_key + pipeline.OVERRUN_SUFFIX
         connection = self.connection(self.consistent_hash(channel))
         received: list[tuple[Any, Any]] = []
         while not received:
-            loop_time = asyncio.get_running_loop().time()
-            if self._long_queue or loop_time >= self._overruns_checked + OVERRUN_CHECK:
-                self._overruns_checked = loop_time
-                overrun = channel_key + pipeline.OVERRUN_SUFFIX
-                popped, lost = await connection.eval(
-                    POP_WITH_OVERRUNS_LUA, 2, channel_key, overrun, RECEIVE_BATCH
-                )
-                received.extend((name.decode(), {"type": OVERRUN_EVENT}) for name in lost)
-                contents = popped[::2]
-            else:
-                reply = await connection.execute_command(
+            async with connection.pipeline(transaction=False) as pipe:
+                pipe.execute_command(
                     "BZMPOP", self.brpop_timeout, 1, channel_key, "MIN", "COUNT", RECEIVE_BATCH
                 )
-                contents = [content for content, _score in reply[1]] if reply else []
-            self._long_queue = len(contents) >= RECEIVE_BATCH
-            for content in contents:
+                pipe.execute_command("SPOP", overrun, OVERRUN_NAMES)
+                reply, lost = await pipe.execute()
+            received.extend((name.decode(), {"type": OVERRUN_EVENT}) for name in lost or ())
+            for content, _score in reply[1] if reply else ():
                 self._append_decoded(channel, content, received)
         return received
 

@@ -173,6 +173,23 @@ def test_an_expiry_notice_closes_every_connection_of_the_process() -> None:
     assert run(scenario()) == [[OVERRUN_MESSAGE], [OVERRUN_MESSAGE]]
 
 
+def test_a_message_through_two_channels_is_delivered_though_its_copy_bookkeeping_fails() -> None:
+    """The copy bookkeeping (hub/copies.py) runs after the message is in the inboxes: a
+    failure in it (here a `chat` that is no UUID) costs no delivery."""
+    message = {"type": "realtime.event", "chat": "not-a-uuid", "payload": {"seq": 1}}
+
+    async def scenario() -> list[list[dict[str, Any]]]:
+        fanout = Fanout(object())  # routing only: no layer call is made
+        a, b = fanout.inbox(), fanout.inbox()
+        chat_group, user_group = "chat.x", "user.y"
+        fanout.members = {chat_group: {a}, user_group: {a, b}}
+        fanout.channels = {fanout.channel_of(g): g for g in (chat_group, user_group)}
+        fanout.route([fanout.channel_of(chat_group), fanout.channel_of(user_group)], message)
+        return [await asyncio.wait_for(i.take(5), 5) for i in (a, b)]
+
+    assert run(scenario()) == [[message], [message]]
+
+
 def test_a_lost_message_closes_the_connections_of_that_group_only(
     private_redis: PrivateRedis,
 ) -> None:
@@ -296,3 +313,68 @@ def test_several_waiting_events_leave_in_one_frame(private_redis: PrivateRedis) 
     assert len(frames) == 1
     records = [json.loads(r) for r in frames[0].split("\x1e") if r]
     assert [r["arguments"][0]["seq"] for r in records] == [0, 1, 2]
+
+
+class GatedLayer:
+    """The real layer, but a group_add made while `gate` is armed waits until it is set
+    (the refresh's Redis call in flight while a leave runs)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.gate: asyncio.Event | None = None
+        self.entered = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def group_add(self, group: str, channel: str) -> None:
+        gate = self.gate
+        if gate is not None:
+            self.entered.set()
+            await gate.wait()
+        await self.inner.group_add(group, channel)
+
+
+class WatchedLock(asyncio.Lock):
+    """A lock that says when someone had to wait for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.contended = asyncio.Event()
+
+    async def acquire(self) -> bool:
+        if self.locked():
+            self.contended.set()
+        return await super().acquire()
+
+
+def test_a_group_refresh_racing_a_leave_does_not_join_the_group_again(
+    private_redis: PrivateRedis,
+) -> None:
+    """The hourly refresh (group_add of every joined group) takes the group's reconcile
+    lock: a leave that runs while the refresh's group_add is in flight waits for it and
+    then discards, so the layer never lists a group the process left."""
+    group = layer_group(HubTarget.chat(uuid.uuid4()))
+
+    async def scenario() -> tuple[list[str], set[str]]:
+        hub = GatedLayer(layer(private_redis.url))
+        fanout = Fanout(hub)
+        lock = fanout._locks[group] = WatchedLock()
+        inbox = fanout.inbox()
+        await fanout.join(group, inbox)
+        hub.gate = asyncio.Event()
+        refresh = asyncio.create_task(fanout.refresh_groups())
+        await hub.entered.wait()  # the refresh's group_add is in flight
+        leave = asyncio.create_task(fanout.leave(group, inbox))
+        contended = asyncio.create_task(lock.contended.wait())
+        # Either the leave runs to its end under the refresh's feet (the race), or it
+        # waits for the group's lock (the fix).
+        await asyncio.wait({leave, contended}, return_when=asyncio.FIRST_COMPLETED)
+        hub.gate.set()
+        await asyncio.wait_for(asyncio.gather(refresh, leave), 10)
+        contended.cancel()
+        return members(private_redis.url, group), fanout.joined
+
+    listed, joined = run(scenario())
+    assert joined == set()
+    assert listed == []  # the process left: the layer agrees

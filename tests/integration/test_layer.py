@@ -11,6 +11,7 @@ import redis.asyncio
 from prometheus_client import REGISTRY
 
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
+from messenger_realtime.transport import pipeline
 from messenger_realtime.transport.layer import OVERRUN_EVENT, RECEIVE_BATCH
 from messenger_realtime.transport.publisher import ChannelLayerPublisher
 from tests.support.helpers import layer
@@ -125,6 +126,44 @@ def test_a_message_dropped_at_capacity_is_counted_per_connection_and_told_to_eac
             continue
         assert messages[0] == {"type": OVERRUN_EVENT}  # told before anything else
         assert [m["payload"]["seq"] for m in messages[1:]] == [0, 1]
+
+
+def test_every_batch_reads_the_overrun_set_in_the_same_round_trip_as_its_pop(
+    private_redis: PrivateRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """receive_batch (the hub's reader): the pop and the overrun set travel together in
+    one round trip on every batch, so a drop recorded before a pop is told with that
+    pop's batch, also when the queue is short and the set was read a moment ago."""
+    from redis.asyncio.connection import AbstractConnection
+
+    trips: list[int] = []
+    send_packed = AbstractConnection.send_packed_command
+
+    async def counted(self: Any, command: Any, check_health: bool = True) -> None:
+        trips.append(1)  # one write to Redis: one round trip (a pipeline is one too)
+        await send_packed(self, command, check_health)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
+
+    async def scenario() -> tuple[list[Any], int]:
+        sender, receiver = layer(private_redis.url), layer(private_redis.url)
+        process = f"specific.{receiver.client_prefix}!"
+        await sender.send(process + "chat.a", {"type": "x", "n": 1})
+        await receiver.receive_batch(process)  # the first batch (and the connection)
+        # As the push script records a drop at a full queue (pipeline.py), then a message.
+        admin = redis.asyncio.Redis.from_url(private_redis.url)
+        await admin.sadd(f"asgi{process}" + pipeline.OVERRUN_SUFFIX, process + "chat.b")
+        await admin.aclose()
+        await sender.send(process + "chat.a", {"type": "x", "n": 2})
+        before = len(trips)
+        batch = await asyncio.wait_for(receiver.receive_batch(process), 10)
+        return batch, len(trips) - before
+
+    batch, round_trips = run(scenario())
+    assert batch[0][1] == {"type": OVERRUN_EVENT}  # told first, with this very batch
+    assert batch[0][0].endswith("!chat.b")
+    assert [message.get("n") for _, message in batch[1:]] == [2]
+    assert round_trips == 1
 
 
 def event(chat: uuid.UUID, seq: int) -> OutgoingEvent:
