@@ -15,6 +15,7 @@ from messenger_realtime.transport.groups import layer_group
 
 # Channels message type; the hub consumer handles it in realtime_event().
 EVENT_TYPE = "realtime.event"
+BOUND_FOR = 0.1  # s a measured hub backlog (plus what was pushed since) stands for it
 
 
 class Publisher(Protocol):
@@ -30,8 +31,9 @@ class BatchPublisher(Publisher, Protocol):
 
 @runtime_checkable
 class HubBacklog(Protocol):
-    async def hub_backlog(self) -> int:
-        """Messages still queued for the hub processes the last push reached."""
+    async def hub_backlog(self, within: int | None = None) -> int:
+        """Messages still queued for the hub processes the last push reached; `within`:
+        the caller only asks whether that exceeds `within`, so a bound may answer."""
 
 
 def is_batch_publisher(publisher: Publisher) -> TypeGuard[BatchPublisher]:
@@ -55,6 +57,11 @@ class ChannelLayerPublisher:
         self.scores = pipeline.ScoreClock()
         self.last_channels: list[str] = []  # hub process queues the last chunk reached
         self.queues = QueueWatch()
+        # An upper bound of the longest of the measured queues: the longest measured, plus
+        # every message pushed since (each adds at most one entry to any queue).
+        self._measured: set[str] = set()
+        self._bound = 0
+        self._measured_at = float("-inf")
 
     async def publish(self, event: OutgoingEvent) -> None:
         if event.joins is not None and pipeline.supports(self.layer):
@@ -88,6 +95,7 @@ class ChannelLayerPublisher:
             messages = [(layer_group(e.target), layer_message(e)) for e in events]
             # A message dropped for a full channel is counted and its connections told.
             sent = await pipeline.group_send_many(self.layer, messages, self.scores)
+            self._bound += len(messages)
             pipeline.report_lost(sent.lost)
             self.last_channels = list(dict.fromkeys([*self.last_channels, *sent.channel_keys]))
 
@@ -98,14 +106,29 @@ class ChannelLayerPublisher:
         user, chat = layer_group(event.target), layer_group(HubTarget.chat(event.joins))
         await pipeline.copy_members(self.layer, user, chat)
 
-    async def hub_backlog(self) -> int:
+    async def hub_backlog(self, within: int | None = None) -> int:
         """The longest queue among the hub processes the last chunk reached that are still
         being drained (transport/backlog.py; 0 when the layer is not the pipelined
-        channels-redis one)."""
+        channels-redis one).
+
+        With `within`, the bound answers without a Redis round trip (one per pass saved)
+        while it stays within `within`, covers every queue the chunk reached and was
+        measured less than BOUND_FOR ago (other pushers, e.g. other partitions' leaders,
+        are not in the bound: it is measured again that often)."""
         if not self.last_channels or not pipeline.supports(self.layer):
             return 0
+        now = self.queues.clock()
+        if (
+            within is not None
+            and self._bound <= within
+            and now - self._measured_at < BOUND_FOR
+            and self._measured.issuperset(self.last_channels)
+        ):
+            return self._bound
         depths = await pipeline.queue_depths(self.layer, self.last_channels)
-        return self.queues.longest_draining(depths)
+        self._measured, self._measured_at = set(depths), now
+        self._bound = self.queues.longest_draining(depths)
+        return self._bound
 
 
 def layer_message(event: OutgoingEvent) -> dict[str, Any]:

@@ -275,7 +275,7 @@ def test_nothing_is_claimed_ahead_while_the_hub_is_behind(monkeypatch: pytest.Mo
             await super().publish(event)
             steps.append("push")
 
-        async def hub_backlog(self) -> int:
+        async def hub_backlog(self, within: int | None = None) -> int:
             return 10**6  # always behind: every push waits (briefly, HUB_BACKLOG_WAIT)
 
     monkeypatch.setattr(store, "claim_fair", logged_claim)

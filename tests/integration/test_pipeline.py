@@ -108,12 +108,6 @@ def test_backpressure_stops_waiting_for_a_queue_nobody_drains(redis_url: str) ->
     """A dead hub process's full queue (real Redis) is left out once it stops shrinking,
     so it cannot slow every later push down to one chunk per HUB_BACKLOG_WAIT."""
 
-    class Clock:
-        now = 0.0
-
-        def __call__(self) -> float:
-            return self.now
-
     async def scenario() -> tuple[int, int]:
         channel_layer = layer(redis_url)
         chat = uuid.uuid4()
@@ -128,6 +122,45 @@ def test_backpressure_stops_waiting_for_a_queue_nobody_drains(redis_url: str) ->
 
     first, later = run(scenario())
     assert (first, later) == (50, 0)
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_small_push_after_a_short_measured_backlog_is_judged_without_redis(
+    redis_url: str,
+) -> None:
+    """The first look after a push may be answered by a bound (the last measured depth plus
+    what was pushed since): no round trip per pass while that stays within the limit; a
+    bound past the limit, or an old measurement, is measured again."""
+
+    async def scenario() -> list[int]:
+        channel_layer = layer(redis_url)
+        chat = uuid.uuid4()
+        member = await subscribe(channel_layer, chat)
+        publisher = ChannelLayerPublisher(channel_layer)
+        clock = Clock()
+        publisher.queues = QueueWatch(clock, stall_after=60)
+        looks = []
+        await publisher.publish_many([event(chat, seq) for seq in range(5)])
+        looks.append(await publisher.hub_backlog(within=200))  # measured: 5
+        for _ in range(5):  # drained: a measurement would now say 0
+            await receive(channel_layer, member)
+        await publisher.publish_many([event(chat, seq) for seq in range(5, 10)])
+        looks.append(await publisher.hub_backlog(within=200))  # the bound: 5 + 5 (really 5)
+        await publisher.publish_many([event(chat, 10)])
+        looks.append(await publisher.hub_backlog(within=10))  # bound 11 > 10: measured, 6
+        await publisher.publish_many([event(chat, 11)])
+        clock.now += 1.0  # the measurement is old: measured again, 7
+        looks.append(await publisher.hub_backlog(within=200))
+        looks.append(await publisher.hub_backlog())  # no `within`: always measured
+        return looks
+
+    assert run(scenario()) == [5, 10, 6, 7, 7]
 
 
 def test_messages_swept_past_their_expiry_leave_a_notice_for_the_whole_process(
