@@ -52,7 +52,7 @@ DEFAULTS: dict[str, Any] = {
     "HUB_BACKLOG_WAIT": 1.0,  # the longest a push waits for a hub to catch up
     "DISPATCHED_LOG_SAMPLE": 1.0,  # share of Done rows logged as `dispatched` (0 = none)
     "DISPATCH_PARTITIONS": 1,  # K > 1: K leaders, each for the targets hashing to it
-    "WAKE_COALESCE": 0.01,  # a stream's NOTIFY waits this long to share a pass (wakes.py)
+    "WAKE_COALESCE": 0.02,  # a stream's NOTIFY waits this long to share a pass (wakes.py)
     # The hub (/hubs/messenger) and the host's domain port.
     "DOMAIN_PORT": "",  # dotted path of the host's DomainPort implementation
     "JWT_SIGNING_KEY": "",  # HS256 key; a secret: never logged
@@ -139,7 +139,7 @@ class RealtimeDispatchOptions:
     hub_backlog_wait: float
     dispatched_log_sample: float = 1.0
     dispatch_partitions: int = 1
-    wake_coalesce: float = 0.01
+    wake_coalesce: float = 0.02
 
 
 @dataclass(frozen=True)
