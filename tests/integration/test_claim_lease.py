@@ -3,7 +3,7 @@ claim is one statement with no heartbeat before it, and a lease row that names a
 session makes the claim take nothing."""
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -60,57 +60,49 @@ def test_a_fair_claim_is_one_statement_that_proves_the_lease_without_a_heartbeat
     assert proven_at >= before  # so the pushes needed no heartbeat either
 
 
-def test_a_claim_whose_lease_row_names_another_session_claims_nothing() -> None:
+LeaseBreaker = Callable[[Dispatcher, psycopg.AsyncConnection[Any]], Awaitable[None]]
+
+
+def pass_after(break_lease: LeaseBreaker) -> tuple[str, RecordingPublisher]:
+    """A leader's pass over 3 rows after `break_lease` (given the dispatcher and another
+    session): what the pass raised ("passed" if nothing), and what it pushed."""
+    OutboxEntryFactory.create_batch(3)
+    publisher = RecordingPublisher()
+
+    async def scenario() -> str:
+        dispatcher = Dispatcher(options(), publisher)
+        try:
+            await dispatcher.leader.connect()
+            assert await dispatcher.leader.try_acquire()
+            await break_lease(dispatcher, await dispatcher._work_connection())
+            try:
+                await dispatcher.run_pass()
+            except LeadershipLost as exc:
+                return str(exc)
+            return "passed"
+        finally:
+            await dispatcher.close()
+
+    return run(scenario()), publisher
+
+
+async def rewrite_lease_row(_: Dispatcher, other: psycopg.AsyncConnection[Any]) -> None:
     # A take-over rewrites the lease row in the commit that takes the lock; the old
-    # leader's session may still be up (its end is asynchronous). Its claim must see it.
-    OutboxEntryFactory.create_batch(3)
-    publisher = RecordingPublisher()
-
-    async def scenario() -> str:
-        dispatcher = Dispatcher(options(), publisher)
-        try:
-            await dispatcher.leader.connect()
-            assert await dispatcher.leader.try_acquire()
-            conn = await dispatcher._work_connection()
-            await conn.execute(
-                "UPDATE messenger.realtime_dispatch_lease SET holder_pid = holder_pid + 1"
-            )
-            try:
-                await dispatcher.run_pass()
-            except LeadershipLost as exc:
-                return str(exc)
-            return "passed"
-        finally:
-            await dispatcher.close()
-
-    assert "no longer this session's" in run(scenario())
-    assert publisher.events == []
-    assert set(RealtimeOutboxEntry.objects.values_list("attempts", flat=True)) == {0}
+    # leader's session may still be up (its end is asynchronous).
+    await other.execute("UPDATE messenger.realtime_dispatch_lease SET holder_pid = holder_pid + 1")
 
 
-def test_a_claim_whose_lease_session_is_gone_claims_nothing() -> None:
-    # The lease session ended (killed, a network cut) and nobody leads yet: the lease row
-    # still names it, but its advisory lock died with it, so the claim must not run.
-    OutboxEntryFactory.create_batch(3)
-    publisher = RecordingPublisher()
+async def end_lease_session(dispatcher: Dispatcher, other: psycopg.AsyncConnection[Any]) -> None:
+    # Killed, or a network cut, and nobody leads yet: the lease row still names the
+    # session, but its advisory lock died with it.
+    assert dispatcher.leader.conn is not None
+    pid = dispatcher.leader.conn.info.backend_pid
+    await other.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
 
-    async def scenario() -> str:
-        dispatcher = Dispatcher(options(), publisher)
-        try:
-            await dispatcher.leader.connect()
-            assert await dispatcher.leader.try_acquire()
-            assert dispatcher.leader.conn is not None
-            conn = await dispatcher._work_connection()
-            pid = dispatcher.leader.conn.info.backend_pid
-            await conn.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
-            try:
-                await dispatcher.run_pass()
-            except LeadershipLost as exc:
-                return str(exc)
-            return "passed"
-        finally:
-            await dispatcher.close()
 
-    assert "no longer this session's" in run(scenario())
+@pytest.mark.parametrize("break_lease", [rewrite_lease_row, end_lease_session])
+def test_a_claim_after_the_lease_was_lost_claims_nothing(break_lease: LeaseBreaker) -> None:
+    raised, publisher = pass_after(break_lease)
+    assert "no longer this session's" in raised
     assert publisher.events == []
     assert set(RealtimeOutboxEntry.objects.values_list("attempts", flat=True)) == {0}
