@@ -25,7 +25,7 @@ def backoff_seconds(
 def delay_table(options: RealtimeDispatchOptions) -> list[float]:
     """Un-jittered delays for attempts 1..MAX_ATTEMPTS+1, indexed by attempts-1.
 
-    The claim (sql.CLAIM) applies the jitter per row with the database's random(), which
+    The claim (sql.WALK_AND_CLAIM) applies the jitter per row with the database's random(), which
     is backoff_seconds() with rand = random(): rows that fail together, even in one claim,
     do not come due together.
     """

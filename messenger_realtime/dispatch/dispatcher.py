@@ -207,7 +207,7 @@ class Dispatcher:
         async def claim_suspect() -> list[RowOutcome]:
             if self.use_lock:
                 await self.leader.ensure_held()
-            return await store.claim(claim_conn, self.claim_shape, partition=self.partition)
+            return await store.claim_suspect(claim_conn, self.claim_shape, self.partition)
 
         ctx = PassContext(
             self.options,

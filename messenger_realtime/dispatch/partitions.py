@@ -21,8 +21,8 @@ computed here in Python and bound as ::int4). Why these choices:
   every other partition's targets.
 
 The walk orders a partition's targets by (target_hash, target_key) instead of target_key;
-the claim of the walked targets is CLAIM's (in WALK_AND_CLAIM_IN_PARTITION, the walk and
-claim in one statement as sql.WALK_AND_CLAIM), and the urgent and suspect probes get the
+the claim of the walked targets is sql.WALK_AND_CLAIM's (WALK_AND_CLAIM_IN_PARTITION), and
+the urgent and suspect probes get the
 partition's range as an extra filter (their partial indexes hold few rows). K=1 runs the
 spec's single runner with the unchanged statements of sql.py.
 """
@@ -85,7 +85,7 @@ def _after(key: str) -> str:
     return f"({_HASH}, target_key) > ({target_hash(key)}, {key})"
 
 
-# WALK_TARGETS (sql.py) within one partition, in (target_hash, target_key) order: the
+# WALK (sql.py) within one partition, in (target_hash, target_key) order: the
 # same loose index scan, wrapping once and ending with the cursor's own target, on
 # ix_rto_pending_partition instead of ix_rto_pending_target.
 PARTITION_WALK = f"""walk(key, depth, wrapped) AS (
@@ -103,12 +103,8 @@ PARTITION_WALK = f"""walk(key, depth, wrapped) AS (
       AND NOT (step.wrapped AND ({target_hash("step.key")}, step.key)
                                 > ({target_hash("%(after)s::uuid")}, %(after)s::uuid))
 )"""
-WALK_PARTITION_TARGETS = (
-    f"WITH RECURSIVE {PARTITION_WALK}\nSELECT key FROM walk WHERE key IS NOT NULL ORDER BY depth"
-)
 
 _ROW_IN_RANGE = f"\n      AND {target_hash('o.target_key')} BETWEEN %(lo)s::int4 AND %(hi)s::int4"
-CLAIM_IN_PARTITION = sql.claim_statement(_ROW_IN_RANGE)
 CLAIM_SUSPECT_IN_PARTITION = sql.suspect_statement(_ROW_IN_RANGE)
 WALK_AND_CLAIM_IN_PARTITION = sql.walk_and_claim_statement(PARTITION_WALK, _ROW_IN_RANGE)
 

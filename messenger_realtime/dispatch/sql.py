@@ -85,25 +85,20 @@ WALK = f"""walk(key, depth, wrapped) AS (
     WHERE walk.depth < %(limit)s AND step.key IS NOT NULL
       AND NOT (step.wrapped AND step.key > %(after)s::uuid)
 )"""
-WALK_TARGETS = f"WITH RECURSIVE {WALK}\nSELECT key FROM walk WHERE key IS NOT NULL ORDER BY depth"
 
 
 # A fair claim of up to %(limit)s due rows that no attempt holds (claimed_at IS NULL):
 # - urgent kinds first (ix_rto_pending_urgent): an invitation never waits behind a backlog;
-# - then round-robin over the walked %(targets)s: each target's oldest rows, an equal quota
+# - then round-robin over the walked targets: each target's oldest rows, an equal quota
 #   each, so one chat's burst cannot hold the other chats' rows; targets that filled their
 #   quota then fill what the others left, so a burst alone still fills whole batches;
 # - within a target, always its oldest rows: a chat's rows are claimed in id (insert) order.
 # Candidates are locked as they are found (FOR UPDATE SKIP LOCKED in each probe), so a
 # second runner (failover lag, --no-lock) skips them and takes the next ones instead;
 # candidates not picked are unlocked when the statement ends.
-def claim_statement(in_partition: str = "") -> str:
-    """CLAIM, its urgent probe limited by `in_partition` (partitions.py; empty: all)."""
-    return f"WITH {_fair_ctes(in_partition, '%(targets)b::uuid[]')}\n{_CLAIMED}"
-
-
 def _fair_ctes(in_partition: str, targets: str) -> str:
-    """CLAIM's CTEs, up to `due`, over the `targets` array expression."""
+    """The fair claim's CTEs, up to `due`, over the `targets` array expression; its urgent
+    probe limited by `in_partition` (partitions.py; empty: all)."""
     return f"""quota AS (
     SELECT greatest(1, ceil(%(limit)s::numeric
                             / greatest(cardinality({targets}), 1)))::int AS q
@@ -147,9 +142,6 @@ due AS (
     ) AS candidates
     GROUP BY id ORDER BY min(rn), id LIMIT %(limit)s
 )"""
-
-
-CLAIM = claim_statement()
 
 
 # WALK and CLAIM in one round trip and snapshot, with the lease proof in it instead of a

@@ -36,20 +36,6 @@ class Claim:
     max_attempts: int
 
 
-async def walk_targets(
-    conn: Conn, after: UUID, limit: int, partition: Partition | None = None
-) -> list[UUID]:
-    """Up to `limit` targets with Pending rows, in key order from just after `after`
-    (within `partition`: its targets only, in partition order)."""
-    params: dict[str, Any] = {"after": after, "limit": limit}
-    statement = sql.WALK_TARGETS
-    if partition is not None:
-        params.update(partition.params())
-        statement = partitions.WALK_PARTITION_TARGETS
-    cur = await conn.execute(statement, params)
-    return [key for (key,) in await cur.fetchall()]
-
-
 async def claim_fair(
     conn: Conn,
     shape: Claim,
@@ -62,7 +48,8 @@ async def claim_fair(
 
     One statement walks and claims (sql.WALK_AND_CLAIM). `lease`: the leader's proof
     parameters (Leader.lease_proof); the claim takes nothing and raises LeadershipLost
-    once the lease row names another session. None: no lease (--no-lock, benchmarks).
+    once that session no longer holds the lock or the lease row names another one.
+    None: no lease (--no-lock, benchmarks).
 
     A walk whose targets hold only rows not due yet (backing off, or suspects) claims
     nothing, and ending there would leave a due row behind them until the next wake: walk
@@ -108,32 +95,22 @@ def _trailer(rows: list[Any]) -> tuple[tuple[Any, ...], list[ClaimedRow]]:
     return trailer, claimed
 
 
-async def claim(
-    conn: Conn,
-    claim: Claim,
-    targets: list[UUID] | None = None,
-    partition: Partition | None = None,
+async def claim_suspect(
+    conn: Conn, claim: Claim, partition: Partition | None = None
 ) -> list[RowOutcome]:
-    """Claim due rows (a fair batch over `targets`, or one suspect when targets is None),
-    each as an outcome to be decided: urgent kinds first, then in id order. Within
-    `partition`, urgent rows and suspects are its own only (the targets already are).
-
-    Rows the claim itself quarantined (attempts exhausted) come back decided and recorded.
-    """
-    params = _claim_params(claim, targets=targets or [])
-    statement = sql.CLAIM if targets is not None else sql.CLAIM_SUSPECT
+    """Claim one suspect (a due row whose last attempt got no outcome), as an outcome to
+    be decided; within `partition`, its own only. A suspect the claim itself quarantined
+    (attempts exhausted) comes back decided and recorded."""
+    params = _claim_params(claim)
+    statement = sql.CLAIM_SUSPECT
     if partition is not None:
         params.update(partition.params())
-        statement = (
-            partitions.CLAIM_IN_PARTITION
-            if targets is not None
-            else partitions.CLAIM_SUSPECT_IN_PARTITION
-        )
+        statement = partitions.CLAIM_SUSPECT_IN_PARTITION
     with metrics.claim_duration.time():
         async with conn.cursor(row_factory=args_row(ClaimedRow)) as cur:
             await cur.execute(statement, params)
-            rows = push_order(await cur.fetchall())
-    return _outcomes(rows, suspect=targets is None)
+            rows = await cur.fetchall()
+    return _outcomes(rows, suspect=True)
 
 
 def _claim_params(claim: Claim, **extra: Any) -> dict[str, Any]:

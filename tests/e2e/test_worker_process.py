@@ -10,7 +10,8 @@ from django.db import connection
 
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch.push import PIPELINE_CHUNK
-from messenger_realtime.dispatch.sql import CLAIM
+from messenger_realtime.dispatch.sql import WALK_AND_CLAIM
+from messenger_realtime.dispatch.store import NO_TARGET
 from messenger_realtime.models import RealtimeOutboxEntry
 from tests.support.factories import ChatFactory, MessageFactory, OutboxEntryFactory
 from tests.support.helpers import commit_message_received, receive_sync, subscribe_sync
@@ -128,19 +129,25 @@ def test_crash_between_claim_and_outcome_loses_nothing(
 
 def test_skip_locked_never_hands_one_row_to_two_claimers(transactional_db: None) -> None:
     OutboxEntryFactory.create_batch(30)
-    chats = [str(chat) for chat in RealtimeOutboxEntry.objects.values_list("chat_id", flat=True)]
-    params = {"limit": 20, "delays": [1.0], "jitter": 0.0, "max_attempts": 8, "exhausted": "x"}
-    params["targets"] = chats  # every row's chat: the fair claim takes one row of each
+    params: dict[str, Any] = {"after": NO_TARGET, "delays": [1.0], "jitter": 0.0}
+    params.update(max_attempts=8, exhausted="x", lease_key=None, lease_pid=None)
+    params.update(lease_classid=None, lease_objid=None)  # no lease: --no-lock's claim
+
+    def claimed(conn: psycopg.Connection[Any], limit: int) -> set[Any]:
+        rows = conn.execute(WALK_AND_CLAIM, {**params, "limit": limit}).fetchall()
+        return {row[0] for row in rows if row[0] is not None}  # (not the walk's trailer)
+
     with (
         psycopg.connect(db.conninfo()) as first,
         psycopg.connect(db.conninfo(), autocommit=True) as second,
     ):
         # The first claimer's transaction stays open (its candidates locked) while the
-        # second claims; then the first commits and the second claims again.
-        first_ids = {r[0] for r in first.execute(CLAIM, params).fetchall()}
-        second_ids = {r[0] for r in second.execute(CLAIM, params).fetchall()}
+        # second walks all 30 chats (one row each) and claims; then the first commits and
+        # the second claims again (the first's rows are backing off by then).
+        first_ids = claimed(first, 20)
+        second_ids = claimed(second, 30)
         first.commit()
-        second_ids |= {r[0] for r in second.execute(CLAIM, params).fetchall()}
+        second_ids |= claimed(second, 30)
     assert len(first_ids) == 20 and len(second_ids) == 10
     assert first_ids.isdisjoint(second_ids)
 

@@ -107,9 +107,8 @@ def test_targets_take_turns_across_claims() -> None:
         shape = store.Claim(3, delay_table(options()), 0.0, 8)
         cursor = NO_TARGET
         for _ in range(2):
-            targets = await store.walk_targets(conn, cursor, 3)
-            cursor = targets[-1]
-            claimed.append({o.row.chat_id for o in await store.claim(conn, shape, targets)})
+            outcomes, cursor = await store.claim_fair(conn, shape, cursor)
+            claimed.append({o.row.chat_id for o in outcomes})
         await conn.close()
 
     run(two_claims())
@@ -137,8 +136,7 @@ def test_an_invitation_behind_a_20000_row_backlog_is_claimed_in_the_first_batch(
 
     async def first_claim() -> list[uuid.UUID]:
         conn = await db.connect()
-        targets = await store.walk_targets(conn, NO_TARGET, 200)
-        outcomes = await store.claim(conn, store.Claim(200, [1.0], 0.0, 8), targets)
+        outcomes, _ = await store.claim_fair(conn, store.Claim(200, [1.0], 0.0, 8), NO_TARGET)
         await conn.close()
         return [o.row.id for o in outcomes]
 
@@ -257,7 +255,7 @@ def test_a_build_that_fails_for_one_row_fails_only_that_row() -> None:
     assert result.dispatched == 4
     failed = RealtimeOutboxEntry.objects.get(id=entries[2].id)
     assert (failed.status, failed.last_error) == (Status.PENDING, "builtins.RuntimeError")
-    assert asyncio.iscoroutinefunction(store.claim)  # the claim API stays async
+    assert asyncio.iscoroutinefunction(store.claim_fair)  # the claim API stays async
 
 
 def test_nothing_is_claimed_ahead_while_the_hub_is_behind(monkeypatch: pytest.MonkeyPatch) -> None:

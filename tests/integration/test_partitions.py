@@ -30,10 +30,8 @@ def claim_all(partition: Partition | None) -> list[tuple[uuid.UUID, uuid.UUID]]:
         claimed, cursor = [], NO_TARGET
         try:
             while True:
-                targets = await store.walk_targets(conn, cursor, 50, partition)
-                cursor = targets[-1] if targets else NO_TARGET
-                outcomes = await store.claim(conn, SHAPE, targets, partition)
-                outcomes += await store.claim(conn, SHAPE, partition=partition)  # a suspect
+                outcomes, cursor = await store.claim_fair(conn, SHAPE, cursor, partition)
+                outcomes += await store.claim_suspect(conn, SHAPE, partition)
                 if not outcomes:
                     return claimed
                 for o in outcomes:
@@ -90,10 +88,11 @@ def test_each_row_is_claimed_by_its_targets_partition_only_and_every_row_once() 
 
 
 def test_the_single_runner_statements_are_the_specs_and_partitions_only_add_a_filter() -> None:
-    assert sql.claim_statement() == sql.CLAIM and sql.suspect_statement() == sql.CLAIM_SUSPECT
-    in_range = partitions.CLAIM_IN_PARTITION.replace(partitions._ROW_IN_RANGE, "")
-    assert in_range == sql.CLAIM
-    assert "target_hash" not in sql.CLAIM and "md5" not in sql.WALK_TARGETS
+    assert sql.walk_and_claim_statement(sql.WALK) == sql.WALK_AND_CLAIM
+    assert sql.suspect_statement() == sql.CLAIM_SUSPECT
+    in_range = partitions.WALK_AND_CLAIM_IN_PARTITION.replace(partitions._ROW_IN_RANGE, "")
+    assert in_range == sql.walk_and_claim_statement(partitions.PARTITION_WALK)
+    assert "target_hash" not in sql.WALK_AND_CLAIM and "md5" not in sql.WALK_AND_CLAIM
 
 
 def plan(statement: str, params: dict[str, Any]) -> str:
@@ -109,18 +108,19 @@ def test_the_partition_walk_probes_its_index_by_hash_range() -> None:
     insert_rows([uuid.uuid4() for _ in range(50)], 20)
     with connection.cursor() as cur:
         cur.execute("ANALYZE messenger.realtime_outbox")
-    params = {"after": NO_TARGET, "limit": 50, **Partition(1, 4).params()}
-    walk = plan(partitions.WALK_PARTITION_TARGETS, params)
-    assert '"Index Name": "ix_rto_pending_partition"' in walk
-    assert "Seq Scan" not in walk and "ROW(" in walk  # the cursor is an index range too
-    # The fair probes of the walked targets keep using ix_rto_pending_target.
-    claim_params = {
-        **params,
-        "targets": [uuid.uuid4()],
+    params = {
+        "after": NO_TARGET,
+        "limit": 50,
+        **Partition(1, 4).params(),
         "delays": [1.0],
         "jitter": 0.0,
         "max_attempts": 8,
         "exhausted": sql.EXHAUSTED_ERROR,
+        **dict.fromkeys(("lease_key", "lease_pid", "lease_classid", "lease_objid")),
     }
-    claim = plan(partitions.CLAIM_IN_PARTITION, claim_params)
+    # One plan: the partition's walk and the fair probes of the targets it walked.
+    claim = plan(partitions.WALK_AND_CLAIM_IN_PARTITION, params)
+    assert '"Index Name": "ix_rto_pending_partition"' in claim
+    assert "Seq Scan" not in claim and "ROW(" in claim  # the cursor is an index range too
+    # The fair probes of the walked targets keep using ix_rto_pending_target.
     assert '"Index Name": "ix_rto_pending_target"' in claim
