@@ -3,6 +3,7 @@
 RealtimeError
 ├── TransactionRequired   enqueue() outside the owner's transaction.atomic()
 ├── InvalidRow            a row that can never be delivered (quarantined at once)
+│   └── UnencodablePayload  its payload cannot be carried (content past the wire's rule)
 ├── LeadershipLost        the worker no longer holds the single-runner lock
 ├── InvalidToken          a credential the hub or the API refuses
 └── HubProtocolError
@@ -20,14 +21,46 @@ class TransactionRequired(RealtimeError, RuntimeError):
     """enqueue() was called outside the owner's transaction.atomic()."""
 
 
-class InvalidRow(RealtimeError, ValueError):
-    """A row that can never be delivered; str() is its `last_error` ("Code: detail").
+# Every code an InvalidRow may carry: the permanent failures, quarantined at the first
+# attempt (and which a requeue would only quarantine again: outbox/operations.py).
+INVALID_ROW_CODES = (
+    "EntityNotFound",  # the referenced entity does not exist
+    "MissingReference",  # the row lacks the id its kind needs
+    "ReferenceMismatch",  # the row's ids disagree with the entity's
+    "InvalidTarget",  # the kind does not go to that target
+    "InvalidSessionKind",  # a session kind on a row that is not a media event
+    "MissingSessionKind",  # a media row without its session kind
+    "SessionKindMismatch",  # the row's session kind is not the session's
+    "StateMismatch",  # the entity is not in the state the kind announces
+    "UnencodablePayload",  # content no hub protocol carries exactly (contracts/content.py)
+)
 
-    The rule: a row whose referenced entity does not exist, or whose Kind / target /
-    SessionKind combination breaks its contract, is quarantined at once. Retrying cannot
-    fix it (entities are never re-created under the same id, rows are immutable), and
-    every retry would only delay the alert that someone must look at it.
+
+class InvalidRow(RealtimeError, ValueError):
+    """A row that can never be delivered; str() is its `last_error` ("Code: detail"),
+    whose code is one of INVALID_ROW_CODES.
+
+    The rule: a row whose referenced entity does not exist, whose Kind / target /
+    SessionKind combination breaks its contract, or whose content cannot be carried, is
+    quarantined at once. Retrying cannot fix it (entities are never re-created under the
+    same id, rows are immutable), and every retry would only delay the alert that
+    someone must look at it.
     """
+
+    def __init__(self, error: str) -> None:
+        code, _, _ = error.partition(":")
+        if code not in INVALID_ROW_CODES:  # a new code must be declared permanent first
+            raise ValueError(f"InvalidRow code {code!r} is not in INVALID_ROW_CODES")
+        super().__init__(error)
+        self.code = code
+
+
+class UnencodablePayload(InvalidRow):
+    """A payload that breaks the wire's rule (contracts/content.py) or that an encoder
+    refused: quarantined at once, alone; str() names the field, never its value."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"UnencodablePayload: {detail}")
 
 
 class LeadershipLost(RealtimeError):

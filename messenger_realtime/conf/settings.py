@@ -85,6 +85,13 @@ DEFAULTS: dict[str, Any] = {
     "TURN_SHARED_SECRET": "",
     "TURN_TTL": 600.0,
     "ICE_SERVERS": ["stun:127.0.0.1:3478", "turn:127.0.0.1:3478?transport=udp"],
+    # User content the REST API accepts (contracts/content.py, docs/api.md): levels of
+    # nesting in `fileMeta`, keys per object or items per array, characters of a key and
+    # of any string (a message body, a card's text, a string inside `fileMeta`).
+    "CONTENT_MAX_DEPTH": 8,
+    "CONTENT_MAX_ENTRIES": 100,
+    "CONTENT_MAX_KEY_LENGTH": 128,
+    "CONTENT_MAX_STRING": 10_000,
 }
 _KINDS: dict[str, type] = {
     "BATCH_SIZE": int,
@@ -110,6 +117,10 @@ _KINDS: dict[str, type] = {
     "MEDIA_JWT_AUDIENCE": str,
     "TURN_SHARED_SECRET": str,
     "ICE_SERVERS": list,
+    "CONTENT_MAX_DEPTH": int,
+    "CONTENT_MAX_ENTRIES": int,
+    "CONTENT_MAX_KEY_LENGTH": int,
+    "CONTENT_MAX_STRING": int,
 }  # every other key is a float (a duration in seconds, a factor or a fraction)
 ENV_PREFIX = "MESSENGER_REALTIME_"
 _BOOL_WORDS = {"true", "false", "1", "0", "yes", "no", "on", "off"}
@@ -167,6 +178,10 @@ class HubOptions:
     turn_shared_secret: str = dataclasses.field(repr=False)
     turn_ttl: float
     ice_servers: list[str]
+    content_max_depth: int = 8
+    content_max_entries: int = 100
+    content_max_key_length: int = 128
+    content_max_string: int = 10_000
 
 
 def env_name(key: str) -> str:

@@ -58,6 +58,15 @@ TRANSPORT_NAMES = ("WebSockets", "ServerSentEvents", "LongPolling")
 MAX_DISPATCH_PARTITIONS = 64
 # Coalescing trades latency for CPU: an event in a stream waits at most this much more.
 MAX_WAKE_COALESCE = 0.1
+# User content the API accepts must stay inside what the build accepts from the database
+# (contracts/content.py WIRE_LIMITS, `fileMeta` one level down in its payload), so an
+# accepted message is always delivered: each CONTENT_MAX_* key's upper bound.
+CONTENT_BOUNDS = {
+    "CONTENT_MAX_DEPTH": 16,
+    "CONTENT_MAX_ENTRIES": 10_000,
+    "CONTENT_MAX_KEY_LENGTH": 1_000,
+    "CONTENT_MAX_STRING": 1_000_000,
+}
 # The official client abandons a poll after 100 s: the server must answer before.
 CLIENT_POLL_TIMEOUT = 100.0
 
@@ -119,6 +128,9 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
     window = values.get("WAKE_COALESCE", 0)
     ok = 0 <= window <= MAX_WAKE_COALESCE
     rule("E023", "WAKE_COALESCE", ok, f"must be in [0, {MAX_WAKE_COALESCE}] seconds (0: off)")
+    for key, bound in CONTENT_BOUNDS.items():
+        ok = 1 <= values.get(key, 1) <= bound
+        rule("E025", key, ok, f"must be in [1, {bound}]")
     _hub_transport_rules(values, rule)
     return found
 

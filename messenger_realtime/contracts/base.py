@@ -32,9 +32,12 @@ class Contract:
     joins: Callable[[OutboxRow, Any], UUID | None] | None = None
 
 
-# The payload fields that hold a time (always written with iso()): ISO 8601 text in JSON,
-# the timestamp extension in MessagePack (hub/protocols/messagepack.py), which is what
-# the official MessagePack clients read as a date.
+# Where a payload holds a time (always written with iso()): ISO 8601 text in JSON, the
+# timestamp extension in MessagePack (hub/protocols/messagepack.py), which is what the
+# official MessagePack clients read as a date. Declared by place, never found by key name:
+# a TIME_FIELDS key at the payload's top level, or inside one of the contract-owned
+# objects TIMED_OBJECTS. Nothing inside user content (`fileMeta`, ...) is a time, whatever
+# its keys are called: it goes out exactly as it was stored (contracts/content.py).
 TIME_FIELDS = frozenset(
     {
         "at",
@@ -50,10 +53,11 @@ TIME_FIELDS = frozenset(
         "stoppedAt",
     }
 )
+TIMED_OBJECTS = frozenset({"participant", "recording"})  # contracts/media.py builds them
 
 
 def iso(value: datetime | None) -> str | None:
-    """A time field's value (its key belongs in TIME_FIELDS)."""
+    """A time field's value (its key belongs in TIME_FIELDS, at a declared place)."""
     return value.isoformat() if value is not None else None
 
 

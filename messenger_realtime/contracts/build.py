@@ -8,18 +8,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
-from messenger_realtime.contracts import chat, media, people
+from messenger_realtime.contracts import chat, content, media, people
 from messenger_realtime.contracts.base import Contract
 from messenger_realtime.contracts.events import HubTarget, OutboxRow, OutgoingEvent
 from messenger_realtime.contracts.port import DomainPort
-from messenger_realtime.exceptions import InvalidRow
+from messenger_realtime.exceptions import InvalidRow, UnencodablePayload
 from messenger_realtime.outbox.enums import RealtimeTargetKind, event_name
 
 CONTRACTS: Mapping[str, Contract] = {**chat.CONTRACTS, **people.CONTRACTS, **media.CONTRACTS}
 
 
 def build_events(rows: Sequence[OutboxRow], port: DomainPort) -> list[OutgoingEvent | InvalidRow]:
-    """One event, or the InvalidRow that quarantines the row, per row and in row order.
+    """One event, or the InvalidRow that quarantines the row, per row and in row order;
+    every event's payload is one both hub protocols carry (contracts/content.py).
 
     Loads every entity the batch refers to with one DomainPort call per entity type.
     """
@@ -59,6 +60,12 @@ def _build(
         if view is None:
             raise InvalidRow(f"EntityNotFound: {row.kind} refers to a missing {contract.entity}")
         payload = contract.build(row, view)
+        # Content stored before the API checked it (or by another writer) fails here, for
+        # this row alone, instead of in an encoder, where it would fail its whole chunk.
+        try:
+            content.check(payload, "", content.WIRE_LIMITS)
+        except content.ContentError as exc:
+            raise UnencodablePayload(str(exc)) from None
         target = hub_target(row)
     except InvalidRow as exc:
         return exc

@@ -7,6 +7,8 @@ them: one call per entity type per claimed batch, never one query per row.
 
 Views are plain frozen dataclasses of ids, states and times. Only MessageView carries
 content (body, file metadata, card text), and only chat-group events may include it.
+Content is the user's, carried as stored (contracts/content.py says what the build
+accepts); a value the port cannot read is returned as content.Unreadable, never raised.
 """
 
 import abc
@@ -21,6 +23,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from messenger_realtime.conf.settings import domain_port_path
+from messenger_realtime.contracts.content import Unreadable
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,8 @@ class MessageView:
     kind: str  # Text, File or Card
     sent_at: datetime
     body: str
-    file_meta: dict[str, Any] | None
+    # Unreadable: a stored value the port could not read (the row then fails alone)
+    file_meta: dict[str, Any] | Unreadable | None
     card_text: str
     edited_at: datetime | None
     deleted_at: datetime | None

@@ -23,7 +23,7 @@ from django.db import close_old_connections, connections
 from messenger_realtime.contracts.build import build_events
 from messenger_realtime.contracts.port import DomainPort
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
-from messenger_realtime.exceptions import InvalidRow, describe_error
+from messenger_realtime.exceptions import InvalidRow, UnencodablePayload, describe_error
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
 
@@ -65,7 +65,7 @@ class Builder:
             return
         except Exception as exc:
             self._checked_at = float("-inf")
-            self._isolate(todo, describe_error(exc))
+            self._isolate(todo, describe_error(exc), permanent=unreadable(exc))
             return
         for outcome, event in zip(todo, built, strict=True):
             if isinstance(event, InvalidRow):
@@ -85,9 +85,10 @@ class Builder:
                 error = f"Expired: {outcome.row.kind} older than {deadline:g} s, not pushed"
                 outcome.decide(Fate.EXPIRE, error)
 
-    def _isolate(self, todo: list[RowOutcome], error: str) -> None:
+    def _isolate(self, todo: list[RowOutcome], error: str, permanent: str | None = None) -> None:
         """A failed build: every row becomes a suspect, retried alone (at once when it was
-        one of several, after its backoff when it was already alone)."""
+        one of several, after its backoff when it was already alone). A row that failed
+        alone for a `permanent` reason (its own data cannot be read) is quarantined."""
         logger.warning(
             "payload build failed",
             extra={"action": "build", "rows": len(todo), Field.ERROR_CODE: error},
@@ -95,6 +96,8 @@ class Builder:
         for outcome in todo:
             if len(todo) > 1:
                 outcome.decide(Fate.ISOLATE, error)
+            elif permanent is not None:
+                outcome.decide(Fate.QUARANTINE, permanent)
             else:
                 outcome.suspect = True
                 outcome.decide(Fate.RETRY, error)
@@ -143,6 +146,16 @@ def _settle(future: "asyncio.Future[Any]", result: Any, error: Exception | None)
         future.set_exception(error)
     else:
         future.set_result(result)
+
+
+def unreadable(exc: BaseException) -> str | None:
+    """The permanent error of a domain read that failed on the data itself, else None
+    (a transient failure: the connection, a timeout, a bug worth retrying after a fix).
+    Nested JSON past Python's recursion limit (a jsonb column written before the API
+    bounded nesting) is the one such failure a read can meet."""
+    if isinstance(exc, RecursionError):
+        return str(UnencodablePayload("nested too deeply to read (RecursionError)"))
+    return None
 
 
 def _read(outcomes: list[RowOutcome], port: DomainPort, check: bool) -> list[Any]:

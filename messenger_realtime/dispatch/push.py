@@ -21,13 +21,15 @@ from typing import Any
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
-from messenger_realtime.exceptions import LeadershipLost, describe_error
+from messenger_realtime.exceptions import InvalidRow, LeadershipLost, describe_error
 from messenger_realtime.ops import metrics, tracing
+from messenger_realtime.ops.logging import Field
 from messenger_realtime.transport.publisher import (
     HubBacklog,
     Publisher,
     is_batch_publisher,
     reports_hub_backlog,
+    transient,
 )
 
 logger = logging.getLogger(__name__)
@@ -80,18 +82,40 @@ async def push(
         with tracing.row_spans([o.row for o in chunk]):
             try:
                 results = await asyncio.wait_for(_publish(publisher, events), timeout)
-            except Exception as exc:  # layer or Redis trouble: transient for the chunk
-                for outcome in chunk:
-                    outcome.decide(Fate.RETRY, describe_error(exc))
+            except Exception as exc:
+                _failed(chunk, exc)
                 continue
         for outcome, result in zip(chunk, results, strict=True):
             if result is None:
                 outcome.decide(Fate.DONE)
+            elif isinstance(result, InvalidRow):  # its own content: never deliverable
+                outcome.decide(Fate.QUARANTINE, str(result)[:512])
             else:
                 outcome.decide(Fate.RETRY, describe_error(result))
         if reports_hub_backlog(publisher) and await _wait_for_hub(publisher, options, stop, pace):
             waited = True
     pace.hub_behind = waited
+
+
+def _failed(chunk: Sequence[RowOutcome], exc: BaseException) -> None:
+    """A push that raised. Layer or Redis trouble is the chunk's: every row is retried.
+    Anything else may be one row's doing, so none of its neighbours pays: each row of a
+    chunk is retried alone, at once (as after a failed build); a row alone, after its
+    backoff, as a suspect."""
+    error = describe_error(exc)
+    if transient(exc):
+        for outcome in chunk:
+            outcome.decide(Fate.RETRY, error)
+        return
+    logger.warning(
+        "push failed", extra={"action": "push", "rows": len(chunk), Field.ERROR_CODE: error}
+    )
+    for outcome in chunk:
+        if len(chunk) > 1:
+            outcome.decide(Fate.ISOLATE, error)
+        else:
+            outcome.suspect = True
+            outcome.decide(Fate.RETRY, error)
 
 
 async def _wait_for_hub(

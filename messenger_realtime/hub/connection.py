@@ -39,6 +39,7 @@ from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
+UNEXPECTED = "Connection closed with an error."  # ASP.NET's words when it does not say why
 FIRST_MESSAGE_WAIT = 0.5  # stateful: the longest events wait for the client's first message
 
 
@@ -116,6 +117,11 @@ class HubConnection(
                     return
         except (UnicodeDecodeError, HubProtocolError) as exc:
             await self._close_with_error(_reason(exc))
+        except Exception:
+            # Whatever a client's input set off, it ends that connection alone, with a
+            # Close and at once (registry, groups), never a 1011 left for the watchdog.
+            logger.exception("hub message failed", extra={**self._ids(), "action": "receive"})
+            await self._close_with_error(UNEXPECTED)
 
     async def _receive_message(self, message: dict[str, Any]) -> bool:
         """Act on one message; False once the connection was closed."""

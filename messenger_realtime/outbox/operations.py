@@ -17,6 +17,7 @@ from django.db.models import CharField, Count, F, Q, QuerySet, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Concat, Left, Now
 
+from messenger_realtime.exceptions import INVALID_ROW_CODES
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
 from messenger_realtime.outbox.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.notify import notify
@@ -34,15 +35,7 @@ BATCH_SIZE = 500  # rows per UPDATE (and transaction)
 # The codes of errors the dispatcher quarantines at the first attempt because the row can
 # never be built as it is (messenger_realtime.exceptions.InvalidRow): requeueing such a
 # row only quarantines it again (runbook: Quarantined rows, step 2).
-PERMANENT_ERRORS = (
-    "EntityNotFound",
-    "MissingReference",
-    "ReferenceMismatch",
-    "InvalidTarget",
-    "InvalidSessionKind",
-    "MissingSessionKind",
-    "StateMismatch",
-)
+PERMANENT_ERRORS = INVALID_ROW_CODES
 
 
 def manual_quarantine_error(operator: str) -> str:

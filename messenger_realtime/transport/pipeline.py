@@ -24,6 +24,7 @@ from typing import Any
 
 from channels_redis.core import RedisChannelLayer
 
+from messenger_realtime.exceptions import UnencodablePayload
 from messenger_realtime.ops import metrics
 from messenger_realtime.transport import shards
 
@@ -141,6 +142,9 @@ def supports(layer: Any) -> bool:
 class ChunkSent:
     lost: int  # messages dropped (per channel they were for) at a full channel
     channel_keys: list[str]  # the distinct channel queues (hub processes) the chunk reached
+    # message index -> why the layer could not serialize it (that message alone is not
+    # sent; the rest of the chunk is)
+    unencodable: dict[int, UnencodablePayload] = field(default_factory=dict)
 
 
 @dataclass
@@ -207,11 +211,19 @@ async def group_send_many(
     members = await _read_groups(layer, [group for group, _ in messages], now)
     sends: dict[int, _HostSend] = {}
     names_by_group: dict[str, dict[str, str]] = {}
-    for group, message in messages:
+    unencodable: dict[int, UnencodablePayload] = {}
+    for index, (group, message) in enumerate(messages):
         channels = members[group]
         if not channels:
             continue  # nobody listens to this group right now: delivered to no one
-        hosts, payloads, capacities = layer._map_channel_keys_to_connection(channels, message)
+        try:
+            # Pure CPU (capacity, hashing, msgpack, encryption if configured): whatever
+            # it raises is this message's own fault, never its neighbours'.
+            hosts, payloads, capacities = layer._map_channel_keys_to_connection(channels, message)
+        except Exception as exc:
+            error = f"the channel layer could not serialize it ({type(exc).__name__})"
+            unencodable[index] = UnencodablePayload(error)
+            continue
         names = names_by_group.get(group)
         if names is None:
             names = names_by_group[group] = _names_by_key(layer, channels)
@@ -219,12 +231,13 @@ async def group_send_many(
             send = sends.get(host) or sends.setdefault(host, _HostSend())
             send.add(group, keys, payloads, capacities, names)
     if not sends:
-        return ChunkSent(0, [])
+        return ChunkSent(0, [], unencodable)
     stale_before = now - int(layer.expiry)
     calls = {host: send.script(layer, clock, stale_before) for host, send in sends.items()}
     lost = await shards.on_hosts(layer, calls)
     reached = [key for send in sends.values() for key in send.keys]
-    return ChunkSent(sum(int(count) for count in lost.values()), list(dict.fromkeys(reached)))
+    total = sum(int(count) for count in lost.values())
+    return ChunkSent(total, list(dict.fromkeys(reached)), unencodable)
 
 
 async def queue_depths(layer: Any, channel_keys: list[str]) -> dict[str, int]:

@@ -2,11 +2,14 @@
 
 A Publisher pushes one event; a BatchPublisher also pushes a whole chunk in one go (the
 channel layer's pipelined path), and the dispatcher then hands it chunks
-(dispatch/push.py). Accepted by the layer counts as delivered; any layer or Redis error
-is transient and the row is retried.
+(dispatch/push.py). Accepted by the layer counts as delivered; a layer or Redis error
+is transient and the row is retried (transient()); an event the layer cannot serialize is
+UnencodablePayload, for its row alone (quarantined).
 """
 
 from typing import Any, Protocol, TypeGuard, runtime_checkable
+
+from redis.exceptions import RedisError
 
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.transport import pipeline
@@ -16,6 +19,12 @@ from messenger_realtime.transport.groups import layer_group
 # Channels message type; the hub consumer handles it in realtime_event().
 EVENT_TYPE = "realtime.event"
 BOUND_FOR = 0.1  # s a measured hub backlog (plus what was pushed since) stands for it
+
+
+def transient(exc: BaseException) -> bool:
+    """Layer or Redis trouble (the connection, a timeout, a refused command): a failure
+    of the whole push, retried. Anything else a push raises may be the data's doing."""
+    return isinstance(exc, OSError | TimeoutError | RedisError)
 
 
 class Publisher(Protocol):
@@ -70,7 +79,8 @@ class ChannelLayerPublisher:
 
     async def publish_many(self, events: list[OutgoingEvent]) -> list[BaseException | None]:
         """The whole chunk in two pipelined round trips when the layer allows it (one more
-        per chat a user joins); a failure there fails the chunk (its rows are retried)."""
+        per chat a user joins); a Redis failure there fails the chunk (its rows are
+        retried), an event the layer cannot serialize fails alone (UnencodablePayload)."""
         if not pipeline.supports(self.layer):
             results: list[BaseException | None] = []
             for event in events:
@@ -82,22 +92,33 @@ class ChannelLayerPublisher:
             return results
         start = 0
         self.last_channels = []
+        outcome: list[BaseException | None] = [None] * len(events)
         for index, event in enumerate(events):
             if event.joins is not None:  # rare: a membership change, in stream order
-                await self._send_many(events[start:index])
+                await self._send_many(events, start, index, outcome)
                 await self._join(event)
                 start = index
-        await self._send_many(events[start:])
-        return [None] * len(events)
+        await self._send_many(events, start, len(events), outcome)
+        return outcome
 
-    async def _send_many(self, events: list[OutgoingEvent]) -> None:
-        if events:
-            messages = [(layer_group(e.target), layer_message(e)) for e in events]
+    async def _send_many(
+        self,
+        events: list[OutgoingEvent],
+        start: int,
+        end: int,
+        outcome: list[BaseException | None],
+    ) -> None:
+        """Send events[start:end]; an event the layer could not serialize gets its error
+        in `outcome` (the others are sent all the same)."""
+        if start < end:
+            messages = [(layer_group(e.target), layer_message(e)) for e in events[start:end]]
             # A message dropped for a full channel is counted and its connections told.
             sent = await pipeline.group_send_many(self.layer, messages, self.scores)
             self._bound += len(messages)
             pipeline.report_lost(sent.lost)
             self.last_channels = list(dict.fromkeys([*self.last_channels, *sent.channel_keys]))
+            for index, error in sent.unencodable.items():
+                outcome[start + index] = error
 
     async def _join(self, event: OutgoingEvent) -> None:
         """The user's connections join the chat's group now, ahead of the chat's later

@@ -127,3 +127,125 @@ def test_an_unexpected_failure_under_the_api_is_a_json_500_without_details(
     assert response.status_code == 500
     assert response.json() == {"error": "internal server error"}
     assert b"secret" not in response.content
+
+
+def nested(levels: int) -> str:
+    return '{"a":' * levels + "1" + "}" * levels
+
+
+FILE = '{"kind": "File", "fileMeta": %s}'
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "error"),
+    [
+        (
+            "/api/chats/{chat}/messages",
+            FILE % '{"name": "a", "size": 79228162514264337593543950336}',
+            "fileMeta.size is out of range (integers within ±9007199254740991)",
+        ),
+        (
+            "/api/chats/{chat}/messages",
+            FILE % '{"name": "a", "size": 9007199254740992}',
+            "fileMeta.size is out of range (integers within ±9007199254740991)",
+        ),
+        (
+            "/api/chats/{chat}/messages",
+            FILE % f'{{"name": "a", "x": {nested(8)}}}',
+            "fileMeta is nested deeper than 8 levels",
+        ),
+        (
+            "/api/chats/{chat}/messages",
+            FILE % f'{{"name": "a", "x": {nested(600)}}}',
+            "fileMeta is nested deeper than 8 levels",
+        ),
+        ("/api/chats/{chat}/messages", FILE % nested(2000), "the body is nested too deeply"),
+        (
+            "/api/chats/{chat}/messages",
+            FILE % '{"name": "a", "ratio": NaN}',
+            "the body must not contain NaN (JSON has no such number)",
+        ),
+        (
+            "/api/chats/{chat}/messages",
+            FILE % '{"name": "a", "ratio": -Infinity}',
+            "the body must not contain -Infinity (JSON has no such number)",
+        ),
+        (
+            "/api/chats/{chat}/messages",
+            FILE % '{"name": "a", "ratio": 1e400}',  # json.loads reads it as inf
+            "fileMeta.ratio is not a finite number (no NaN or Infinity)",
+        ),
+        (
+            "/api/chats/{chat}/messages",
+            FILE % f'{{"name": "a", "tags": [{",".join(["1"] * 101)}]}}',
+            "fileMeta.tags has more than 100 items",
+        ),
+        (
+            "/api/chats/{chat}/messages",
+            FILE % f'{{"name": "a", "{"k" * 129}": 1}}',
+            "fileMeta has a key longer than 128 characters",
+        ),
+        (
+            "/api/chats/{chat}/messages",
+            FILE % f'{{"name": "{"n" * 10_001}"}}',
+            "fileMeta.name is longer than 10000 characters",
+        ),
+        ("/api/chats/{chat}/read", '{"seq": 79228162514264337593543950336}', "seq is out of"),
+        ("/api/chats/{chat}/read", '{"seq": NaN}', "the body must not contain NaN"),
+    ],
+    ids=[
+        "2^96",
+        "2^53",
+        "depth-9",
+        "depth-600",
+        "depth-2000",
+        "nan",
+        "-infinity",
+        "1e400",
+        "101-items",
+        "long-key",
+        "long-string",
+        "seq-2^96",
+        "seq-nan",
+    ],
+)
+def test_content_no_hub_protocol_carries_exactly_is_a_400_naming_its_field(
+    alice_and_chat: Any, path: str, raw: str, error: str
+) -> None:
+    client, chat, _message = alice_and_chat
+    before = counts()
+    response = client.post(path.format(chat=chat.id), raw, "application/json")
+    assert response.status_code == 400, response.content[:200]
+    assert response.json()["error"].startswith(error)
+    assert counts() == before
+
+
+def test_content_within_the_limits_is_stored_exactly_as_sent(alice_and_chat: Any) -> None:
+    client, chat, _message = alice_and_chat
+    meta = {
+        "name": "a",
+        "createdAt": "2024-05-01",
+        "size": 2**53 - 1,
+        "x": json.loads(nested(7)),
+        "tags": list(range(100)),
+    }
+    response = client.post(
+        f"/api/chats/{chat.id}/messages",
+        json.dumps({"kind": "File", "fileMeta": meta}),
+        "application/json",
+    )
+    assert response.status_code == 201
+    assert Message.objects.get(id=response.json()["messageId"]).file_meta == meta
+
+
+def test_the_content_limits_are_settings(alice_and_chat: Any, settings: Any) -> None:
+    client, chat, _message = alice_and_chat
+    settings.MESSENGER_REALTIME = {**settings.MESSENGER_REALTIME, "CONTENT_MAX_DEPTH": 2}
+    raw = FILE % '{"name": "a", "x": {"y": {"z": 1}}}'
+    response = client.post(f"/api/chats/{chat.id}/messages", raw, "application/json")
+    assert response.json() == {"error": "fileMeta is nested deeper than 2 levels"}
+    settings.MESSENGER_REALTIME = {**settings.MESSENGER_REALTIME, "CONTENT_MAX_STRING": 5}
+    response = client.post(
+        f"/api/chats/{chat.id}/messages", '{"body": "123456"}', "application/json"
+    )
+    assert response.json() == {"error": "body must be 1-5 characters"}

@@ -131,3 +131,21 @@ def test_a_declared_length_over_the_limit_is_refused_before_its_body_arrives() -
     hub = MessagePackProtocol(max_message_size=100)
     with pytest.raises(ProtocolError, match="maximum message size of 100B"):
         list(hub.parse(bytes([0xE5, 0x00])))  # 101, and no body yet
+
+
+@pytest.mark.parametrize("levels", [64, 400, 5000], ids=["past-max-depth", "deep", "past-stack"])
+def test_a_message_nested_too_deeply_is_a_protocol_error(levels: int) -> None:
+    body = msgpack.packb([1, {}, "1", "GetGroups", []])[:-1]  # without the arguments
+    body += b"\x91" * (levels + 1) + b"\x90"  # arguments: `levels` arrays down
+    with pytest.raises(ProtocolError, match=r"depth|Invalid MessagePack data"):
+        list(MessagePackProtocol(10**6).parse(frame(body)))
+
+
+def test_user_content_goes_out_untouched_whatever_its_keys_are_called() -> None:
+    payload = {
+        "sentAt": "2024-05-01T10:00:00+00:00",
+        "fileMeta": {"name": "a", "createdAt": "2024-05-01", "endedAt": "later"},
+    }
+    (sent,) = unpacked(MessagePackProtocol.invocation("message_received", [payload]))[4]
+    assert sent["sentAt"] == datetime(2024, 5, 1, 10, tzinfo=UTC)
+    assert sent["fileMeta"] == {"name": "a", "createdAt": "2024-05-01", "endedAt": "later"}

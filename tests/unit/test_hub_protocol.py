@@ -18,6 +18,7 @@ from messenger_realtime.hub.auth import (
     verify_access_token,
 )
 from messenger_realtime.hub.protocols import json_protocol as protocol
+from messenger_realtime.hub.protocols.base import MAX_DEPTH
 from messenger_realtime.hub.protocols.handshake import HANDSHAKE_OK, parse_handshake
 from messenger_realtime.hub.protocols.json_protocol import RecordBuffer
 from messenger_realtime.ops.logging import scrub_query_secrets
@@ -93,6 +94,23 @@ def test_messagepack_is_refused_on_a_text_only_transport() -> None:
 def test_malformed_message_is_a_protocol_error(record: str, error: str) -> None:
     with pytest.raises(ProtocolError, match=error.replace(".", r"\.")):
         protocol.parse_message(record)
+
+
+@pytest.mark.parametrize(
+    "levels", [64, 900, 5000], ids=["past-max-depth", "deep", "past-recursion"]
+)
+def test_a_message_nested_too_deeply_is_a_protocol_error_not_a_crash(levels: int) -> None:
+    # 5,000 levels: json.loads itself raises RecursionError, which used to escape the
+    # hub and close the socket with 1011 (no Close, the connection left registered).
+    record = '{"type":1,"target":"x","arguments":[' + "[" * levels + "]" * levels + "]}"
+    with pytest.raises(ProtocolError, match="The maximum configured depth of 64"):
+        protocol.parse_message(record)
+
+
+def test_a_message_nested_to_the_limit_parses() -> None:
+    levels = MAX_DEPTH - 2  # the message object and its arguments array are two levels
+    record = '{"type":1,"target":"x","arguments":[' + "[" * levels + "]" * levels + "]}"
+    assert protocol.parse_message(record)["target"] == "x"
 
 
 def test_unknown_properties_and_message_types_parse_for_the_hub_to_ignore() -> None:

@@ -63,6 +63,25 @@ class HubProtocol(Protocol):
     def sequence(self, sequence_id: int) -> Frame: ...
 
 
+# How deeply a client's message may nest (ASP.NET's System.Text.Json default): deeper is
+# a protocol error for that connection, found without recursion, never a crash.
+MAX_DEPTH = 64
+TOO_DEEP = f"The maximum configured depth of {MAX_DEPTH} has been exceeded."
+
+
+def nested_too_deeply(value: Any) -> bool:
+    """Whether `value` nests objects and arrays deeper than MAX_DEPTH levels."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= MAX_DEPTH:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def too_big(max_size: int) -> str:
     return (
         f"The maximum message size of {max_size}B was exceeded. The message size "

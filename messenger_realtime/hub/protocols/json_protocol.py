@@ -11,7 +11,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from messenger_realtime.exceptions import ProtocolError
-from messenger_realtime.hub.protocols.base import Frame, MessageType, too_big
+from messenger_realtime.hub.protocols.base import (
+    MAX_DEPTH,
+    TOO_DEEP,
+    Frame,
+    MessageType,
+    nested_too_deeply,
+    too_big,
+)
 
 RS = "\x1e"
 
@@ -42,6 +49,8 @@ def parse_message(record: str) -> dict[str, Any]:
         message = json.loads(record)
     except ValueError as exc:
         raise ProtocolError("Error reading JSON.") from exc
+    except RecursionError:  # nesting past Python's limit: the message's fault alone
+        raise ProtocolError(TOO_DEEP) from None
     if not isinstance(message, dict):
         raise ProtocolError("Unexpected JSON Token Type. Expected a JSON Object.")
     kind = message.get("type")
@@ -59,6 +68,8 @@ def parse_message(record: str) -> dict[str, Any]:
         invocation_id = message.get("invocationId")
         if invocation_id is not None and not isinstance(invocation_id, str):
             raise ProtocolError("Expected 'invocationId' to be of type String.")
+    if len(record) > MAX_DEPTH and nested_too_deeply(message):  # shorter cannot be deeper
+        raise ProtocolError(TOO_DEEP)
     elif kind in (MessageType.ACK, MessageType.SEQUENCE):
         if "sequenceId" not in message:
             raise ProtocolError("Missing required property 'sequenceId'.")

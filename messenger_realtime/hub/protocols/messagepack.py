@@ -4,20 +4,29 @@ Spec: dotnet/aspnetcore src/SignalR/docs/specs/HubProtocol.md. Each message is a
 length (7 bits a byte, at most 5 bytes) and one MessagePack array: [type, ...] with the
 fields in the spec's order. Input may split a message across frames or POST bodies; the
 declared length is checked against MAX_MESSAGE_SIZE before anything is buffered. Output
-is one whole message per frame. Payloads are the JSON ones, with the time fields
-(contracts TIME_FIELDS) as the timestamp extension, which the official clients read as
-dates; ids stay strings. Errors use ASP.NET Core's wording.
+is one whole message per frame. Payloads are the JSON ones, with the contracts' declared
+time fields (contracts/base.py TIME_FIELDS, at their declared places) as the timestamp
+extension, which the official clients read as dates; ids stay strings, and user content
+(`fileMeta`, bodies) goes out untouched, whatever its keys are called. Errors use ASP.NET
+Core's wording.
 """
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import msgpack
 
-from messenger_realtime.contracts.base import TIME_FIELDS
+from messenger_realtime.contracts.base import TIME_FIELDS, TIMED_OBJECTS
 from messenger_realtime.exceptions import ProtocolError
-from messenger_realtime.hub.protocols.base import Frame, MessageType, too_big
+from messenger_realtime.hub.protocols.base import (
+    MAX_DEPTH,
+    TOO_DEEP,
+    Frame,
+    MessageType,
+    nested_too_deeply,
+    too_big,
+)
 
 MAX_LENGTH_BYTES = 5
 _EMPTY_HEADERS: dict[str, str] = {}
@@ -37,27 +46,45 @@ def _pack(message: list[Any]) -> bytes:
     return frame(msgpack.packb(message, use_bin_type=True, datetime=True))
 
 
-def _dates(value: Any) -> Any:
-    """The payload with its time fields as aware datetimes (packed as timestamps)."""
-    if isinstance(value, dict):
-        return {
-            k: datetime.fromisoformat(v) if k in TIME_FIELDS and isinstance(v, str) else _dates(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_dates(v) for v in value]
-    return value
+def _time(value: Any) -> Any:
+    """A declared time field's ISO text as an aware datetime (packed as a timestamp).
+    The contracts always write aware times; anything else stays as it is rather than
+    fail the frame."""
+    if not isinstance(value, str):
+        return value
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _dates(payload: Any) -> Any:
+    """An event payload with its declared time fields converted, and nothing else."""
+    if not isinstance(payload, dict):
+        return payload
+    converted = {}
+    for key, value in payload.items():
+        if key in TIME_FIELDS:
+            value = _time(value)
+        elif key in TIMED_OBJECTS and isinstance(value, dict):
+            value = {k: _time(v) if k in TIME_FIELDS else v for k, v in value.items()}
+        converted[key] = value
+    return converted
 
 
 def invocation(target: str, arguments: list[Any]) -> bytes:
     """A server-to-client event: [1, headers, nil, target, arguments, streamIds]."""
-    return _pack([MessageType.INVOCATION, _EMPTY_HEADERS, None, target, _dates(arguments), []])
+    return _pack(
+        [MessageType.INVOCATION, _EMPTY_HEADERS, None, target, [_dates(a) for a in arguments], []]
+    )
 
 
 def completion(invocation_id: str, *, result: Any = None, error: str | None = None) -> bytes:
     if error is not None:
         return _pack([MessageType.COMPLETION, _EMPTY_HEADERS, invocation_id, 1, error])
-    return _pack([MessageType.COMPLETION, _EMPTY_HEADERS, invocation_id, 3, _dates(result)])
+    # A result is the hub's own (not an event payload): nothing in it is converted.
+    return _pack([MessageType.COMPLETION, _EMPTY_HEADERS, invocation_id, 3, result])
 
 
 def close(error: str | None = None, *, allow_reconnect: bool = False) -> bytes:
@@ -133,6 +160,8 @@ def parse_body(body: bytes) -> dict[str, Any]:
         items = msgpack.unpackb(body, raw=False, timestamp=3, strict_map_key=False)
     except (ValueError, msgpack.UnpackException) as exc:  # ExtraData, FormatError, UTF-8...
         raise ProtocolError(f"Invalid MessagePack data ({type(exc).__name__}).") from exc
+    if len(body) > MAX_DEPTH and nested_too_deeply(items):  # shorter cannot be deeper
+        raise ProtocolError(TOO_DEEP)
     if not isinstance(items, list) or not items or not _is_int(items[0]):
         raise ProtocolError("Reading 'messageType' as Int32 failed.")
     kind = items[0]

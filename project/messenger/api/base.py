@@ -1,5 +1,6 @@
 """A small JSON layer for the REST API: auth, body parsing, errors as 4xx with a reason."""
 
+import dataclasses
 import functools
 import json
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
 from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.contracts import content
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub.auth import authenticate, bearer_token
 
@@ -61,16 +63,47 @@ def caller(request: HttpRequest) -> UUID:
 
 
 def body(request: HttpRequest) -> dict[str, Any]:
+    """The request's JSON object, refused (400 naming the field) unless every value in
+    it is one the database stores and both hub protocols carry exactly (integers within
+    ±(2^53 - 1), no NaN or Infinity, bounded nesting and strings: contracts/content.py)."""
     if not request.body:
         return {}
     try:
-        data = json.loads(request.body)
-    except ValueError as exc:
+        data = json.loads(request.body, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise BadRequest("the body is nested too deeply") from None
+    except ValueError as exc:  # (a refused constant is a BadRequest already)
         raise BadRequest("the body is not valid JSON") from exc
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
     refuse_unstorable(data)
+    check_content(data, "", body_limits())
     return data
+
+
+def _refuse_constant(name: str) -> Any:
+    """json.loads reads NaN, Infinity and -Infinity, which JSON does not have."""
+    raise BadRequest(f"the body must not contain {name} (JSON has no such number)")
+
+
+def content_limits() -> content.ContentLimits:
+    """What a user-content field (`fileMeta`) may hold: the hub's CONTENT_MAX_* settings."""
+    return content.api_limits(load_hub_options())
+
+
+def body_limits() -> content.ContentLimits:
+    """The whole body: a content field one level down; how many ids a list holds and
+    how long a text field is are each field's own rule (its view or use case)."""
+    limits = content_limits()
+    return dataclasses.replace(content.WIRE_LIMITS, max_depth=limits.max_depth + 1)
+
+
+def check_content(value: Any, field: str, limits: content.ContentLimits) -> None:
+    """Refuse (400 naming the field) a value past `limits` or the wire's rule."""
+    try:
+        content.check(value, field, limits)
+    except content.ContentError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def _unstorable(text: str) -> bool:
@@ -80,17 +113,22 @@ def _unstorable(text: str) -> bool:
 
 def refuse_unstorable(value: Any, field: str = "") -> None:
     """Refuse any string (key or value, at any depth) the database cannot store, naming
-    its field (`fileMeta.name`, `memberIds[0]`), before a use case sees it."""
-    if isinstance(value, str) and _unstorable(value):
-        raise BadRequest(f"{field} must not contain NUL or unpaired surrogate characters")
-    items = value.items() if isinstance(value, dict) else ()
-    for key, item in items:
-        name = f"{field}.{key}" if field else str(key)
-        if _unstorable(str(key)):
-            raise BadRequest(f"{field or 'the body'} has a key with NUL or unpaired surrogates")
-        refuse_unstorable(item, name)
-    for index, item in enumerate(value if isinstance(value, list) else ()):
-        refuse_unstorable(item, f"{field}[{index}]")
+    its field (`fileMeta.name`, `memberIds[0]`), before a use case sees it. Iterative:
+    no nesting makes it recurse."""
+    stack = [(value, field)]
+    while stack:
+        item, name = stack.pop()
+        if isinstance(item, str) and _unstorable(item):
+            raise BadRequest(f"{name} must not contain NUL or unpaired surrogate characters")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if _unstorable(str(key)):
+                    raise BadRequest(
+                        f"{name or 'the body'} has a key with NUL or unpaired surrogates"
+                    )
+                stack.append((child, f"{name}.{key}" if name else str(key)))
+        elif isinstance(item, list):
+            stack.extend((child, f"{name}[{i}]") for i, child in enumerate(item))
 
 
 def path_ids(kwargs: dict[str, Any]) -> dict[str, Any]:

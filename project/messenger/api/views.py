@@ -12,7 +12,16 @@ from django.http import HttpRequest, HttpResponse
 from .. import services
 from ..models import Chat, Message, Participant
 from . import serializers
-from .base import BadRequest, body, endpoint, int_of, text_of, uuid_of
+from .base import (
+    BadRequest,
+    body,
+    check_content,
+    content_limits,
+    endpoint,
+    int_of,
+    text_of,
+    uuid_of,
+)
 
 MAX_PAGE = 200
 
@@ -71,6 +80,8 @@ def list_messages(user: UUID, request: HttpRequest, chat_id: UUID) -> Any:
 def post_message(user: UUID, request: HttpRequest, chat_id: UUID) -> Any:
     data = body(request)
     file_meta = data.get("fileMeta")
+    if file_meta is not None:  # the user's own structure: bounded, whatever its shape
+        check_content(file_meta, "fileMeta", content_limits())
     message = services.post_message(
         user,
         chat_id,

@@ -8,6 +8,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from messenger_realtime import outbox
+from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.outbox.enums import RealtimeDispatchKind
 
 from ..models import Chat, Message
@@ -15,21 +16,22 @@ from .chats import active_participant
 from .errors import Forbidden, InvalidInput, NotFound
 
 EDIT_WINDOW = timedelta(seconds=60)
-MAX_BODY = 10_000
 
 
 def _content(kind: str, body: str, file_meta: Any, card_text: str) -> dict[str, Any]:
+    # A body or a card's text: at most CONTENT_MAX_STRING characters (docs/api.md).
+    max_body = load_hub_options().content_max_string
     if kind == Message.Kind.TEXT:
-        if not body.strip() or len(body) > MAX_BODY:
-            raise InvalidInput(f"body must be 1-{MAX_BODY} characters")
+        if not body.strip() or len(body) > max_body:
+            raise InvalidInput(f"body must be 1-{max_body} characters")
         return {"body": body}
     if kind == Message.Kind.FILE:
         if not isinstance(file_meta, dict) or not file_meta.get("name"):
             raise InvalidInput("fileMeta must be an object with at least a name")
         return {"file_meta": file_meta}
     if kind == Message.Kind.CARD:
-        if not card_text.strip() or len(card_text) > MAX_BODY:
-            raise InvalidInput(f"cardText must be 1-{MAX_BODY} characters")
+        if not card_text.strip() or len(card_text) > max_body:
+            raise InvalidInput(f"cardText must be 1-{max_body} characters")
         return {"card_text": card_text}
     raise InvalidInput(f"kind must be one of {', '.join(Message.Kind.values)}")
 
