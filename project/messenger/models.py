@@ -6,7 +6,7 @@ The pluggable realtime app never imports these; it reads them through the domain
 
 from django.contrib.auth.models import AbstractUser
 from django.db import models
-from django.db.models.functions import Now
+from django.db.models.functions import Greatest, Least, Now
 
 from messenger_realtime.uuid7 import uuid7
 
@@ -76,9 +76,19 @@ class Message(models.Model):
     sent_at = models.DateTimeField(db_default=Now())
     edited_at = models.DateTimeField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # The sender's own id for the send (a UUID its client made): a retry with the same id
+    # returns this message instead of posting a second one. Kept as long as the message.
+    client_message_id = models.UUIDField(null=True, blank=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["chat", "seq"], name="uq_message_chat_seq")]
+        constraints = [
+            models.UniqueConstraint(fields=["chat", "seq"], name="uq_message_chat_seq"),
+            models.UniqueConstraint(
+                fields=["sender", "client_message_id"],
+                condition=models.Q(client_message_id__isnull=False),
+                name="uq_message_sender_client_id",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"message {self.seq} of {self.chat_id}"
@@ -118,6 +128,18 @@ class Contact(models.Model):
     removed_by = models.ForeignKey(User, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            # One live contact or request per pair, whoever asked: concurrent requests
+            # cannot both insert (the loser's INSERT fails; the use case answers 409).
+            models.UniqueConstraint(
+                Least("requester", "addressee"),
+                Greatest("requester", "addressee"),
+                condition=models.Q(status__in=["Pending", "Accepted"]),
+                name="uq_contact_live_pair",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.requester_id} -> {self.addressee_id} ({self.status})"

@@ -77,7 +77,7 @@ def test_a_removed_participant_receives_nothing_more_of_the_chat(
     hub: Hub, transport: str, messagepack: bool, name: str
 ) -> None:
     alice, bob = UserFactory(), UserFactory()
-    chat = services.create_chat(alice.id, [bob.id])
+    chat = services.create_chat(alice.id, [bob.id], title="team")  # a direct one keeps its two
     marker_chat = services.create_chat(alice.id, [bob.id], title="marker")
     client = client_for(hub, bob, transport, messagepack)
     try:

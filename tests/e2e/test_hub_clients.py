@@ -97,7 +97,8 @@ def test_a_non_participant_receives_nothing_of_the_chat(clients: Any) -> None:
 
 
 def test_a_removed_participant_receives_nothing_sent_after_the_removal(clients: Any) -> None:
-    alice, bob, chat = conversation()
+    alice, bob, _direct = conversation()
+    chat = services.create_chat(alice.id, [bob.id], title="team")  # a direct one keeps its two
     marker_chat = services.create_chat(alice.id, [bob.id], title="marker")
     client = clients(bob)
     assert_receives(client, alice, chat, "before removal")

@@ -120,7 +120,7 @@ def test_an_unexpected_failure_under_the_api_is_a_json_500_without_details(
     def explode(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("secret detail")
 
-    monkeypatch.setattr("project.messenger.services.post_message", explode)
+    monkeypatch.setattr("project.messenger.services.messages.post_once", explode)
     response = client.post(
         f"/api/chats/{chat.id}/messages", json.dumps({"body": "x"}), "application/json"
     )

@@ -137,7 +137,7 @@ def test_an_event_read_after_a_removal_is_dropped_after_one_membership_read(
     monkeypatch: pytest.MonkeyPatch, redis_url: str
 ) -> None:
     alice, bob = UserFactory(), UserFactory()
-    chat = services.create_chat(alice.id, [bob.id])
+    chat = services.create_chat(alice.id, [bob.id], title="team")  # a direct chat keeps its two
     held = HostDomainPort().active_chats(bob.id)
     port = CountingPort()
     monkeypatch.setattr("messenger_realtime.hub.groups.get_domain_port", lambda: port)

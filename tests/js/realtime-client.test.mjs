@@ -111,3 +111,33 @@ test("after a reconnect every open chat is resynced", async () => {
   assert.deepEqual(client.timeline(CHAT).messages().map((m) => m.seq), [1, 2, 3]);
   assert.deepEqual(states, ["connecting", "connected", "reconnecting", "connected"]);
 });
+
+test("a send that got no answer is tried again with the same clientMessageId", async () => {
+  const bodies = [];
+  let failures = 1;
+  const fetchImpl = async (url, init) => {
+    bodies.push(JSON.parse(init.body));
+    if (failures-- > 0) throw new TypeError("network down"); // as fetch() does offline
+    return { ok: true, status: 201, json: async () => ({ ...msg(1), body: "hi" }) };
+  };
+  const client = new RealtimeClient({ signalR: fakeSignalR(new FakeConnection()), getToken: () => "t", fetchImpl });
+  const sent = await client.send(CHAT, "hi");
+  assert.equal(sent.messageId, "m1");
+  assert.equal(bodies.length, 2);
+  assert.match(bodies[0].clientMessageId, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  assert.equal(bodies[1].clientMessageId, bodies[0].clientMessageId);
+  const other = [];
+  await client.send(CHAT, "again", {}).then(() => other.push(bodies.at(-1).clientMessageId));
+  assert.notEqual(other[0], bodies[0].clientMessageId); // a new send, a new id
+});
+
+test("a send the server refused is not retried", async () => {
+  let calls = 0;
+  const fetchImpl = async () => {
+    calls += 1;
+    return { ok: false, status: 403, json: async () => ({ error: "blocked" }) };
+  };
+  const client = new RealtimeClient({ signalR: fakeSignalR(new FakeConnection()), getToken: () => "t", fetchImpl });
+  await assert.rejects(client.send(CHAT, "hi"), /blocked/);
+  assert.equal(calls, 1);
+});

@@ -71,6 +71,24 @@ const OTHER_EVENTS = [
 ];
 
 /** Keeps one user's open chats in sync; dispatches "messages", "state" and hub events. */
+/** A request that got no answer (fetch itself failed): it may or may not have happened. */
+export class NetworkError extends Error {
+  constructor(cause) {
+    super(`no answer from the server (${cause?.message ?? cause})`);
+    this.cause = cause;
+  }
+}
+
+/** A random UUID (v4) for a send's clientMessageId. */
+function newId() {
+  if (globalThis.crypto?.randomUUID) return globalThis.crypto.randomUUID();
+  const bytes = globalThis.crypto.getRandomValues(new Uint8Array(16));
+  bytes[6] = (bytes[6] & 0x0f) | 0x40;
+  bytes[8] = (bytes[8] & 0x3f) | 0x80;
+  const hex = [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
 export class RealtimeClient extends EventTarget {
   constructor({ signalR, hubUrl = "/hubs/messenger", apiBase = "", getToken, fetchImpl }) {
     super();
@@ -152,10 +170,22 @@ export class RealtimeClient extends EventTarget {
     if (timeline.hasGap()) this.resync(payload.chatId); // something before it was missed
   }
 
-  async send(chatId, body) {
-    const message = await this.api("POST", `/api/chats/${chatId}/messages`, { body });
-    this.receive(message);
-    return message;
+  /**
+   * Post a message. Every send carries a clientMessageId of its own, and a send whose
+   * request failed on the way (no answer: a dropped network, a timeout) is tried again
+   * with the same id, up to `attempts` times: the server then returns the first message
+   * instead of posting a second (docs/api.md).
+   */
+  async send(chatId, body, { clientMessageId = newId(), attempts = 3 } = {}) {
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        const message = await this.api("POST", `/api/chats/${chatId}/messages`, { body, clientMessageId });
+        this.receive(message);
+        return message;
+      } catch (error) {
+        if (!(error instanceof NetworkError) || attempt >= attempts) throw error;
+      }
+    }
   }
 
   async edit(chatId, messageId, body) {
@@ -169,11 +199,17 @@ export class RealtimeClient extends EventTarget {
   }
 
   async api(method, path, body) {
-    const response = await this.fetch(this.apiBase + path, {
-      method,
-      headers: { Authorization: `Bearer ${await this.getToken()}`, "Content-Type": "application/json" },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
+    const headers = { Authorization: `Bearer ${await this.getToken()}`, "Content-Type": "application/json" };
+    let response;
+    try {
+      response = await this.fetch(this.apiBase + path, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    } catch (error) {
+      throw new NetworkError(error); // no answer: the request may or may not have happened
+    }
     if (response.status === 204) return null;
     const data = await response.json();
     if (!response.ok) throw new Error(data.error || `HTTP ${response.status}`);

@@ -18,6 +18,7 @@ def message(m: Message) -> dict[str, Any]:
         "sentAt": iso(m.sent_at),
         "editedAt": iso(m.edited_at),
         "deletedAt": iso(m.deleted_at),
+        "clientMessageId": str(m.client_message_id) if m.client_message_id else None,
     }
     if m.deleted_at is None:
         data.update(body=m.body, fileMeta=m.file_meta, cardText=m.card_text)

@@ -82,15 +82,18 @@ def post_message(user: UUID, request: HttpRequest, chat_id: UUID) -> Any:
     file_meta = data.get("fileMeta")
     if file_meta is not None:  # the user's own structure: bounded, whatever its shape
         check_content(file_meta, "fileMeta", content_limits())
-    message = services.post_message(
+    client_id = data.get("clientMessageId")
+    message, posted = services.messages.post_once(
         user,
         chat_id,
         text_of(data, "body", ""),
         kind=text_of(data, "kind", "Text"),
         file_meta=file_meta,
         card_text=text_of(data, "cardText", ""),
+        client_message_id=None if client_id is None else uuid_of(data, "clientMessageId"),
     )
-    return 201, serializers.message(message)
+    # A retry of a send that already happened: the first message, as it is now.
+    return (201 if posted else 200), serializers.message(message)
 
 
 def edit_message(user: UUID, request: HttpRequest, chat_id: UUID, message_id: UUID) -> Any:

@@ -15,6 +15,7 @@ from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTarget
 from messenger_realtime.uuid7 import uuid7
 
 from ..models import CallParticipant, CallSession, Chat, Participant
+from .blocking import refuse_if_blocked
 from .chats import active_participant
 from .errors import Conflict, Forbidden, InvalidInput, NotFound
 
@@ -84,6 +85,7 @@ def start_call(caller_id: UUID, chat_id: UUID) -> CallSession:
         )
         if chat.kind != Chat.Kind.DIRECT or len(others) != 1:
             raise InvalidInput("1:1 calls happen in a direct chat; use a conference here")
+        refuse_if_blocked(caller_id, others, "a call to them")
         no_live_call(chat_id)
         call = CallSession.objects.create(
             session_kind=CallSession.Kind.DIRECT,

@@ -13,9 +13,11 @@ from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTarget
 from messenger_realtime.transport.control import membership_changed
 
 from ..models import Chat, ChatEvent, Participant, User
-from .errors import InvalidInput, NotFound
+from .blocking import refuse_if_blocked
+from .errors import Conflict, InvalidInput, NotFound
 
 MAX_TITLE = 200
+DIRECT_IS_TWO = "a direct chat has exactly its two members; start a group chat instead"
 
 
 def active_participant(chat_id: UUID, user_id: UUID) -> Participant:
@@ -67,6 +69,13 @@ def _membership_changed(chat_id: UUID) -> None:
     Chat.objects.filter(id=chat_id).update(membership_version=F("membership_version") + 1)
 
 
+def _direct(chat_id: UUID) -> bool:
+    """Whether the chat is a direct one, read under its row lock: its kind and members
+    are then settled for the rest of the transaction."""
+    kind = Chat.objects.select_for_update().values_list("kind", flat=True).get(id=chat_id)
+    return bool(kind == Chat.Kind.DIRECT)
+
+
 def _existing_users(user_ids: Iterable[UUID]) -> list[UUID]:
     wanted = list(dict.fromkeys(user_ids))
     found = set(User.objects.filter(id__in=wanted, is_active=True).values_list("id", flat=True))
@@ -83,6 +92,7 @@ def create_chat(creator_id: UUID, member_ids: Iterable[UUID], title: str = "") -
     if len(members) < 2:
         raise InvalidInput("a chat needs at least one other member")
     kind = Chat.Kind.DIRECT if len(members) == 2 and not title else Chat.Kind.GROUP
+    refuse_if_blocked(creator_id, members, "a chat with them")
     with transaction.atomic():
         chat = Chat.objects.create(title=title, kind=kind)
         Participant.objects.bulk_create([Participant(chat=chat, user_id=uid) for uid in members])
@@ -96,7 +106,10 @@ def rename_chat(actor_id: UUID, chat_id: UUID, title: str) -> Chat:
         raise InvalidInput(f"title must be 1-{MAX_TITLE} characters")
     with transaction.atomic():
         active_participant(chat_id, actor_id)
-        Chat.objects.filter(id=chat_id).update(title=title, kind=Chat.Kind.GROUP, updated_at=Now())
+        # A direct chat stays the two people's: a title would not make it a group.
+        if _direct(chat_id):
+            raise Conflict("a direct chat has no title; start a group chat instead")
+        Chat.objects.filter(id=chat_id).update(title=title, updated_at=Now())
         chat = Chat.objects.get(id=chat_id)
         _chat_updated(chat_id, ChatEvent.Kind.TITLE_CHANGED, actor_id, title=title)
     return chat
@@ -106,6 +119,9 @@ def add_participant(actor_id: UUID, chat_id: UUID, user_id: UUID) -> Participant
     _existing_users([user_id])
     with transaction.atomic():
         active_participant(chat_id, actor_id)
+        if _direct(chat_id):
+            raise Conflict(DIRECT_IS_TWO)
+        refuse_if_blocked(actor_id, [user_id], "adding them to a chat")
         participant, _ = Participant.objects.update_or_create(
             chat_id=chat_id, user_id=user_id, defaults={"is_active": True}
         )
@@ -124,6 +140,8 @@ def add_participant(actor_id: UUID, chat_id: UUID, user_id: UUID) -> Participant
 def remove_participant(actor_id: UUID, chat_id: UUID, user_id: UUID) -> None:
     with transaction.atomic():
         active_participant(chat_id, actor_id)
+        if _direct(chat_id):
+            raise Conflict(DIRECT_IS_TWO)
         removed = Participant.objects.filter(
             chat_id=chat_id, user_id=user_id, is_active=True
         ).update(is_active=False)

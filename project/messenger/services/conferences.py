@@ -10,6 +10,7 @@ from messenger_realtime.outbox.enums import RealtimeDispatchKind
 from messenger_realtime.uuid7 import uuid7
 
 from ..models import CallParticipant, CallSession, Participant, Recording
+from .blocking import refuse_if_blocked
 from .calls import media_event, no_live_call, require_status, session_of
 from .chats import active_participant
 from .errors import Conflict, InvalidInput, NotFound
@@ -50,6 +51,7 @@ def invite(user_id: UUID, call_id: UUID, invitee_id: UUID) -> CallSession:
             chat_id=call.chat_id, user_id=invitee_id, is_active=True
         ).exists():
             raise InvalidInput("the invitee is not a member of this chat")
+        refuse_if_blocked(user_id, [invitee_id], "an invitation to them")
         CallSession.objects.filter(id=call.id).update(invited_user_id=invitee_id)
         call.refresh_from_db()
         media_event(call, RealtimeDispatchKind.CONFERENCE_INVITED, call.id)

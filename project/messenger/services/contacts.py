@@ -2,7 +2,7 @@
 
 from uuid import UUID
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
@@ -11,6 +11,8 @@ from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTarget
 
 from ..models import BlacklistEntry, Contact, User
 from .errors import Conflict, Forbidden, InvalidInput, NotFound
+
+ALREADY = "a contact or request already exists"
 
 
 def _user(user_id: UUID) -> User:
@@ -37,8 +39,14 @@ def request_contact(requester_id: UUID, addressee_id: UUID) -> Contact:
             status__in=[Contact.Status.PENDING, Contact.Status.ACCEPTED],
         )
         if live.exists():
-            raise Conflict("a contact or request already exists")
-        contact = Contact.objects.create(requester_id=requester_id, addressee_id=addressee_id)
+            raise Conflict(ALREADY)
+        try:
+            with transaction.atomic():  # a savepoint: a lost race leaves the rest usable
+                contact = Contact.objects.create(
+                    requester_id=requester_id, addressee_id=addressee_id
+                )
+        except IntegrityError as exc:  # uq_contact_live_pair: a concurrent request won
+            raise Conflict(ALREADY) from exc
         if not _blocked(addressee_id, requester_id):  # a blocked requester stays unheard
             outbox.enqueue(
                 RealtimeDispatchKind.CONTACT_REQUEST_RECEIVED,

@@ -4,16 +4,17 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
 from messenger_realtime import outbox
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.outbox.enums import RealtimeDispatchKind
 
-from ..models import Chat, Message
+from ..models import Chat, Message, Participant
+from .blocking import refuse_if_blocked
 from .chats import active_participant
-from .errors import Forbidden, InvalidInput, NotFound
+from .errors import Conflict, Forbidden, InvalidInput, NotFound
 
 EDIT_WINDOW = timedelta(seconds=60)
 
@@ -36,6 +37,11 @@ def _content(kind: str, body: str, file_meta: Any, card_text: str) -> dict[str, 
     raise InvalidInput(f"kind must be one of {', '.join(Message.Kind.values)}")
 
 
+def _members(chat_id: UUID) -> list[UUID]:
+    rows = Participant.objects.filter(chat_id=chat_id, is_active=True)
+    return list(rows.values_list("user_id", flat=True))
+
+
 def post_message(
     sender_id: UUID,
     chat_id: UUID,
@@ -44,24 +50,75 @@ def post_message(
     kind: str = "Text",
     file_meta: Any = None,
     card_text: str = "",
+    client_message_id: UUID | None = None,
 ) -> Message:
+    """Post a message (see post_once for what a client_message_id does)."""
+    message, _ = post_once(
+        sender_id,
+        chat_id,
+        body,
+        kind=kind,
+        file_meta=file_meta,
+        card_text=card_text,
+        client_message_id=client_message_id,
+    )
+    return message
+
+
+def post_once(
+    sender_id: UUID,
+    chat_id: UUID,
+    body: str = "",
+    *,
+    kind: str = "Text",
+    file_meta: Any = None,
+    card_text: str = "",
+    client_message_id: UUID | None = None,
+) -> tuple[Message, bool]:
+    """(the message, whether this call posted it). With a client_message_id the sender
+    already used, nothing is written and the first message comes back, also when the
+    retries race: they queue on the chat's row lock, and each reads after the one before
+    it committed. The same id for another chat is a Conflict."""
     content = _content(kind, body, file_meta, card_text)
     with transaction.atomic():
         active_participant(chat_id, sender_id)
         # The chat row lock serialises senders of one chat: Seq is gapless and ordered.
         chat = Chat.objects.select_for_update().get(id=chat_id)
+        if client_message_id is not None:
+            sent = Message.objects.filter(
+                sender_id=sender_id, client_message_id=client_message_id
+            ).first()
+            if sent is not None and sent.chat_id == chat_id:
+                return sent, False
+            if sent is not None:
+                raise Conflict("clientMessageId was already used for a message in another chat")
+        if chat.kind == Chat.Kind.DIRECT:
+            refuse_if_blocked(sender_id, _members(chat_id), "a message to them")
         chat.last_seq += 1
         chat.save(update_fields=["last_seq"])
-        message = Message.objects.create(
-            chat=chat, seq=chat.last_seq, sender_id=sender_id, kind=kind, **content
-        )
+        try:
+            with transaction.atomic():  # a savepoint: the constraint may refuse the insert
+                message = Message.objects.create(
+                    chat=chat,
+                    seq=chat.last_seq,
+                    sender_id=sender_id,
+                    kind=kind,
+                    client_message_id=client_message_id,
+                    **content,
+                )
+        except IntegrityError as exc:
+            # uq_message_sender_client_id: the same id raced in through another chat
+            # (each holds its own chat's lock); the one that lost writes nothing.
+            raise Conflict(
+                "clientMessageId was already used for a message in another chat"
+            ) from exc
         outbox.enqueue(
             RealtimeDispatchKind.MESSAGE_RECEIVED,
             chat_id=chat_id,
             message_id=message.id,
             seq=message.seq,
         )
-    return message
+    return message, True
 
 
 def _own_message(sender_id: UUID, chat_id: UUID, message_id: UUID) -> Message:
