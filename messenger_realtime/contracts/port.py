@@ -121,6 +121,19 @@ class RecordingView:
 Ids = Collection[UUID]
 
 
+@dataclass(frozen=True)
+class UserStanding:
+    """Whether a user may connect, and since when their credentials hold.
+
+    active: a known, active user; revoked_at: unix time before which every credential
+    issued to them (a token's `iat`, a Django session's login) is refused: set when they
+    are deactivated, change their password or log out everywhere. None: never revoked.
+    """
+
+    active: bool
+    revoked_at: float | None = None
+
+
 class DomainPort(abc.ABC):
     """What the realtime app reads. Batch methods return only the ids that exist."""
 
@@ -140,6 +153,11 @@ class DomainPort(abc.ABC):
     @abc.abstractmethod
     def user_exists(self, user_id: UUID) -> bool:
         """Whether a token's subject is a known, active user."""
+
+    def user_standing(self, user_id: UUID) -> UserStanding:
+        """The user's standing, read in one go at every negotiate, upgrade and REST call.
+        A host that can revoke credentials overrides it; this default never does."""
+        return UserStanding(self.user_exists(user_id))
 
     @abc.abstractmethod
     def messages(self, ids: Ids) -> Mapping[UUID, MessageView]: ...

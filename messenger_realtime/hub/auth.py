@@ -24,14 +24,16 @@ _CONNECTION_SALT = "messenger_realtime.hub.connection"
 
 
 def mint_access_token(user_id: UUID, options: HubOptions, lifetime: float | None = None) -> str:
-    """An HS256 JWT for a user (the `realtime_token` command and tests)."""
-    now = int(time.time())
+    """An HS256 JWT for a user (the `realtime_token` command and tests). `iat` to the
+    millisecond, so a token minted just after a revocation is not mistaken for one
+    from before it."""
+    now = time.time()
     claims = {
         "sub": str(user_id),
         "iss": options.jwt_issuer,
         "aud": options.jwt_audience,
-        "iat": now,
-        "exp": now + int(lifetime if lifetime is not None else options.jwt_lifetime),
+        "iat": round(now, 3),
+        "exp": int(now) + int(lifetime if lifetime is not None else options.jwt_lifetime),
     }
     return jwt.encode(claims, options.jwt_signing_key, algorithm="HS256")
 
@@ -48,6 +50,9 @@ class Identity:
     # handshake re-reads the session by it: session_holds) and out of every log.
     session: str | None = None
     session_key: str | None = field(default=None, repr=False)
+    # When the credentials were issued (a token's `iat`), for revocation; None: unknown
+    # (a session, which revocation ends through its auth hash instead).
+    issued_at: float | None = None
 
 
 def verify_access_token(token: str, options: HubOptions) -> UUID:
@@ -74,9 +79,11 @@ def read_access_token(token: str, options: HubOptions) -> Identity:
         raise InvalidToken("token issuer is not accepted") from exc
     except jwt.InvalidTokenError as exc:
         raise InvalidToken(f"invalid token ({type(exc).__name__})") from exc
+    issued = claims.get("iat")
     try:
-        return Identity(UUID(str(claims["sub"])), float(claims["exp"]))
-    except ValueError as exc:
+        issued_at = float(issued) if issued is not None else None
+        return Identity(UUID(str(claims["sub"])), float(claims["exp"]), issued_at=issued_at)
+    except (TypeError, ValueError) as exc:
         raise InvalidToken("token subject is not a user id") from exc
 
 
@@ -165,8 +172,16 @@ def identify(
         identity = Identity(UUID(str(session_user.pk)), session_expiry(session), digest, key)
     else:
         raise InvalidToken("no credentials")
-    if lookup and not get_domain_port().user_exists(identity.user_id):
-        raise InvalidToken("unknown user")
+    if lookup:
+        standing = get_domain_port().user_standing(identity.user_id)
+        if not standing.active:
+            raise InvalidToken("unknown user")
+        if (
+            standing.revoked_at is not None
+            and token is not None
+            and (identity.issued_at is None or identity.issued_at < standing.revoked_at)
+        ):
+            raise InvalidToken("token revoked; sign in again")
     return identity
 
 

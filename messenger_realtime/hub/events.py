@@ -18,6 +18,7 @@ from messenger_realtime.ops import metrics
 logger = logging.getLogger(__name__)
 OVERRUN = "events dropped (channel layer overrun)"
 SESSION_ENDED = "session ended (logout)"
+REVOKED = "credentials revoked"
 EVENT_TYPE = "realtime.event"  # transport/publisher.py's dispatcher events
 _FRAMES = "_frames"  # a message's frames by protocol name, filled in by the first connection
 
@@ -119,22 +120,28 @@ class EventHandlers:
         if self.session is not None and message.get("session") == self.session:
             await self.end_session()
 
+    async def realtime_revoked(self, message: dict[str, Any]) -> None:
+        """The user was deactivated or deleted, or their credentials revoked
+        (control.credentials_revoked): Close for good, whatever the credentials."""
+        await self.end_session(REVOKED, metric="revoked")
+
     async def _session_holds(self) -> bool:
         """Whether the Django session this connection came with (if any) still exists and
         is still its user's."""
         key = self.session_key
         return key is None or await database_sync_to_async(session_holds)(key, self.user_id)
 
-    async def end_session(self) -> None:
-        """Its Django session ended (logout): Close saying so, without allowReconnect (a
-        reconnect could only be refused; the official clients then stop for good)."""
+    async def end_session(self, reason: str = SESSION_ENDED, *, metric: str = "logout") -> None:
+        """Its Django session ended (logout), or its credentials were revoked: Close
+        saying so, without allowReconnect (a reconnect could only be refused; the
+        official clients then stop for good)."""
         if self.closing:
             return
         self.closing = True
-        metrics.hub_forced_closes.labels(reason="logout").inc()
-        logger.info("hub connection closed", extra={**self._ids(), "reason": SESSION_ENDED})
+        metrics.hub_forced_closes.labels(reason=metric).inc()
+        logger.info("hub connection closed", extra={**self._ids(), "reason": reason})
         close = self.protocol.close if self.protocol else protocols.JsonProtocol.close
-        await self._send_close(close(f"Connection closed with an error. {SESSION_ENDED}"))
+        await self._send_close(close(f"Connection closed with an error. {reason}"))
         await self._finish()
 
     async def realtime_overrun(self, message: dict[str, Any]) -> None:

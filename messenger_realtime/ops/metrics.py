@@ -80,7 +80,8 @@ hub_forced_closes = Counter(
     "Hub connections the server closed, by reason: with allowReconnect, expired (token or "
     "session), send_buffer (over SEND_BUFFER_LIMIT), overrun (events were dropped), "
     "replay_buffer (a dropped stateful connection's unacked events passed "
-    "STATEFUL_RECONNECT_BUFFER_SIZE); without, logout (its Django session ended).",
+    "STATEFUL_RECONNECT_BUFFER_SIZE); without, logout (its Django session ended), revoked "
+    "(its user deactivated, deleted or logged out everywhere).",
     ["reason"],
 )
 hub_resumes = Counter(

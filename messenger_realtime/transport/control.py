@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 MEMBERSHIP_EVENT = "realtime.membership"
 DISCONNECT_EVENT = "realtime.disconnect"
 SESSION_ENDED_EVENT = "realtime.session_ended"
+REVOKED_EVENT = "realtime.revoked"
 
 
 def membership_changed(*user_ids: UUID, using: str = "default") -> None:
@@ -58,6 +59,32 @@ def disconnect_user(user_id: UUID) -> None:
     async_to_sync(layer.group_send)(
         layer_group(HubTarget.user(user_id)), {"type": DISCONNECT_EVENT}
     )
+
+
+def credentials_revoked(user_id: UUID, using: str = "default") -> None:
+    """After the current transaction commits (at once outside one), close every hub
+    connection of the user, in every Daphne process, for good (no allowReconnect): the
+    user was deactivated or deleted, or their credentials were revoked, so a reconnect
+    would be refused. Sent before anything committed after the revocation can be pushed
+    (those go through the outbox), so it reaches each process's queue ahead of them. A
+    failure is logged; the next negotiate or REST call is refused all the same."""
+
+    def send() -> None:
+        try:
+            async_to_sync(get_channel_layer().group_send)(
+                layer_group(HubTarget.user(user_id)), {"type": REVOKED_EVENT}
+            )
+        except Exception as exc:
+            logger.warning(
+                "revocation fast path failed",
+                extra={
+                    "action": "revoke",
+                    Field.USER_ID: user_id,
+                    Field.ERROR_CODE: describe_error(exc),
+                },
+            )
+
+    transaction.on_commit(send, using=using)
 
 
 def session_digest(session_key: str) -> str:

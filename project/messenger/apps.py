@@ -9,3 +9,6 @@ class MessengerConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the deploy checks)
+        from .services import revocation
+
+        revocation.connect()

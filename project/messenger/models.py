@@ -7,6 +7,7 @@ The pluggable realtime app never imports these; it reads them through the domain
 from django.contrib.auth.models import AbstractUser
 from django.db import models
 from django.db.models.functions import Greatest, Least, Now
+from django.utils.crypto import salted_hmac
 
 from messenger_realtime.uuid7 import uuid7
 
@@ -16,9 +17,23 @@ class User(AbstractUser):
 
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     display_name = models.CharField(max_length=100, blank=True)
+    # Every credential issued before this is refused (tokens by `iat`, sessions by their
+    # auth hash): set when the user is deactivated, changes their password or logs out
+    # everywhere (services/revocation.py). The hub reads it through the domain port.
+    credentials_revoked_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.display_name or self.username
+
+    def get_session_auth_hash(self) -> str:
+        """Django's (the password's HMAC), plus the revocation time: revoking ends every
+        Django session of the user, as a password change does."""
+        revoked = self.credentials_revoked_at
+        return salted_hmac(
+            "messenger.User.get_session_auth_hash",
+            f"{self.password}|{revoked.isoformat() if revoked else ''}",
+            algorithm="sha256",
+        ).hexdigest()
 
 
 class Chat(models.Model):

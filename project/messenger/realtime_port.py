@@ -19,6 +19,7 @@ from messenger_realtime.contracts.port import (
     MessageView,
     ParticipantView,
     RecordingView,
+    UserStanding,
 )
 
 from .models import (
@@ -102,6 +103,15 @@ class HostDomainPort(DomainPort):
 
     def user_exists(self, user_id: UUID) -> bool:
         return User.objects.filter(id=user_id, is_active=True).exists()
+
+    def user_standing(self, user_id: UUID) -> UserStanding:
+        # One query, whatever the answer: every negotiate and REST call reads it.
+        row = User.objects.filter(id=user_id).values_list("is_active", "credentials_revoked_at")
+        found = row.first()
+        if found is None:
+            return UserStanding(False)
+        active, revoked = found
+        return UserStanding(bool(active), revoked.timestamp() if revoked is not None else None)
 
     def messages(self, ids: Ids) -> Mapping[UUID, MessageView]:
         # The hot path (every message event): one fixed statement with one array parameter,

@@ -21,6 +21,7 @@ CHAT = "api/chats/<id:chat_id>"
 CALL = "api/calls/<id:call_id>"
 urlpatterns = [
     path("api/chats", views.chats),
+    path("api/logout-everywhere", views.logout_everywhere),
     path(CHAT, views.chat),
     path(f"{CHAT}/messages", views.messages),
     path(f"{CHAT}/messages/<id:message_id>", views.message),

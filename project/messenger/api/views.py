@@ -123,6 +123,14 @@ def remove_participant(user: UUID, request: HttpRequest, chat_id: UUID, user_id:
     return None
 
 
+def revoke_credentials(user: UUID, request: HttpRequest) -> Any:
+    """Every token and session the caller holds is refused from now on (this one too),
+    and their open hub connections close."""
+    body(request)
+    services.revocation.log_out_everywhere(user)
+    return None
+
+
 def request_contact(user: UUID, request: HttpRequest) -> Any:
     return 201, serializers.contact(
         services.request_contact(user, uuid_of(body(request), "userId"))
@@ -218,6 +226,7 @@ def stop_recording(user: UUID, request: HttpRequest, recording_id: UUID) -> Any:
 
 
 chats = endpoint(get=list_chats, post=create_chat)
+logout_everywhere = endpoint(post=revoke_credentials)
 chat = endpoint(get=get_chat, patch=rename_chat)
 messages = endpoint(get=list_messages, post=post_message)
 message = endpoint(patch=edit_message, delete=delete_message)

@@ -1,5 +1,6 @@
 """Owner use cases of the host's messenger domain (see each module)."""
 
+from . import revocation  # noqa: F401  (services.revocation, for the API)
 from .calls import (
     answer_call,
     cancel_call,
