@@ -116,6 +116,8 @@ MESSENGER_REALTIME: dict[str, object] = {
     or _dev_keys["media_jwt_signing_key"],
     "TURN_SHARED_SECRET": env.str("TURN_SHARED_SECRET", default="")
     or _dev_keys["turn_shared_secret"],
+    # Rate limit counters beside the channel layer (docs/hub.md, "Rate limits").
+    "RATE_LIMIT_REDIS_URL": REDIS_URL,
 }
 
 # channels-redis is the backplane between the worker and every Daphne process.

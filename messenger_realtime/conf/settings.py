@@ -92,6 +92,15 @@ DEFAULTS: dict[str, Any] = {
     "CONTENT_MAX_ENTRIES": 100,
     "CONTENT_MAX_KEY_LENGTH": 128,
     "CONTENT_MAX_STRING": 10_000,
+    # Per-user rate limits (hub/ratelimit.py): REST writes and hub invocations per
+    # RATE_LIMIT_WINDOW seconds (0: no limit), counted in the Redis at
+    # RATE_LIMIT_REDIS_URL ("": not counted); a connection that keeps invoking past its
+    # limit is closed after RATE_LIMIT_FLOOD refusals.
+    "RATE_LIMIT_WINDOW": 60.0,
+    "RATE_LIMIT_WRITES": 600,
+    "RATE_LIMIT_INVOCATIONS": 600,
+    "RATE_LIMIT_FLOOD": 20,
+    "RATE_LIMIT_REDIS_URL": "",
 }
 _KINDS: dict[str, type] = {
     "BATCH_SIZE": int,
@@ -121,6 +130,10 @@ _KINDS: dict[str, type] = {
     "CONTENT_MAX_ENTRIES": int,
     "CONTENT_MAX_KEY_LENGTH": int,
     "CONTENT_MAX_STRING": int,
+    "RATE_LIMIT_WRITES": int,
+    "RATE_LIMIT_INVOCATIONS": int,
+    "RATE_LIMIT_FLOOD": int,
+    "RATE_LIMIT_REDIS_URL": str,
 }  # every other key is a float (a duration in seconds, a factor or a fraction)
 ENV_PREFIX = "MESSENGER_REALTIME_"
 _BOOL_WORDS = {"true", "false", "1", "0", "yes", "no", "on", "off"}
@@ -182,6 +195,11 @@ class HubOptions:
     content_max_entries: int = 100
     content_max_key_length: int = 128
     content_max_string: int = 10_000
+    rate_limit_window: float = 60.0
+    rate_limit_writes: int = 600
+    rate_limit_invocations: int = 600
+    rate_limit_flood: int = 20
+    rate_limit_redis_url: str = ""
 
 
 def env_name(key: str) -> str:

@@ -24,6 +24,7 @@ POSITIVE_DURATIONS = (
     "HUB_BACKLOG_WAIT",
     "DISCONNECT_TIMEOUT",
     "LONG_POLL_TIMEOUT",
+    "RATE_LIMIT_WINDOW",
 )
 # Kinds a delivery deadline may drop: never a message, a receipt or any chat state change
 # (clients rebuild those from REST anyway, but a lost message event is never acceptable).
@@ -131,6 +132,14 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
     for key, bound in CONTENT_BOUNDS.items():
         ok = 1 <= values.get(key, 1) <= bound
         rule("E025", key, ok, f"must be in [1, {bound}]")
+    for key in ("RATE_LIMIT_WRITES", "RATE_LIMIT_INVOCATIONS"):
+        rule("E026", key, values.get(key, 0) >= 0, "must be >= 0 (0: no limit)")
+    rule("E026", "RATE_LIMIT_FLOOD", values.get("RATE_LIMIT_FLOOD", 1) >= 1, "must be >= 1")
+    url = str(values.get("RATE_LIMIT_REDIS_URL", ""))
+    ok = not url or url.startswith(("redis://", "rediss://", "unix://"))
+    rule(
+        "E026", "RATE_LIMIT_REDIS_URL", ok, "must be empty or a redis://, rediss:// or unix:// URL"
+    )
     _hub_transport_rules(values, rule)
     return found
 

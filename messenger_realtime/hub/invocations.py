@@ -8,7 +8,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.contracts.events import HubTarget
+from messenger_realtime.hub import ratelimit
 from messenger_realtime.hub.protocols.base import Frame, HubProtocol, MessageType
 
 logger = logging.getLogger(__name__)
@@ -17,6 +19,8 @@ logger = logging.getLogger(__name__)
 class HubInvocations:
     user_id: UUID
     protocol: HubProtocol | None
+    options: HubOptions
+    refused_invocations = 0  # invocations refused for the rate limit, on this connection
 
     if TYPE_CHECKING:  # provided by HubConnection and its mixins
 
@@ -26,6 +30,10 @@ class HubInvocations:
         async def _client_closed(self) -> None: ...
 
         async def _emit(self, frame: Frame) -> None: ...
+
+        async def _close_with_error(
+            self, reason: str, *, allow_reconnect: bool = False
+        ) -> None: ...
 
     async def _handle(self, message: dict[str, Any]) -> bool:
         """Act on one message; False when the connection was closed."""
@@ -47,6 +55,15 @@ class HubInvocations:
 
     async def _invoke(self, message: dict[str, Any]) -> None:
         target, arguments = message["target"], message.get("arguments", [])
+        refusal = await ratelimit.acheck(ratelimit.INVOCATIONS, self.user_id, self.options)
+        if refusal is not None:
+            self.refused_invocations += 1
+            if self.refused_invocations >= self.options.rate_limit_flood:
+                # It keeps going past its limit: end it (a reconnect counts on, too).
+                await self._close_with_error(f"Connection closed with an error. {refusal}")
+                return
+            await self._reply(message, error=f"{_failed(target)} HubException: {refusal}")
+            return
         method = self.hub_methods.get(target)
         if method is None:
             await self._reply(

@@ -14,11 +14,13 @@ from django.views.decorators.csrf import csrf_exempt
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts import content
 from messenger_realtime.exceptions import InvalidToken
+from messenger_realtime.hub import ratelimit
 from messenger_realtime.hub.auth import authenticate, bearer_token
 
 from ..services.errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
 
 MAX_BODY_BYTES = 64 * 1024
+WRITES = frozenset({"POST", "PATCH", "PUT", "DELETE"})  # what the writes rate limit counts
 
 
 class BadRequest(InvalidInput):
@@ -196,6 +198,12 @@ def endpoint(**methods: Handler) -> Callable[..., HttpResponse]:
             response = JsonResponse({"error": f"Unauthorized: {exc}"}, status=401)
             response["WWW-Authenticate"] = 'Bearer realm="messenger"'
             return response
+        if request.method in WRITES:
+            refusal = ratelimit.check(ratelimit.WRITES, user_id, load_hub_options())
+            if refusal is not None:
+                response = JsonResponse({"error": str(refusal)}, status=429)
+                response["Retry-After"] = str(refusal.retry_after)
+                return response
         try:
             if len(request.body) > MAX_BODY_BYTES:  # whether or not the handler reads it
                 raise BadRequest(f"request body over {MAX_BODY_BYTES} bytes")

@@ -1,0 +1,57 @@
+"""The rate limiter's store: counts per user and window in Redis, refuses past the
+limit, and lets requests through (logged) when Redis cannot be reached."""
+
+import logging
+import uuid
+
+import pytest
+
+from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.conf.validation import validate
+from messenger_realtime.hub import ratelimit
+from tests.support.runtime import run
+
+
+def test_a_user_is_refused_past_the_limit_and_others_are_not(redis_url: str) -> None:
+    options = load_hub_options(rate_limit_writes=2, rate_limit_redis_url=redis_url)
+    user, other = uuid.uuid4(), uuid.uuid4()
+    verdicts = [ratelimit.check(ratelimit.WRITES, user, options) for _ in range(3)]
+    assert verdicts[:2] == [None, None]
+    refusal = verdicts[2]
+    assert refusal is not None and refusal.limit == 2 and 1 <= refusal.retry_after <= 60
+    assert ratelimit.check(ratelimit.WRITES, other, options) is None
+    # The async path counts in the same place.
+    assert run(ratelimit.acheck(ratelimit.WRITES, user, options)) is not None
+
+
+def test_no_limit_or_no_store_counts_nothing(redis_url: str) -> None:
+    user = uuid.uuid4()
+    off = load_hub_options(rate_limit_writes=0, rate_limit_redis_url=redis_url)
+    assert all(ratelimit.check(ratelimit.WRITES, user, off) is None for _ in range(5))
+    unstored = load_hub_options(rate_limit_writes=1, rate_limit_redis_url="")
+    assert all(ratelimit.check(ratelimit.WRITES, user, unstored) is None for _ in range(5))
+
+
+def test_an_unreachable_redis_lets_requests_through_and_says_so(
+    dead_redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    options = load_hub_options(rate_limit_writes=1, rate_limit_redis_url=dead_redis_url)
+    with caplog.at_level(logging.WARNING, logger="messenger_realtime.hub.ratelimit"):
+        assert ratelimit.check(ratelimit.WRITES, uuid.uuid4(), options) is None
+        assert run(ratelimit.acheck(ratelimit.INVOCATIONS, uuid.uuid4(), options)) is None
+    assert [r.getMessage() for r in caplog.records].count(
+        "rate limit not counted (Redis unreachable): let through"
+    ) == 2
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("RATE_LIMIT_WRITES", -1),
+        ("RATE_LIMIT_FLOOD", 0),
+        ("RATE_LIMIT_REDIS_URL", "http://x"),
+        ("RATE_LIMIT_WINDOW", 0.0),
+    ],
+)
+def test_bad_rate_limit_settings_are_refused_naming_the_key(key: str, value: object) -> None:
+    assert [k for _id, k, _problem in validate({key: value})] == [key]
