@@ -122,6 +122,14 @@ Ids = Collection[UUID]
 
 
 @dataclass(frozen=True)
+class ChatRoster:
+    """A chat's active members and its membership version, read in one snapshot."""
+
+    version: int
+    members: frozenset[UUID]
+
+
+@dataclass(frozen=True)
 class UserStanding:
     """Whether a user may connect, and since when their credentials hold.
 
@@ -153,6 +161,13 @@ class DomainPort(abc.ABC):
     @abc.abstractmethod
     def user_exists(self, user_id: UUID) -> bool:
         """Whether a token's subject is a known, active user."""
+
+    def chat_roster(self, chat_id: UUID) -> ChatRoster | None:
+        """The chat's active members and membership version, read together (the hub
+        reads it once per process when the version moves: hub/rosters.py). None: the
+        chat does not exist, or this port cannot tell (the default); each connection
+        then re-reads its own memberships."""
+        return None
 
     def user_standing(self, user_id: UUID) -> UserStanding:
         """The user's standing, read in one go at every negotiate, upgrade and REST call.

@@ -13,6 +13,7 @@ from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.hub.fanout import Fanout, fanout_for
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.membership import ChatMemberships, Verdict
+from messenger_realtime.hub.rosters import rosters
 from messenger_realtime.transport.groups import layer_group
 
 
@@ -44,6 +45,13 @@ class ConnectionGroups:
         dict lookup, or one domain read when the event is newer than what this
         connection read its memberships at."""
         verdict = self.memberships.verdict(chat, version)
+        if verdict is Verdict.RESYNC and version is not None and chat in self.memberships.held:
+            # Held, at an older version: one roster read per process, not one per
+            # connection, says whether this user is still in (hub/rosters.py).
+            roster = await rosters().at_least(UUID(chat), version)
+            if roster is not None and self.user_id in roster.members:
+                self.memberships.advance(chat, roster.version)
+                return True
         if verdict is Verdict.RESYNC:
             await self._sync_groups()
             verdict = self.memberships.settle(chat, version)

@@ -52,6 +52,12 @@ class ChatMemberships:
             self.outside.pop(chat, None)
         return left, joined
 
+    def advance(self, chat: str, version: int) -> None:
+        """A roster read at `version` still lists this user in a chat it holds: hold
+        it at that version (nothing else about its memberships is known to change)."""
+        if self.held.get(chat, version) < version:
+            self.held[chat] = version
+
     def settle(self, chat: str, version: int | None) -> Verdict:
         """After a read prompted by an event of `chat` at `version`: deliver it if the
         chat is held at that version or newer; otherwise remember not to read again for

@@ -13,6 +13,7 @@ from messenger_realtime.contracts.port import (
     CallParticipantView,
     CallView,
     ChatEventView,
+    ChatRoster,
     ContactView,
     DomainPort,
     Ids,
@@ -52,6 +53,14 @@ MESSAGE_VIEW_COLUMNS = {
 }
 MEMBERSHIP_VERSIONS_SQL = (
     f"SELECT id, membership_version FROM {Chat._meta.db_table} WHERE id = ANY(%s::uuid[])"
+)
+# A chat's membership version and active members (uq_participant_chat_user, on (chat,
+# user), serves the members; a chat without any gives an empty array).
+CHAT_ROSTER_SQL = (
+    f"SELECT c.membership_version, coalesce(array_agg(p.user_id) FILTER (WHERE p.user_id"
+    f" IS NOT NULL), '{{}}') FROM {Chat._meta.db_table} c LEFT JOIN"
+    f" {Participant._meta.db_table} p ON p.chat_id = c.id AND p.is_active"
+    " WHERE c.id = %s GROUP BY c.membership_version"
 )
 MESSAGES_SQL = "SELECT {} FROM {} WHERE id = ANY(%s::uuid[])".format(
     ", ".join(f"{column} AS {field}" for field, column in MESSAGE_VIEW_COLUMNS.items()),
@@ -103,6 +112,16 @@ class HostDomainPort(DomainPort):
 
     def user_exists(self, user_id: UUID) -> bool:
         return User.objects.filter(id=user_id, is_active=True).exists()
+
+    def chat_roster(self, chat_id: UUID) -> ChatRoster | None:
+        # One statement, one snapshot: the version and the members it counts.
+        with connection.cursor() as cursor:
+            cursor.execute(CHAT_ROSTER_SQL, [chat_id])
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        version, members = row
+        return ChatRoster(int(version), frozenset(members))
 
     def user_standing(self, user_id: UUID) -> UserStanding:
         # One query, whatever the answer: every negotiate and REST call reads it.

@@ -2,6 +2,7 @@
 communicator) and a connection's membership check at delivery, against the real database
 and channel layer."""
 
+import asyncio
 import json
 import time
 import uuid
@@ -21,6 +22,7 @@ from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.protocols import JsonProtocol
 from messenger_realtime.hub.protocols.base import Frame
+from messenger_realtime.hub.rosters import rosters
 from messenger_realtime.hub.transports.websocket import HubConsumer
 from project.messenger import services
 from project.messenger.realtime_port import HostDomainPort
@@ -172,3 +174,70 @@ def test_a_member_added_since_the_last_read_gets_the_event_after_one_read(
     assert [m["arguments"] for m in sent] == [[{"seq": 1}], [{"seq": 2}]]
     assert port.reads == 1
     assert consumer.chats == frozenset({chat.id})
+
+
+class RosterCountingPort(CountingPort):
+    """As CountingPort, also counting the roster reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.roster_reads = 0
+
+    def chat_roster(self, chat_id: uuid.UUID) -> Any:
+        self.roster_reads += 1
+        return self.port.chat_roster(chat_id)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("hub_thread_db")
+def test_a_member_added_costs_one_roster_read_not_a_read_per_connection(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
+    # Issue 26: adding one member to a chat of 50 connected members made every
+    # connection re-read its memberships (53 reads of the participant table).
+    alice, *members = (UserFactory() for _ in range(20))
+    newcomer = UserFactory()
+    chat = services.create_chat(alice.id, [m.id for m in members], title="big")
+    port = RosterCountingPort()
+    monkeypatch.setattr("messenger_realtime.hub.groups.get_domain_port", lambda: port)
+    monkeypatch.setattr("messenger_realtime.hub.rosters.get_domain_port", lambda: port)
+    held = HostDomainPort().membership_versions([chat.id])[chat.id]
+    connections_ = [consumer_of(m.id, {chat.id: held}) for m in members]
+    for connection, _sent in connections_:
+        connection.channel_layer = layer(redis_url)
+    services.add_participant(alice.id, chat.id, newcomer.id)
+    newer = HostDomainPort().membership_versions([chat.id])[chat.id]
+
+    async def deliver() -> None:
+        first = [c.dispatch(event(chat.id, 1, newer)) for c, _ in connections_[:10]]
+        await asyncio.gather(*first)  # concurrently: they share one read in flight
+        for connection, _sent in connections_[10:]:
+            await connection.dispatch(event(chat.id, 1, newer))  # after: the kept roster
+        for connection, _sent in connections_:
+            await connection.dispatch(event(chat.id, 2, newer))  # held at it now: no read
+
+    run(deliver())
+    assert [[m["arguments"] for m in sent] for _c, sent in connections_] == [
+        [[{"seq": 1}], [{"seq": 2}]]
+    ] * len(members)
+    assert (port.roster_reads, port.reads) == (1, 0)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("hub_thread_db")
+def test_a_roster_read_before_the_version_moved_is_read_again() -> None:
+    alice, bob, carol = UserFactory(), UserFactory(), UserFactory()
+    chat = services.create_chat(alice.id, [bob.id], title="team")
+    before = HostDomainPort().membership_versions([chat.id])[chat.id]
+
+    async def scenario() -> tuple[Any, Any, int]:
+        shared = rosters()
+        old = await shared.at_least(chat.id, before)
+        await sync_to_async(services.add_participant)(alice.id, chat.id, carol.id)
+        new = await shared.at_least(chat.id, before + 1)
+        return old, new, shared.reads
+
+    old, new, reads = run(scenario())
+    assert (old.version, old.members) == (before, frozenset({alice.id, bob.id}))
+    assert (new.version, new.members) == (before + 1, frozenset({alice.id, bob.id, carol.id}))
+    assert reads == 2
