@@ -6,7 +6,7 @@ for window n = floor(now / RATE_LIMIT_WINDOW), raised and given its expiry in on
 trip (INCR and EXPIRE in one MULTI). A request over the limit learns how long until its
 window ends (Retry-After). Redis being unreachable never stops a request: the limiter
 lets it through and logs, since refusing everyone for Redis' sake would be worse than
-an unlimited minute. Refusals are counted (messenger_realtime_rate_limited_total).
+an unlimited minute. Refusals are counted (messenger_realtime_hub_rate_limited_total).
 """
 
 import asyncio
@@ -63,7 +63,7 @@ def _key(scope: str, user_id: UUID, options: HubOptions, now: float) -> tuple[st
 def _verdict(scope: str, count: int, limit: int, options: HubOptions, left: int) -> Refusal | None:
     if count <= limit:
         return None
-    metrics.rate_limited.labels(scope=scope).inc()
+    metrics.hub_rate_limited.labels(scope=scope).inc()
     return Refusal(limit, options.rate_limit_window, left)
 
 
@@ -129,3 +129,10 @@ def _async_client(url: str) -> Any:
             url, socket_timeout=1, socket_connect_timeout=1
         )
     return client
+
+
+async def close_clients() -> None:
+    """Close this event loop's clients (a test's loop before it ends; Daphne never needs
+    to: its one loop lives as long as the process)."""
+    for client in _async_clients.pop(asyncio.get_running_loop(), {}).values():
+        await client.aclose()

@@ -90,8 +90,8 @@ hub_resumes = Counter(
     "refused (another user, ended, or past its buffer).",
     ["outcome"],
 )
-rate_limited = Counter(
-    "messenger_realtime_rate_limited",
+hub_rate_limited = Counter(
+    "messenger_realtime_hub_rate_limited",
     "Requests refused for a user's rate limit, by scope: rest (REST writes, answered 429), "
     "hub (hub invocations, answered with an error).",
     ["scope"],
@@ -126,7 +126,7 @@ def clear_leader_gauges() -> None:
 
 # The families the web process (Daphne) exports; the worker exports every other family of
 # this module (ops/exposition.py), so a family added above is the worker's unless listed.
-WEB_FAMILIES = (hub_connections, hub_disconnects, hub_forced_closes, hub_resumes, rate_limited)
+WEB_FAMILIES = (hub_connections, hub_disconnects, hub_forced_closes, hub_resumes, hub_rate_limited)
 # Counted by both: the worker's pushes drop at a full channel, Daphne's connections
 # overflow their in-process buffers; a query sums the two jobs.
 SHARED_FAMILIES = (channel_overruns,)

@@ -30,7 +30,7 @@ def two_daphnes(live_env: dict[str, str]) -> Iterator[list[DaphneProcess]]:
 
 def refused(server: DaphneProcess, scope: str) -> float:
     text = http_get(f"{server.http}/metrics")[1]
-    return sample(text, "messenger_realtime_rate_limited_total", scope=scope)
+    return sample(text, "messenger_realtime_hub_rate_limited_total", scope=scope)
 
 
 def test_rest_writes_past_the_limit_are_429_across_processes(

@@ -3,6 +3,8 @@ limit, and lets requests through (logged) when Redis cannot be reached."""
 
 import logging
 import uuid
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 
@@ -10,6 +12,14 @@ from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.conf.validation import validate
 from messenger_realtime.hub import ratelimit
 from tests.support.runtime import run
+
+
+async def counted(check: Coroutine[Any, Any, ratelimit.Refusal | None]) -> Any:
+    """The check's verdict, with the loop's Redis clients closed before the loop ends."""
+    try:
+        return await check
+    finally:
+        await ratelimit.close_clients()
 
 
 def test_a_user_is_refused_past_the_limit_and_others_are_not(redis_url: str) -> None:
@@ -21,7 +31,7 @@ def test_a_user_is_refused_past_the_limit_and_others_are_not(redis_url: str) -> 
     assert refusal is not None and refusal.limit == 2 and 1 <= refusal.retry_after <= 60
     assert ratelimit.check(ratelimit.WRITES, other, options) is None
     # The async path counts in the same place.
-    assert run(ratelimit.acheck(ratelimit.WRITES, user, options)) is not None
+    assert run(counted(ratelimit.acheck(ratelimit.WRITES, user, options))) is not None
 
 
 def test_no_limit_or_no_store_counts_nothing(redis_url: str) -> None:
@@ -38,7 +48,7 @@ def test_an_unreachable_redis_lets_requests_through_and_says_so(
     options = load_hub_options(rate_limit_writes=1, rate_limit_redis_url=dead_redis_url)
     with caplog.at_level(logging.WARNING, logger="messenger_realtime.hub.ratelimit"):
         assert ratelimit.check(ratelimit.WRITES, uuid.uuid4(), options) is None
-        assert run(ratelimit.acheck(ratelimit.INVOCATIONS, uuid.uuid4(), options)) is None
+        assert run(counted(ratelimit.acheck(ratelimit.INVOCATIONS, uuid.uuid4(), options))) is None
     assert [r.getMessage() for r in caplog.records].count(
         "rate limit not counted (Redis unreachable): let through"
     ) == 2
