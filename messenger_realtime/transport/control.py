@@ -33,23 +33,22 @@ def membership_changed(*user_ids: UUID, using: str = "default") -> None:
     targets = list(dict.fromkeys(user_ids))
 
     def send() -> None:
-        layer = get_channel_layer()
-        for user_id in targets:
-            try:
-                async_to_sync(layer.group_send)(
-                    layer_group(HubTarget.user(user_id)), {"type": MEMBERSHIP_EVENT}
-                )
-            except Exception as exc:  # the outbox row covers this user anyway
-                logger.warning(
-                    "membership fast path failed",
-                    extra={
-                        "action": "membership",
-                        Field.USER_ID: user_id,
-                        Field.ERROR_CODE: describe_error(exc),
-                    },
-                )
+        for user_id in targets:  # the outbox row covers each user if this fails
+            _tell_user(user_id, {"type": MEMBERSHIP_EVENT}, "membership")
 
     transaction.on_commit(send, using=using)
+
+
+def _tell_user(user_id: UUID, message: dict[str, Any], action: str) -> None:
+    """Send a control message to the user's group now; a failure is logged (each
+    caller says what covers for it), never raised into the owner."""
+    try:
+        async_to_sync(get_channel_layer().group_send)(layer_group(HubTarget.user(user_id)), message)
+    except Exception as exc:
+        logger.warning(
+            f"{action} fast path failed",
+            extra={"action": action, Field.USER_ID: user_id, Field.ERROR_CODE: describe_error(exc)},
+        )
 
 
 def disconnect_user(user_id: UUID) -> None:
@@ -70,19 +69,7 @@ def credentials_revoked(user_id: UUID, using: str = "default") -> None:
     failure is logged; the next negotiate or REST call is refused all the same."""
 
     def send() -> None:
-        try:
-            async_to_sync(get_channel_layer().group_send)(
-                layer_group(HubTarget.user(user_id)), {"type": REVOKED_EVENT}
-            )
-        except Exception as exc:
-            logger.warning(
-                "revocation fast path failed",
-                extra={
-                    "action": "revoke",
-                    Field.USER_ID: user_id,
-                    Field.ERROR_CODE: describe_error(exc),
-                },
-            )
+        _tell_user(user_id, {"type": REVOKED_EVENT}, "revocation")
 
     transaction.on_commit(send, using=using)
 
@@ -99,17 +86,7 @@ def session_ended(user_id: UUID, session_key: str) -> None:
     session. Connections of the user's other sessions and tokens stay. A failure is
     logged: such a connection still ends when the session would have expired."""
     message = {"type": SESSION_ENDED_EVENT, "session": session_digest(session_key)}
-    try:
-        async_to_sync(get_channel_layer().group_send)(layer_group(HubTarget.user(user_id)), message)
-    except Exception as exc:
-        logger.warning(
-            "logout fast path failed",
-            extra={
-                "action": "logout",
-                Field.USER_ID: user_id,
-                Field.ERROR_CODE: describe_error(exc),
-            },
-        )
+    _tell_user(user_id, message, "logout")
 
 
 def on_user_logged_out(sender: Any, request: Any = None, user: Any = None, **kwargs: Any) -> None:

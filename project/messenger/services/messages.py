@@ -42,27 +42,10 @@ def _members(chat_id: UUID) -> list[UUID]:
     return list(rows.values_list("user_id", flat=True))
 
 
-def post_message(
-    sender_id: UUID,
-    chat_id: UUID,
-    body: str = "",
-    *,
-    kind: str = "Text",
-    file_meta: Any = None,
-    card_text: str = "",
-    client_message_id: UUID | None = None,
-) -> Message:
-    """Post a message (see post_once for what a client_message_id does)."""
-    message, _ = post_once(
-        sender_id,
-        chat_id,
-        body,
-        kind=kind,
-        file_meta=file_meta,
-        card_text=card_text,
-        client_message_id=client_message_id,
-    )
-    return message
+def post_message(sender_id: UUID, chat_id: UUID, body: str = "", **content: Any) -> Message:
+    """Post a message; `content` as post_once's (kind, file_meta, card_text,
+    client_message_id)."""
+    return post_once(sender_id, chat_id, body, **content)[0]
 
 
 def post_once(
