@@ -15,7 +15,9 @@ the loaders refuse to build options from invalid settings.
 
 import dataclasses
 import functools
+import math
 import os
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -222,15 +224,36 @@ def _coerce(key: str, value: Any) -> Any:
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
             raise TypeError("expected a list of strings")
         return list(value)
-    if isinstance(value, str) and kind is not str:
-        value = environ.Env.parse_value(value.strip(), kind)
+    if isinstance(value, str) and kind in (int, float):
+        value = _number(value, kind)
     if kind is float and isinstance(value, timedelta):
         return value.total_seconds()
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("not a finite number")
     return value
+
+
+def _number(text: str, kind: type) -> int | float:
+    """An environment value as exactly the number it spells, or ValueError: `1e3` is
+    1000.0 for a float and refused for an integer, `inf`, `nan` and `12abc` are refused
+    (django-environ's parse_value dropped the characters it did not expect: `1e12`
+    became 112.0)."""
+    text = text.strip()
+    if kind is int:
+        if not re.fullmatch(r"[+-]?\d+", text):
+            raise ValueError("not a whole number")
+        return int(text)
+    try:
+        number = float(text)
+    except ValueError as exc:
+        raise ValueError("not a number") from exc
+    if not math.isfinite(number):
+        raise ValueError("not a finite number")
+    return number
 
 
 def _deadlines(value: Any) -> dict[str, float]:

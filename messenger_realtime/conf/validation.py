@@ -72,6 +72,38 @@ CONTENT_BOUNDS = {
 CLIENT_POLL_TIMEOUT = 100.0
 
 
+# Upper bounds: a value past one is a typo (a unit slip, a stray digit), never a choice.
+# (key -> (bound, why)); E027.
+UPPER_BOUNDS: dict[str, tuple[float, str]] = {
+    "POLLING_INTERVAL": (60.0, "seconds; the worker's safety-net poll"),
+    "BATCH_SIZE": (10_000, "rows per claim"),
+    "MAX_RUN_DURATION": (600.0, "seconds per pass"),
+    "MAX_ATTEMPTS": (1_000, "attempts"),
+    "BACKOFF_CAP": (86_400.0, "seconds"),
+    "RETENTION_DONE": (30 * 86_400.0, "seconds (30 days)"),
+    "RETENTION_BATCH": (100_000, "rows per delete"),
+    "RETENTION_INTERVAL": (86_400.0, "seconds"),
+    "PUBLISH_TIMEOUT": (300.0, "seconds"),
+    "LOCK_TTL": (3_600.0, "seconds; a dead leader's rows wait this long"),
+    "BUILD_TIMEOUT": (300.0, "seconds"),
+    "HUB_BACKLOG_LIMIT": (1_000_000, "messages"),
+    "HUB_BACKLOG_WAIT": (60.0, "seconds"),
+    "JWT_LIFETIME": (30 * 86_400.0, "seconds (30 days)"),
+    "CONNECTION_TOKEN_TTL": (3_600.0, "seconds; negotiate to connect takes seconds"),
+    "CLIENT_TIMEOUT": (3_600.0, "seconds"),
+    "HANDSHAKE_TIMEOUT": (300.0, "seconds"),
+    "MAX_MESSAGE_SIZE": (16 * 1024 * 1024, "bytes"),
+    "SEND_BUFFER_LIMIT": (1024 * 1024 * 1024, "bytes"),
+    "STATEFUL_RECONNECT_BUFFER_SIZE": (64 * 1024 * 1024, "bytes"),
+    "MEDIA_TOKEN_TTL": (86_400.0, "seconds"),
+    "TURN_TTL": (86_400.0, "seconds"),
+    "RATE_LIMIT_WINDOW": (86_400.0, "seconds"),
+}
+# The official clients drop a connection after 30 s without a message from the server
+# (serverTimeoutInMilliseconds) and expect a keep-alive at half that.
+CLIENT_SERVER_TIMEOUT = 30.0
+
+
 def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(check id, key, problem) for every rule the merged values break."""
     found: list[tuple[str, str, str]] = []
@@ -140,6 +172,18 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
     rule(
         "E026", "RATE_LIMIT_REDIS_URL", ok, "must be empty or a redis://, rediss:// or unix:// URL"
     )
+    for key, (most, unit) in UPPER_BOUNDS.items():
+        rule("E027", key, values.get(key, 0) <= most, f"must be at most {most:g} ({unit})")
+    keepalive = values.get("KEEPALIVE_INTERVAL", 1)
+    ok = keepalive <= CLIENT_SERVER_TIMEOUT / 2
+    problem = (
+        f"must be at most {CLIENT_SERVER_TIMEOUT / 2:g} s: the official clients close a "
+        f"connection that hears nothing for {CLIENT_SERVER_TIMEOUT:g} s"
+    )
+    rule("E028", "KEEPALIVE_INTERVAL", ok, problem)
+    timeout = values.get("CLIENT_TIMEOUT", CLIENT_SERVER_TIMEOUT)
+    ok = timeout <= 0 or keepalive < timeout  # (a non-positive one is E007's)
+    rule("E028", "CLIENT_TIMEOUT", ok, "must be longer than KEEPALIVE_INTERVAL")
     _hub_transport_rules(values, rule)
     return found
 

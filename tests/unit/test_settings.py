@@ -10,12 +10,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from messenger_realtime.conf.checks import HUB_TAG, WORKER_TAG
-from messenger_realtime.conf.settings import load_hub_options, load_options
+from messenger_realtime.conf.settings import collect, load_hub_options, load_options
 from messenger_realtime.contracts.port import get_domain_port
 from tests.support.runtime import manage, project_settings
 
 HUB_ONLY = {
     "JWT_SIGNING_KEY",
+    "CONNECTION_TOKEN_TTL",
+    "MEDIA_TOKEN_TTL",
     "KEEPALIVE_INTERVAL",
     "CLIENT_TIMEOUT",
     "CORS_ALLOWED_ORIGINS",
@@ -118,6 +120,18 @@ def test_environment_overrides_settings(monkeypatch: pytest.MonkeyPatch) -> None
         ({"WAKE_COALESCE": 0.5}, "messenger_realtime.E023"),
         ({"WAKE_COALESCE": 0}, None),  # coalescing off
         ({"WAKE_COALESCE": 0.1}, None),
+        # Issue 29: absurd values and contradictions, refused by name.
+        ({"LOCK_TTL": 10**12}, "messenger_realtime.E027"),
+        ({"BATCH_SIZE": 10**12}, "messenger_realtime.E027"),
+        ({"RETENTION_BATCH": 10**12}, "messenger_realtime.E027"),
+        ({"CONNECTION_TOKEN_TTL": 10**12}, "messenger_realtime.E027"),
+        ({"MEDIA_TOKEN_TTL": 10**12}, "messenger_realtime.E027"),
+        ({"LOCK_TTL": float("inf")}, "messenger_realtime.E002"),
+        ({"BACKOFF_CAP": float("nan")}, "messenger_realtime.E002"),
+        ({"KEEPALIVE_INTERVAL": 20}, "messenger_realtime.E028"),  # 60: CLIENT_TIMEOUT's too
+        ({"KEEPALIVE_INTERVAL": 15}, None),
+        ({"CLIENT_TIMEOUT": 10}, "messenger_realtime.E028"),
+        ({"BATCH_SIZE": 10_000}, None),
     ],
 )
 def test_invalid_setting_is_an_error_naming_the_key(
@@ -139,6 +153,34 @@ def test_invalid_setting_is_an_error_naming_the_key(
                 load_hub_options()
             else:
                 load_options()
+
+
+@pytest.mark.parametrize(
+    ("variable", "text", "parsed"),
+    [
+        ("LOCK_TTL", "1e3", 1000.0),
+        ("LOCK_TTL", " 0.5 ", 0.5),
+        ("BATCH_SIZE", "250", 250),
+        ("LOCK_TTL", "inf", None),
+        ("LOCK_TTL", "nan", None),
+        ("LOCK_TTL", "1e12abc", None),
+        ("BATCH_SIZE", "1e3", None),  # an integer setting takes a whole number only
+        ("BATCH_SIZE", "12abc", None),
+        ("BATCH_SIZE", "0.5", None),
+    ],
+)
+def test_numbers_in_the_environment_are_parsed_exactly_or_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, variable: str, text: str, parsed: float | None
+) -> None:
+    # django-environ's parse_value read "1e12" as 112.0 and "1e3" as 13.0.
+    monkeypatch.setenv(f"MESSENGER_REALTIME_{variable}", text)
+    values, problems = collect()
+    if parsed is None:
+        assert [key for key, _problem in problems] == [variable]
+        assert repr(text) in dict(problems)[variable]
+    else:
+        assert problems == [] and values[variable] == parsed
+        assert type(values[variable]) is type(parsed)
 
 
 def test_invalid_environment_value_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
