@@ -197,11 +197,21 @@ async def record(conn: Conn, outcomes: Sequence[RowOutcome], max_attempts: int) 
                 by_id[row_id].recorded = Status.PENDING
 
 
+PENDING_EXACT_UP_TO = 10_000  # Pending rows counted one by one; past it, estimated
+
+
 async def pending_stats(conn: Conn) -> tuple[int, float]:
-    """(Pending rows, age in seconds of the oldest) for the backlog gauges."""
-    cur = await conn.execute(sql.PENDING_STATS)
+    """(Pending rows, age in seconds of the oldest) for the backlog gauges: the count is
+    exact up to PENDING_EXACT_UP_TO, and past it PostgreSQL's estimate (never below the
+    exact bound), so the read stays a few milliseconds with any backlog."""
+    cur = await conn.execute(sql.PENDING_STATS, {"exact_up_to": PENDING_EXACT_UP_TO})
     row = await cur.fetchone()
-    return (int(row[0]), float(row[1])) if row else (0, 0.0)
+    count, oldest = (int(row[0]), float(row[1])) if row else (0, 0.0)
+    if count > PENDING_EXACT_UP_TO:
+        cur = await conn.execute(sql.PENDING_ESTIMATE)
+        (plan,) = await cur.fetchone() or ([{"Plan": {"Plan Rows": 0}}],)
+        count = max(count, int(plan[0]["Plan"]["Plan Rows"]))
+    return count, oldest
 
 
 async def refresh_backlog_gauges(conn: Conn) -> None:
