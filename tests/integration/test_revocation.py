@@ -58,3 +58,20 @@ def test_deleting_a_user_raises_their_chats_membership_versions() -> None:
     User.objects.get(id=bob.id).delete()
     assert Chat.objects.get(id=chat.id).membership_version > before
     assert set(chat.participants.values_list("user_id", flat=True)) == {alice.id, carol.id}
+
+
+def test_djangos_rehash_of_a_password_at_sign_in_revokes_nothing(settings: Any) -> None:
+    user = UserFactory()
+    user.set_password("the same password")
+    user.save()
+    stamped = stamp(user)
+    # A stronger hasher setting: the next check_password() re-hashes and saves.
+    settings.PASSWORD_HASHERS = [
+        "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
+        *settings.PASSWORD_HASHERS,
+    ]
+    user = User.objects.get(id=user.id)
+    old_hash = user.password
+    assert user.check_password("the same password")
+    assert User.objects.get(id=user.id).password != old_hash  # re-hashed and saved
+    assert stamp(user) == stamped

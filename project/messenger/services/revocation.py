@@ -46,7 +46,13 @@ def _before_user_saved(sender: Any, instance: User, update_fields: Any = None, *
     if before is None:
         return
     was_active, password = before
-    if (was_active and not instance.is_active) or password != instance.password:
+    # A new password is one set_password() gave in this save (_password holds it until
+    # the save ends). Django's own rehash at sign-in (a hasher's new iterations) sets
+    # _password back to None before saving: the same password, nobody to log out.
+    new_password = (
+        password != instance.password and getattr(instance, "_password", None) is not None
+    )
+    if (was_active and not instance.is_active) or new_password:
         instance.credentials_revoked_at = timezone.now()
         setattr(instance, _REVOKE, True)  # post_save writes it (a partial save too)
 
