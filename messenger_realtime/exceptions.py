@@ -5,6 +5,7 @@ RealtimeError
 ├── InvalidRow            a row that can never be delivered (quarantined at once)
 │   └── UnencodablePayload  its payload cannot be carried (content past the wire's rule)
 ├── LeadershipLost        the worker no longer holds the single-runner lock
+├── DatabaseUnusable      the database refuses the credentials or does not exist
 ├── InvalidToken          a credential the hub or the API refuses
 └── HubProtocolError
     ├── HandshakeError    a handshake the hub refuses
@@ -67,6 +68,11 @@ class LeadershipLost(RealtimeError):
     """The single-runner advisory lock is no longer held by this worker."""
 
 
+class DatabaseUnusable(RealtimeError):
+    """The database refused the worker's credentials or does not exist: retrying cannot
+    fix it, so the worker exits (non-zero) saying why; str() is psycopg's reason."""
+
+
 class InvalidToken(RealtimeError):
     """Why a credential was refused (safe to show: never contains the token)."""
 
@@ -86,6 +92,36 @@ class ProtocolError(HubProtocolError):
 class SequenceError(HubProtocolError):
     """A Sequence message naming an id the hub never received (InvalidOperationException
     in ASP.NET's wording); the connection is closed with this reason."""
+
+
+# SQLSTATEs of a connection that retrying cannot fix: the credentials or the database name
+# are wrong (PostgreSQL's invalid_authorization_specification, invalid_password,
+# invalid_catalog_name).
+UNRECOVERABLE_SQLSTATES = frozenset({"28000", "28P01", "3D000"})
+
+
+def database_cause(exc: BaseException) -> str:
+    """What a database error says, for a log line or an exit: psycopg's (libpq's) first
+    line, which names the host, port, user or database but never the password."""
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+# The same refusals when they come at connect time, where libpq gives no SQLSTATE, only
+# the server's FATAL message.
+UNRECOVERABLE_AT_CONNECT = (
+    "password authentication failed",
+    "no pg_hba.conf entry",
+    "does not exist",  # database "x" / role "x"
+)
+
+
+def unrecoverable(exc: BaseException) -> bool:
+    """Whether a database error is one retrying cannot fix (wrong credentials or name)."""
+    if getattr(exc, "sqlstate", None) in UNRECOVERABLE_SQLSTATES:
+        return True
+    text = str(exc)
+    return "FATAL:" in text and any(words in text for words in UNRECOVERABLE_AT_CONNECT)
 
 
 def describe_error(exc: BaseException) -> str:

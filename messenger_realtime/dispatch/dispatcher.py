@@ -28,7 +28,13 @@ from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.dispatch.rows import RowOutcome
 from messenger_realtime.dispatch.store import NO_TARGET
 from messenger_realtime.dispatch.wakes import WakePolicy
-from messenger_realtime.exceptions import LeadershipLost, describe_error
+from messenger_realtime.exceptions import (
+    DatabaseUnusable,
+    LeadershipLost,
+    database_cause,
+    describe_error,
+    unrecoverable,
+)
 from messenger_realtime.ops import metrics, tracing
 from messenger_realtime.ops.health import Liveness
 from messenger_realtime.ops.logging import Field
@@ -108,7 +114,9 @@ class Dispatcher:
         re-lock, re-LISTEN, then a catch-up pass. A busy lock means another runner leads:
         skip (once) or stand by, retry every POLLING_INTERVAL and take over once the
         leader's heartbeat is older than LOCK_TTL (leader.py). Raises only with once=True
-        (psycopg.OperationalError or LeadershipLost); otherwise it retries until stopped.
+        (psycopg.OperationalError or LeadershipLost), or DatabaseUnusable when the
+        database refuses the credentials or does not exist (retrying cannot fix that);
+        otherwise it retries until stopped, each log line naming the reason.
         """
         try:
             standing_by = False
@@ -131,9 +139,15 @@ class Dispatcher:
                     await self._lead(once)
                     return
                 except (psycopg.OperationalError, LeadershipLost) as exc:
+                    if unrecoverable(exc):  # wrong credentials or database: say so, stop
+                        raise DatabaseUnusable(database_cause(exc)) from exc
                     logger.warning(
                         "dispatcher lost its lease or database session; reconnecting",
-                        extra={"action": "reconnect", Field.ERROR_CODE: describe_error(exc)},
+                        extra={
+                            "action": "reconnect",
+                            Field.ERROR_CODE: describe_error(exc),
+                            "reason": database_cause(exc),
+                        },
                     )
                     await self.close()
                     if once:

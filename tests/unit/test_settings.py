@@ -3,6 +3,7 @@
 import os
 import subprocess
 
+import psycopg
 import pytest
 from django.conf import settings
 from django.core.checks import CheckMessage, run_checks
@@ -12,6 +13,7 @@ from django.test import override_settings
 from messenger_realtime.conf.checks import HUB_TAG, WORKER_TAG
 from messenger_realtime.conf.settings import collect, load_hub_options, load_options
 from messenger_realtime.contracts.port import get_domain_port
+from messenger_realtime.exceptions import database_cause, unrecoverable
 from tests.support.runtime import manage, project_settings
 
 HUB_ONLY = {
@@ -299,3 +301,20 @@ def test_worker_refuses_to_start_on_a_bad_channel_redis_url() -> None:
     )
     assert proc.returncode != 0
     assert "messenger_realtime.E024" in proc.stderr and "entry 2 ('') is empty" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("message", "fatal"),
+    [
+        ('connection failed: ... FATAL:  password authentication failed for user "x"', True),
+        ('connection failed: ... FATAL:  database "nope" does not exist', True),
+        ('connection failed: ... FATAL:  role "nobody" does not exist', True),
+        ("connection failed: ... FATAL:  no pg_hba.conf entry for host", True),
+        ('connection failed: connection to server at "127.0.0.1", port 1 failed: refused', False),
+        ("consuming input failed: server closed the connection unexpectedly", False),
+    ],
+)
+def test_a_database_error_retrying_cannot_fix_is_told_apart(message: str, fatal: bool) -> None:
+    error = psycopg.OperationalError(message + "\nsecond line")
+    assert unrecoverable(error) is fatal
+    assert database_cause(error) == message  # the first line, as libpq wrote it

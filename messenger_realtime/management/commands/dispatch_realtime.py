@@ -18,6 +18,7 @@ from messenger_realtime.conf.checks import WORKER_TAG
 from messenger_realtime.conf.settings import DEFAULTS, WORKER, env_name, load_options, role_keys
 from messenger_realtime.dispatch.connections import dedicate_django_connection
 from messenger_realtime.dispatch.partitioned import build_runner
+from messenger_realtime.exceptions import DatabaseUnusable
 from messenger_realtime.ops.health import serve
 from messenger_realtime.transport.publisher import ChannelLayerPublisher
 
@@ -122,6 +123,8 @@ class Command(BaseCommand):
             loop.add_signal_handler(sig, dispatcher.stop.set)
         try:
             await dispatcher.run(once=once)
+        except DatabaseUnusable as exc:
+            raise CommandError(f"cannot use the database (DATABASE_URL): {exc}") from exc
         finally:
             if server is not None:
                 server.shutdown()
