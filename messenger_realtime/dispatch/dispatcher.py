@@ -102,6 +102,8 @@ class Dispatcher:
         o = options  # wakes.py: coalesced wake-ups, the suspect probe's pace
         self.wakes = WakePolicy(o.wake_coalesce, o.polling_interval)
         self.conn: psycopg.AsyncConnection[Any] | None = None  # outcomes, stats, retention
+        self._retention_left = False  # the last retention batch was full
+        self._retention_total = 0  # rows deleted by the current retention run
         self.claim_conn: psycopg.AsyncConnection[Any] | None = None  # claims, ahead of pushes
         metrics.create_kind_series(RealtimeDispatchKind.values)
 
@@ -169,6 +171,7 @@ class Dispatcher:
 
     async def _passes(self, once: bool) -> None:
         last_retention = last_stats = self.wakes.last_probe = float("-inf")  # catch-up probes
+        retention_left = False  # the last retention batch was full: more rows expired
         self._leading(True)
         while not self.stop.is_set():
             result = await self.run_pass()  # after (re)connecting this is the catch-up pass
@@ -181,12 +184,18 @@ class Dispatcher:
                 last_stats = time.monotonic()
             retention_due = time.monotonic() - last_retention >= self.options.retention_interval
             # One partition's leader deletes: concurrent deletes would only block each other.
-            if (once or retention_due) and first:
+            if once and first:
                 await self.run_retention()
-                last_retention = time.monotonic()
+            elif (retention_due or retention_left) and first:
+                # One bounded batch between passes (a short transaction of its own), so a
+                # day of expired rows never holds dispatch or the heartbeat: the next pass
+                # runs before the next batch, and the liveness beat with it.
+                retention_left = await self.retention_step()
+                if not retention_left:
+                    last_retention = time.monotonic()
             if once:
                 return
-            if result.more_due:  # cut short by MAX_RUN_DURATION: the rest is due now
+            if result.more_due or retention_left:  # the rest is due now: no idle wait
                 continue
             logger.debug("idle; waiting for NOTIFY or the next poll", extra={"action": "idle"})
             wake = await self.leader.wait_for_wake(
@@ -245,19 +254,31 @@ class Dispatcher:
         return result
 
     async def run_retention(self) -> int:
-        """Delete Done rows older than RETENTION_DONE in bounded batches; returns the count."""
+        """Delete every Done row older than RETENTION_DONE, batch after batch (`--once`
+        and tests; the leader's loop takes one batch between passes: retention_step)."""
+        while not self.stop.is_set() and await self.retention_step():
+            pass
+        return self._retention_total
+
+    async def retention_step(self) -> bool:
+        """Delete one bounded batch of expired Done rows (its own statement, so its own
+        short transaction); True when it was full (more are expired). Counts them, says
+        how far behind retention is, and logs a run's total once it is caught up."""
         conn = await self._work_connection()
-        deleted = 0
-        while not self.stop.is_set():
-            count = await store.delete_done(
-                conn, self.options.retention_done, self.options.retention_batch
-            )
-            deleted += count
-            if count < self.options.retention_batch:
-                break
-        if deleted:
-            logger.info("retention", extra={"action": "retention", "deleted": deleted})
-        return deleted
+        older_than, batch = self.options.retention_done, self.options.retention_batch
+        if not self._retention_left:  # a new run
+            self._retention_total = 0
+        count = await store.delete_done(conn, older_than, batch)
+        self._retention_total += count
+        metrics.retention_deleted.inc(count)
+        self._retention_left = count >= batch
+        metrics.retention_behind.set(
+            await store.retention_behind(conn, older_than) if self._retention_left else 0.0
+        )
+        if not self._retention_left and self._retention_total:
+            fields = {"action": "retention", "deleted": self._retention_total}
+            logger.info("retention", extra=fields)
+        return self._retention_left
 
     # -- connections ---------------------------------------------------------------
 

@@ -295,6 +295,14 @@ QUARANTINED_STATS = f"""
 SELECT kind, count(*) FROM messenger.realtime_outbox WHERE status = {QUARANTINED} GROUP BY kind
 """
 
+# How far retention is behind: seconds the oldest Done row is past RETENTION_DONE (0 when
+# none is): the first entry of ix_rto_done_updated, one index probe.
+RETENTION_BEHIND = f"""
+SELECT coalesce(greatest(extract(epoch FROM now() - min(updated_at)) - %(older_than)s, 0), 0)
+       ::float8
+FROM messenger.realtime_outbox WHERE status = {DONE}
+"""
+
 # Retention: one bounded batch of old Done rows (ix_rto_done_updated); Pending and
 # Quarantined rows are never deleted.
 DELETE_DONE = f"""

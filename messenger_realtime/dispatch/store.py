@@ -228,6 +228,13 @@ async def quarantined_counts(conn: Conn) -> dict[str, int]:
     return {str(kind): int(count) for kind, count in await cur.fetchall()}
 
 
+async def retention_behind(conn: Conn, older_than: float) -> float:
+    """Seconds the oldest Done row is past `older_than` (0: retention is caught up)."""
+    cur = await conn.execute(sql.RETENTION_BEHIND, {"older_than": older_than})
+    row = await cur.fetchone()
+    return float(row[0]) if row else 0.0
+
+
 async def delete_done(conn: Conn, older_than: float, limit: int) -> int:
     """Delete one bounded batch of Done rows older than `older_than` seconds."""
     cur = await conn.execute(sql.DELETE_DONE, {"older_than": older_than, "limit": limit})

@@ -16,6 +16,15 @@ pending = Gauge("messenger_realtime_pending", "Outbox rows in status Pending (ba
 oldest_pending_age = Gauge(
     "messenger_realtime_oldest_pending_age_seconds", "Age of the oldest Pending row (0 if none)."
 )
+retention_deleted = Counter(
+    "messenger_realtime_retention_deleted",
+    "Done rows deleted by retention (rate(): its rows per second).",
+)
+retention_behind = Gauge(
+    "messenger_realtime_retention_behind_seconds",
+    "How far retention is behind: seconds the oldest Done row is past RETENTION_DONE "
+    "(0 when caught up).",
+)
 quarantined_rows = Gauge(
     "messenger_realtime_quarantined_rows",
     "Outbox rows in status Quarantined now, per kind (refreshed with the pending gauge).",

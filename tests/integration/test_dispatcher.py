@@ -7,10 +7,12 @@ import psycopg
 import pytest
 from django.db.models.functions import Now
 from django.utils import timezone
+from prometheus_client import REGISTRY
 
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.dispatch import connections as db
+from messenger_realtime.dispatch import store
 from messenger_realtime.dispatch.dispatcher import Dispatcher, PassResult
 from messenger_realtime.dispatch.sql import EXHAUSTED_ERROR
 from messenger_realtime.models import RealtimeOutboxEntry
@@ -221,6 +223,48 @@ def test_outcome_never_overwrites_a_row_changed_after_its_claim() -> None:
     assert (result.dispatched, result.stale) == (0, 1)
     entry.refresh_from_db()
     assert entry.status == "Quarantined"
+
+
+def test_the_leader_takes_one_retention_batch_between_passes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 29: with 2,000,000 expired Done rows the leader deleted batch after batch
+    # inside one step of its loop: no pass and no heartbeat for 19-23 s.
+    OutboxEntryFactory.create_batch(7, done=True, long_ago=True)
+    before = REGISTRY.get_sample_value("messenger_realtime_retention_deleted_total") or 0
+    events: list[str] = []
+    behind: list[float] = []
+
+    async def scenario() -> None:
+        opts = options(retention_batch=2, retention_interval=3600)
+        dispatcher = Dispatcher(opts, RecordingPublisher(), use_lock=False)
+        real_pass, real_delete = dispatcher.run_pass, store.delete_done
+
+        async def recording_pass() -> PassResult:
+            events.append("pass")
+            return await real_pass()
+
+        async def recording_delete(conn: Any, older_than: float, limit: int) -> int:
+            deleted = await real_delete(conn, older_than, limit)
+            events.append(f"delete {deleted}")
+            behind.append(await store.retention_behind(conn, older_than))
+            if deleted < limit:
+                dispatcher.stop.set()  # caught up: end the run here
+            return deleted
+
+        dispatcher.run_pass = recording_pass  # type: ignore[method-assign]
+        monkeypatch.setattr(store, "delete_done", recording_delete)
+        try:
+            await dispatcher.run()
+        finally:
+            await dispatcher.close()
+
+    run(scenario())
+    assert events == ["pass", "delete 2"] * 3 + ["pass", "delete 1"]
+    assert behind[0] > 0 and behind[-1] == 0  # how far behind, until caught up
+    after = REGISTRY.get_sample_value("messenger_realtime_retention_deleted_total")
+    assert after == before + 7
+    assert REGISTRY.get_sample_value("messenger_realtime_retention_behind_seconds") == 0
 
 
 def test_retention_deletes_old_done_rows_in_batches_and_keeps_everything_else() -> None:
