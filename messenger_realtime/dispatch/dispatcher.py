@@ -1,4 +1,5 @@
-"""The worker's lifecycle: lead (or stand by), pass after pass, idle waits, retention.
+"""The worker's lifecycle: lead (or stand by), pass after pass, idle waits, and a
+retention batch between passes (retention.py).
 
 One pass over the due rows, batch by batch, is batches.py; the SQL is store.py. Entry
 points (the management command, Daphne's single-process mode, tests, benchmarks) build a
@@ -25,6 +26,7 @@ from messenger_realtime.dispatch.gate import PartitionGate
 from messenger_realtime.dispatch.leader import Leader
 from messenger_realtime.dispatch.outcomes import PassResult
 from messenger_realtime.dispatch.partitions import Partition
+from messenger_realtime.dispatch.retention import Retention
 from messenger_realtime.dispatch.rows import RowOutcome
 from messenger_realtime.dispatch.store import NO_TARGET
 from messenger_realtime.dispatch.wakes import WakePolicy
@@ -102,8 +104,7 @@ class Dispatcher:
         o = options  # wakes.py: coalesced wake-ups, the suspect probe's pace
         self.wakes = WakePolicy(o.wake_coalesce, o.polling_interval)
         self.conn: psycopg.AsyncConnection[Any] | None = None  # outcomes, stats, retention
-        self._retention_left = False  # the last retention batch was full
-        self._retention_total = 0  # rows deleted by the current retention run
+        self.retention = Retention(options)
         self.claim_conn: psycopg.AsyncConnection[Any] | None = None  # claims, ahead of pushes
         metrics.create_kind_series(RealtimeDispatchKind.values)
 
@@ -170,8 +171,7 @@ class Dispatcher:
             self._leading(False)
 
     async def _passes(self, once: bool) -> None:
-        last_retention = last_stats = self.wakes.last_probe = float("-inf")  # catch-up probes
-        retention_left = False  # the last retention batch was full: more rows expired
+        last_stats = self.wakes.last_probe = float("-inf")  # catch-up probes
         self._leading(True)
         while not self.stop.is_set():
             result = await self.run_pass()  # after (re)connecting this is the catch-up pass
@@ -182,20 +182,16 @@ class Dispatcher:
             if first and time.monotonic() - last_stats >= STATS_INTERVAL:  # bounded cost
                 await store.refresh_backlog_gauges(await self._work_connection())
                 last_stats = time.monotonic()
-            retention_due = time.monotonic() - last_retention >= self.options.retention_interval
             # One partition's leader deletes: concurrent deletes would only block each other.
             if once and first:
                 await self.run_retention()
-            elif (retention_due or retention_left) and first:
-                # One bounded batch between passes (a short transaction of its own), so a
-                # day of expired rows never holds dispatch or the heartbeat: the next pass
-                # runs before the next batch, and the liveness beat with it.
-                retention_left = await self.retention_step()
-                if not retention_left:
-                    last_retention = time.monotonic()
+            elif first and self.retention.due():
+                # One bounded batch between passes (retention.py): the next pass, and the
+                # liveness beat with it, run before the next batch.
+                await self.retention.step(await self._work_connection())
             if once:
                 return
-            if result.more_due or retention_left:  # the rest is due now: no idle wait
+            if result.more_due or self.retention.left:  # the rest is due now: no idle wait
                 continue
             logger.debug("idle; waiting for NOTIFY or the next poll", extra={"action": "idle"})
             wake = await self.leader.wait_for_wake(
@@ -254,31 +250,8 @@ class Dispatcher:
         return result
 
     async def run_retention(self) -> int:
-        """Delete every Done row older than RETENTION_DONE, batch after batch (`--once`
-        and tests; the leader's loop takes one batch between passes: retention_step)."""
-        while not self.stop.is_set() and await self.retention_step():
-            pass
-        return self._retention_total
-
-    async def retention_step(self) -> bool:
-        """Delete one bounded batch of expired Done rows (its own statement, so its own
-        short transaction); True when it was full (more are expired). Counts them, says
-        how far behind retention is, and logs a run's total once it is caught up."""
-        conn = await self._work_connection()
-        older_than, batch = self.options.retention_done, self.options.retention_batch
-        if not self._retention_left:  # a new run
-            self._retention_total = 0
-        count = await store.delete_done(conn, older_than, batch)
-        self._retention_total += count
-        metrics.retention_deleted.inc(count)
-        self._retention_left = count >= batch
-        metrics.retention_behind.set(
-            await store.retention_behind(conn, older_than) if self._retention_left else 0.0
-        )
-        if not self._retention_left and self._retention_total:
-            fields = {"action": "retention", "deleted": self._retention_total}
-            logger.info("retention", extra=fields)
-        return self._retention_left
+        """Delete every expired Done row now, batch after batch; the rows deleted."""
+        return await self.retention.drain(await self._work_connection(), self.stop)
 
     # -- connections ---------------------------------------------------------------
 
