@@ -89,8 +89,11 @@ async def negotiate(http: str, token: str) -> str:
     status = head.split(b" ", 2)[1]
     if status != b"200":
         retry = next(
-            (line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
-             if line.lower().startswith(b"retry-after:")),
+            (
+                line.split(b":", 1)[1].strip()
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"retry-after:")
+            ),
             None,
         )
         raise Refused(int(status), float(retry) if retry else None)
@@ -408,7 +411,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         stack.push_async_callback(daphne.stop)
         pid = daphne.proc.pid
         # Warm-up: imports, first-use caches and pools, then those clients leave.
-        warm_clients, warmed = await connect_all(http, [tokens[u] for u in users[:warm]], 1, 5, stack)
+        warm_clients, warmed = await connect_all(
+            http, [tokens[u] for u in users[:warm]], 1, 5, stack
+        )
         if warmed[0]["ready"] != warm:
             raise RuntimeError(f"warm-up: {warmed}")
         for client in warm_clients:

@@ -10,31 +10,26 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 django_asgi_app = get_asgi_application()
 
 # Imports that need Django set up first.
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
-from django.urls import path, re_path  # noqa: E402
+from django.urls import re_path  # noqa: E402
 
-from messenger_realtime.hub.routing import (  # noqa: E402
-    HUB_PATH,
-    HubHttpConsumer,
-    websocket_urlpatterns,
-)
+from messenger_realtime.hub.routing import http_urlpatterns, websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": URLRouter(
             [
-                # The hub's Server-Sent Events and long polling (bearer tokens, or the
-                # session of the project's own pages, as for WebSockets).
-                path(HUB_PATH, AuthMiddlewareStack(HubHttpConsumer.as_asgi())),
+                # The hub's negotiate, Server-Sent Events and long polling (bearer
+                # tokens, or the session of the project's own pages, as for WebSockets).
+                *http_urlpatterns,
                 # Django, with static files (the web client, the demo page) straight
                 # from the app and npm; production puts collectstatic's output on a CDN.
                 re_path(r"", ASGIStaticFilesHandler(django_asgi_app)),  # type: ignore[arg-type]
             ]
         ),
-        # Session auth for the project's own pages; bearer tokens are checked by the hub.
-        "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
+        # Bearer tokens, or the session of the project's own pages (the hub reads it).
+        "websocket": URLRouter(websocket_urlpatterns),
     }
 )
 

@@ -16,7 +16,6 @@ urlpatterns = [
     path("demo/sign-in", demo.sign_in, name="demo-sign-in"),
     path("demo/sign-out", demo.sign_out, name="demo-sign-out"),
     path("demo/token", demo.token, name="demo-token"),
-    path("", include("messenger_realtime.hub.routing")),
     path("", include("project.messenger.api.urls")),
 ]
 

@@ -103,6 +103,10 @@ DEFAULTS: dict[str, Any] = {
     "RATE_LIMIT_INVOCATIONS": 600,
     "RATE_LIMIT_FLOOD": 20,
     "RATE_LIMIT_REDIS_URL": "",
+    # Connects in progress in one hub process (negotiated or upgraded, not yet through
+    # their handshake) past which negotiate answers 503 with Retry-After
+    # (hub/admission.py): a reconnect storm meets quick refusals, not time-outs.
+    "ADMISSION_LIMIT": 200,
 }
 _KINDS: dict[str, type] = {
     "BATCH_SIZE": int,
@@ -136,6 +140,7 @@ _KINDS: dict[str, type] = {
     "RATE_LIMIT_INVOCATIONS": int,
     "RATE_LIMIT_FLOOD": int,
     "RATE_LIMIT_REDIS_URL": str,
+    "ADMISSION_LIMIT": int,
 }  # every other key is a float (a duration in seconds, a factor or a fraction)
 ENV_PREFIX = "MESSENGER_REALTIME_"
 _BOOL_WORDS = {"true", "false", "1", "0", "yes", "no", "on", "off"}
@@ -202,6 +207,7 @@ class HubOptions:
     rate_limit_invocations: int = 600
     rate_limit_flood: int = 20
     rate_limit_redis_url: str = ""
+    admission_limit: int = 200
 
 
 def env_name(key: str) -> str:

@@ -98,6 +98,7 @@ UPPER_BOUNDS: dict[str, tuple[float, str]] = {
     "MEDIA_TOKEN_TTL": (86_400.0, "seconds"),
     "TURN_TTL": (86_400.0, "seconds"),
     "RATE_LIMIT_WINDOW": (86_400.0, "seconds"),
+    "ADMISSION_LIMIT": (100_000, "connects in progress per hub process"),
 }
 # The official clients drop a connection after 30 s without a message from the server
 # (serverTimeoutInMilliseconds) and expect a keep-alive at half that.
@@ -167,6 +168,7 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
     for key in ("RATE_LIMIT_WRITES", "RATE_LIMIT_INVOCATIONS"):
         rule("E026", key, values.get(key, 0) >= 0, "must be >= 0 (0: no limit)")
     rule("E026", "RATE_LIMIT_FLOOD", values.get("RATE_LIMIT_FLOOD", 1) >= 1, "must be >= 1")
+    rule("E029", "ADMISSION_LIMIT", values.get("ADMISSION_LIMIT", 1) >= 1, "must be >= 1")
     url = str(values.get("RATE_LIMIT_REDIS_URL", ""))
     ok = not url or url.startswith(("redis://", "rediss://", "unix://"))
     rule(

@@ -1,17 +1,28 @@
 """POST /hubs/messenger/negotiate: who may connect, and how (the transports of TRANSPORTS,
-JSON or MessagePack, and stateful reconnect when the client asks for it)."""
+JSON or MessagePack, and stateful reconnect when the client asks for it).
 
+A plain ASGI application, routed ahead of Django (project/asgi.py): every connect
+starts here, and Django's request path (its middleware, and a thread of its own per
+request to run them) cost a connect more than the rest of negotiate together
+(docs/performance.md). The credentials are read as every hub request reads them
+(transports/credentials.py: a bearer token, else the session of the project's own pages
+from the same origin), with one database read (the user's standing).
+
+Admission control: while ADMISSION_LIMIT connects are in progress in this process
+(hub/admission.py), negotiate answers 503 with Retry-After at once, so a reconnect storm
+meets quick refusals that the clients retry instead of handshakes that time out.
+"""
+
+import json
 import logging
 from typing import Any
 from urllib.parse import parse_qs
-from uuid import UUID
-
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
 
 from messenger_realtime.conf.settings import HubOptions, load_hub_options
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub.auth import authenticate, bearer_token, new_connection_token
+from messenger_realtime.hub import admission
+from messenger_realtime.hub.auth import new_connection_token
+from messenger_realtime.hub.transports.credentials import cors_headers, identify_scope
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +33,8 @@ FORMATS = {
     "LongPolling": ["Text", "Binary"],
 }
 MAX_NEGOTIATE_VERSION = 1
+JSON = (b"content-type", b"application/json")
+ALLOWED = b"POST, OPTIONS"
 
 
 def available_transports(options: HubOptions) -> list[dict[str, Any]]:
@@ -32,77 +45,86 @@ def available_transports(options: HubOptions) -> list[dict[str, Any]]:
     ]
 
 
-def wants_stateful(request: HttpRequest, options: HubOptions) -> bool:
+def _query_value(query: dict[str, list[str]], name: str, default: str) -> str:
+    """A query parameter by name in any case (as ASP.NET reads them)."""
+    wanted = name.lower()
+    return next((v[-1] for k, v in query.items() if k.lower() == wanted and v), default)
+
+
+def wants_stateful(query: dict[str, list[str]], options: HubOptions) -> bool:
     """The client asked (`useStatefulReconnect=true`, any case) and the hub offers it:
     a replay buffer, over WebSockets. Never granted unasked: the client would fail."""
-    asked = next(
-        (str(v) for k, v in request.GET.items() if k.lower() == "usestatefulreconnect"), ""
-    )
+    asked = _query_value(query, "useStatefulReconnect", "")
     offered = options.stateful_reconnect_buffer_size > 0 and "WebSockets" in options.transports
     return asked.lower() == "true" and offered
 
 
-def _cors(request: HttpRequest, response: HttpResponse) -> HttpResponse:
-    origin = request.headers.get("Origin")
-    if origin and origin in load_hub_options().cors_allowed_origins:
-        response["Access-Control-Allow-Origin"] = origin
-        response["Access-Control-Allow-Credentials"] = "true"
-        response["Access-Control-Allow-Methods"] = "POST, OPTIONS"
-        response["Access-Control-Allow-Headers"] = (
-            "authorization, content-type, x-requested-with, x-signalr-user-agent"
-        )
-        response["Access-Control-Max-Age"] = "600"
-        response["Vary"] = "Origin"
-    return response
+async def negotiate(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The ASGI application of POST (and OPTIONS) {hub}/negotiate."""
+    while True:  # the body means nothing here; read it to its end (or the client's going)
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        if not message.get("more_body"):
+            break
+    status, body, headers = await answer(scope)
+    options = load_hub_options()
+    extra = cors_headers(scope, options, ALLOWED)
+    if extra and status == 204:
+        extra.append((b"access-control-max-age", b"600"))
+    length = (b"content-length", str(len(body)).encode())
+    start = {"type": "http.response.start", "status": status, "headers": [*headers, *extra, length]}
+    await send(start)
+    await send({"type": "http.response.body", "body": body})
 
 
-def _authenticate(request: HttpRequest) -> UUID:
-    headers = {b"authorization": request.headers.get("Authorization", "").encode("latin-1")}
-    token = bearer_token(headers, parse_qs(request.META.get("QUERY_STRING", "")))
-    return authenticate(token, request.user, load_hub_options())
-
-
-@csrf_exempt
-def negotiate(request: HttpRequest) -> HttpResponse:
-    if request.method == "OPTIONS":
-        return _cors(request, HttpResponse(status=204))
-    if request.method != "POST":
-        response = JsonResponse({"error": "negotiate takes POST"}, status=405)
-        response["Allow"] = "POST, OPTIONS"
-        return _cors(request, response)
-    # ASP.NET reads the key case-insensitively. Version errors use the protocol's own
-    # {"error": ...} body (status 200), which every SignalR client shows its caller.
-    raw = next((str(v) for k, v in request.GET.items() if k.lower() == "negotiateversion"), "0")
+async def answer(scope: dict[str, Any]) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    """(status, body, headers) of a negotiate request."""
+    method = scope["method"]
+    if method == "OPTIONS":
+        return 204, b"", []
+    if method != "POST":
+        return 405, _json({"error": "negotiate takes POST"}), [JSON, (b"allow", ALLOWED)]
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    # Version errors use the protocol's own {"error": ...} body (status 200), which
+    # every SignalR client shows its caller.
+    raw = _query_value(query, "negotiateVersion", "0")
     try:
         requested = int(raw)
     except ValueError:
-        error = "The client requested a non-integer protocol version."
-        return _cors(request, JsonResponse({"error": error}))
+        return 200, _json({"error": "The client requested a non-integer protocol version."}), [JSON]
     if requested < 0:
         error = (
             f"The client requested version '{requested}', "
             "but the server does not support this version."
         )
-        return _cors(request, JsonResponse({"error": error}))
-    try:
-        user_id = _authenticate(request)
-    except InvalidToken as exc:
-        logger.info("negotiate refused", extra={"action": "refused", "reason": str(exc)})
-        response = JsonResponse({"error": f"Unauthorized: {exc}"}, status=401)
-        response["WWW-Authenticate"] = 'Bearer realm="messenger"'
-        return _cors(request, response)
+        return 200, _json({"error": error}), [JSON]
     options = load_hub_options()
+    with admission.connect(options) as admitted:
+        if not admitted:
+            busy = _json({"error": "Service unavailable: too many connects in progress"})
+            return 503, busy, [JSON, (b"retry-after", str(admission.RETRY_AFTER).encode())]
+        try:
+            identity, _ = await identify_scope(scope, options)
+        except InvalidToken as exc:
+            logger.info("negotiate refused", extra={"action": "refused", "reason": str(exc)})
+            www = (b"www-authenticate", b'Bearer realm="messenger"')
+            return 401, _json({"error": f"Unauthorized: {exc}"}), [JSON, www]
     version = min(requested, MAX_NEGOTIATE_VERSION)
-    stateful = version >= 1 and wants_stateful(request, options)
-    connection_id, connection_token = new_connection_token(user_id, stateful=stateful)
-    body: dict[str, Any] = {"negotiateVersion": version}
+    stateful = version >= 1 and wants_stateful(query, options)
+    connection_id, connection_token = new_connection_token(identity.user_id, stateful=stateful)
+    granted: dict[str, Any] = {"negotiateVersion": version}
     if version >= 1:
-        body.update(connectionId=connection_id, connectionToken=connection_token)
+        granted.update(connectionId=connection_id, connectionToken=connection_token)
         if stateful:
-            body["useStatefulReconnect"] = True
+            granted["useStatefulReconnect"] = True
     else:
         # Version 0 has no token: the client sends the connectionId as `id`, so the
         # signed token itself serves as the id.
-        body.update(connectionId=connection_token)
-    body["availableTransports"] = available_transports(options)
-    return _cors(request, JsonResponse(body))
+        granted.update(connectionId=connection_token)
+    granted["availableTransports"] = available_transports(options)
+    return 200, _json(granted), [JSON]
+
+
+def _json(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode()

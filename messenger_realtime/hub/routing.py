@@ -1,5 +1,13 @@
-"""URL routes of the hub: include these in the host's URLconf and ASGI router."""
+"""The hub's ASGI routes: put `http_urlpatterns` ahead of Django in the host's HTTP
+router, and `websocket_urlpatterns` in its WebSocket router (see project/asgi.py).
 
+Each is wrapped in Channels' cookie and session middleware only: the session of the
+project's own pages is read when a request has no bearer token, in the same thread hop
+as the user's standing (transports/credentials.py), not for every connect as Channels'
+AuthMiddleware would.
+"""
+
+from channels.sessions import SessionMiddlewareStack
 from django.urls import path, re_path
 
 from messenger_realtime.hub.negotiate import negotiate
@@ -8,13 +16,13 @@ from messenger_realtime.hub.transports.websocket import HubConsumer
 
 HUB_PATH = "hubs/messenger"
 
-# HTTP (Django): negotiate, with and without a trailing slash.
-urlpatterns = [re_path(rf"^{HUB_PATH}/negotiate/?$", negotiate, name="hub-negotiate")]
+__all__ = ["HUB_PATH", "http_urlpatterns", "websocket_urlpatterns"]
 
+http_urlpatterns = [
+    # negotiate, with and without a trailing slash
+    re_path(rf"^{HUB_PATH}/negotiate/?$", SessionMiddlewareStack(negotiate)),
+    # Server-Sent Events, long polling, their sends and DELETE
+    path(HUB_PATH, SessionMiddlewareStack(HubHttpConsumer.as_asgi())),
+]
 
-# HTTP (ASGI, routed to HUB_PATH ahead of Django: see project/asgi.py): Server-Sent
-# Events, long polling, their sends and DELETE.
-__all__ = ["HUB_PATH", "HubConsumer", "HubHttpConsumer", "urlpatterns", "websocket_urlpatterns"]
-
-# WebSocket: the hub itself.
-websocket_urlpatterns = [path(HUB_PATH, HubConsumer.as_asgi())]
+websocket_urlpatterns = [path(HUB_PATH, SessionMiddlewareStack(HubConsumer.as_asgi()))]

@@ -106,6 +106,12 @@ hub_rate_limited = Counter(
     ["scope"],
 )
 
+hub_connects_shed = Counter(
+    "messenger_realtime_hub_connects_shed",
+    "Negotiate requests answered 503 with Retry-After because ADMISSION_LIMIT connects "
+    "were in progress in the process (admission control; the clients retry).",
+)
+
 
 def create_kind_series(kinds: Iterable[str]) -> None:
     """Create every kind's series at 0 (the worker calls it at start), so the first
@@ -135,7 +141,14 @@ def clear_leader_gauges() -> None:
 
 # The families the web process (Daphne) exports; the worker exports every other family of
 # this module (ops/exposition.py), so a family added above is the worker's unless listed.
-WEB_FAMILIES = (hub_connections, hub_disconnects, hub_forced_closes, hub_resumes, hub_rate_limited)
+WEB_FAMILIES = (
+    hub_connections,
+    hub_disconnects,
+    hub_forced_closes,
+    hub_resumes,
+    hub_rate_limited,
+    hub_connects_shed,
+)
 # Counted by both: the worker's pushes drop at a full channel, Daphne's connections
 # overflow their in-process buffers; a query sums the two jobs.
 SHARED_FAMILIES = (channel_overruns,)

@@ -7,6 +7,7 @@ host and port) or a configured origin: a cookie rides along with any page's requ
 (cross-site WebSocket hijacking, and the same for the hub's HTTP endpoint).
 """
 
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -16,6 +17,8 @@ from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub import auth
 
+CORS_HEADERS = b"authorization, content-type, x-requested-with, x-signalr-user-agent"
+
 
 def query_of(scope: dict[str, Any]) -> dict[str, list[str]]:
     return parse_qs(scope.get("query_string", b"").decode("latin-1"))
@@ -24,17 +27,46 @@ def query_of(scope: dict[str, Any]) -> dict[str, list[str]]:
 async def identify_scope(
     scope: dict[str, Any], options: HubOptions, *, lookup: bool = True
 ) -> tuple[auth.Identity, str | None]:
-    """(the caller's identity, its bearer token or None); InvalidToken otherwise."""
+    """(the caller's identity, its bearer token or None); InvalidToken otherwise.
+
+    At most one thread hop: a bearer token without `lookup` is checked inline (its
+    signature and claims); anything that reads the database (the user's standing, the
+    session's user) is read in one go."""
     headers = dict(scope.get("headers", []))
     token = auth.bearer_token(headers, query_of(scope))
-    user = scope.get("user")  # the Django session (the project's own pages)
-    session = token is None and user is not None and user.is_authenticated
-    if session and not same_site(scope, headers, options):
-        raise InvalidToken("origin not allowed for session authentication")
-    identity: auth.Identity = await database_sync_to_async(auth.identify)(
-        token, user, options, scope.get("session") if session else None, lookup=lookup
+    if token is not None and not lookup:
+        return auth.read_access_token(token, options), token
+    identity: auth.Identity = await database_sync_to_async(_identify)(
+        scope, headers, token, options, lookup
     )
     return identity, token
+
+
+def _identify(
+    scope: dict[str, Any],
+    headers: dict[bytes, bytes],
+    token: str | None,
+    options: HubOptions,
+    lookup: bool,
+) -> auth.Identity:
+    """identify_scope's reads, synchronous (in the thread the hop runs on)."""
+    user, session = None, None
+    if token is None:
+        # The Django session (the project's own pages), read only now that no token
+        # came: Channels' AuthMiddleware would read it, in a thread hop of its own, for
+        # every connection, bearer or not.
+        session = scope.get("session")
+        user = scope.get("user")
+        if user is None and session is not None:
+            from django.contrib.auth import get_user
+
+            user = get_user(SimpleNamespace(session=session))  # type: ignore[arg-type]
+        authenticated = user is not None and user.is_authenticated
+        if authenticated and not same_site(scope, headers, options):
+            raise InvalidToken("origin not allowed for session authentication")
+        if not authenticated:
+            session = None
+    return auth.identify(token, user, options, session, lookup=lookup)
 
 
 def same_site(scope: dict[str, Any], headers: dict[bytes, bytes], options: HubOptions) -> bool:
@@ -45,3 +77,19 @@ def same_site(scope: dict[str, Any], headers: dict[bytes, bytes], options: HubOp
     default = "ws" if scope.get("type") == "websocket" else "http"
     scheme = str(scope.get("scheme") or default)  # WebSockets: from hub/wsprotocol.py
     return auth.same_origin(origin, scheme, host) or origin in options.cors_allowed_origins
+
+
+def cors_headers(
+    scope: dict[str, Any], options: HubOptions, methods: bytes
+) -> list[tuple[bytes, bytes]]:
+    """The CORS answer to a configured origin (CORS_ALLOWED_ORIGINS); none otherwise."""
+    origin = dict(scope.get("headers", [])).get(b"origin", b"").decode("latin-1")
+    if not origin or origin not in options.cors_allowed_origins:
+        return []
+    return [
+        (b"access-control-allow-origin", origin.encode()),
+        (b"access-control-allow-credentials", b"true"),
+        (b"access-control-allow-methods", methods),
+        (b"access-control-allow-headers", CORS_HEADERS),
+        (b"vary", b"Origin"),
+    ]

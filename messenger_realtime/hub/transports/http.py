@@ -29,7 +29,7 @@ from messenger_realtime.hub.transports.base import (
     SERVER_SENT_EVENTS,
     WEBSOCKETS,
 )
-from messenger_realtime.hub.transports.credentials import identify_scope, query_of
+from messenger_realtime.hub.transports.credentials import cors_headers, identify_scope, query_of
 from messenger_realtime.hub.transports.longpolling import NO_CACHE, LongPollingTransport
 from messenger_realtime.hub.transports.websocket import HUB_STATE
 
@@ -219,16 +219,4 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
         await self.send({"type": "http.response.body", "body": body, "more_body": more_body})
 
     def _cors(self) -> list[tuple[bytes, bytes]]:
-        origin = dict(self.scope.get("headers", [])).get(b"origin", b"").decode("latin-1")
-        if not origin or origin not in load_hub_options().cors_allowed_origins:
-            return []
-        return [
-            (b"access-control-allow-origin", origin.encode()),
-            (b"access-control-allow-credentials", b"true"),
-            (b"access-control-allow-methods", b"GET, POST, DELETE, OPTIONS"),
-            (
-                b"access-control-allow-headers",
-                b"authorization, content-type, x-requested-with, x-signalr-user-agent",
-            ),
-            (b"vary", b"Origin"),
-        ]
+        return cors_headers(self.scope, load_hub_options(), b"GET, POST, DELETE, OPTIONS")
