@@ -33,7 +33,7 @@ from messenger_realtime.hub.membership import ChatMemberships
 from messenger_realtime.hub.protocols import handshake
 from messenger_realtime.hub.protocols.base import Frame, HubProtocol
 from messenger_realtime.hub.resume import REPLAY_OVERFLOW, StatefulConnection
-from messenger_realtime.hub.timers import ConnectionTimers
+from messenger_realtime.hub.timers import Timeouts
 from messenger_realtime.hub.transports.base import Transport
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
@@ -49,7 +49,6 @@ class HubConnection(
     StatefulConnection,
     HubInvocations,
     ConnectionGroups,
-    ConnectionTimers,
 ):
     protocol: HubProtocol | None = None  # chosen by the handshake
 
@@ -74,12 +73,25 @@ class HubConnection(
         self.loop = asyncio.get_running_loop()
         self.opened_at = self.last_received = self.last_sent = self.loop.time()
         self.expires_at, self.expiry_reason = self.credentials_end(identity, token)
-        self.wake = asyncio.Event()
+        self.timeouts = Timeouts(self)  # its deadlines, on the process's one clock
         self.receiving = asyncio.Lock()  # POSTs of one connection, one at a time
         self.delivery: asyncio.Task[None] | None = None
         self.unsent = []
         self.detached_at: float | None = None
         self.stateful = None
+
+    def _pings(self) -> bool:
+        """Keep-alive both ways: after the handshake, on transports without their own."""
+        transport = self.transport
+        return self.handshaken and transport is not None and not transport.inherent_keepalive
+
+    def _unreachable_since(self) -> float | None:
+        """Since when no transport can reach the client: a dropped stateful WebSocket,
+        or a long-polling connection with no poll pending."""
+        if self.detached_at is not None:
+            return self.detached_at
+        transport = self.transport
+        return transport.idle_since() if transport is not None else None
 
     def credentials_end(self, identity: Identity, token: str | None) -> tuple[float, str]:
         """Loop time when these credentials expire (nothing is forwarded from then on)."""
@@ -93,7 +105,7 @@ class HubConnection(
         registry.add(self.connection_id, self)
         metrics.hub_connections.inc()
         self.opened = True
-        self.watchdog = asyncio.create_task(self._watch())
+        self.timeouts.start()
 
     # -- client -> server -------------------------------------------------------
 
@@ -119,7 +131,7 @@ class HubConnection(
             await self._close_with_error(_reason(exc))
         except Exception:
             # Whatever a client's input set off, it ends that connection alone, with a
-            # Close and at once (registry, groups), never a 1011 left for the watchdog.
+            # Close and at once (registry, groups), never a 1011 left for the clock.
             logger.exception("hub message failed", extra={**self._ids(), "action": "receive"})
             await self._close_with_error(UNEXPECTED)
 
@@ -208,7 +220,7 @@ class HubConnection(
         if self.ended:
             return
         self.ended = self.closing = True
-        self.wake.set()
+        self.timeouts.stop()
         transport = self.transport
         if transport is None or not transport.lingers():
             registry.remove(self.connection_id, self)
@@ -216,10 +228,9 @@ class HubConnection(
             metrics.hub_connections.dec()
             metrics.hub_disconnects.inc()
             logger.info("hub disconnected", extra={**self._ids(), "action": "disconnected"})
-        current = asyncio.current_task()
-        for task in (self.delivery, getattr(self, "watchdog", None)):
-            if task is not None and task is not current:
-                task.cancel()
+        delivery = self.delivery
+        if delivery is not None and delivery is not asyncio.current_task():
+            delivery.cancel()
         # Also before the handshake finished: the user group is joined before it answers.
         await self.leave_groups()
 

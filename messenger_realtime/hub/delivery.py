@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 # number of records per frame): at most this many records, or about this many bytes.
 FRAME_RECORDS = 100
 FRAME_BYTES = 64 * 1024
+_WRITES: set["asyncio.Task[None]"] = set()  # write_now's tasks, kept until done
 
 
 class Delivery:
@@ -101,6 +102,21 @@ class Delivery:
         transport = self.transport
         if transport is not None:
             await transport.send(frame)
+
+    def write_now(self, frame: Frame) -> None:
+        """As _send, from code that cannot wait (the clock's pings and Acks): at once
+        where the transport writes without waiting (a WebSocket), else in a task."""
+        self.last_sent = self.loop.time()
+        transport = self.transport
+        if transport is None:
+            return
+        send_now = getattr(transport, "send_now", None)
+        if send_now is not None:
+            send_now(frame)
+            return
+        task = asyncio.ensure_future(transport.send(frame))
+        _WRITES.add(task)
+        task.add_done_callback(_WRITES.discard)
 
     async def _emit(self, frame: Frame) -> None:
         """A hub invocation message (an event, a completion): numbered and kept for a

@@ -29,6 +29,7 @@ from messenger_realtime.hub.protocols.base import (
     join_frames,
 )
 from messenger_realtime.hub.stateful import InboundSequence, ReplayBuffer
+from messenger_realtime.hub.timers import Timeouts
 from messenger_realtime.hub.transports.base import WEBSOCKETS, Transport
 from messenger_realtime.ops.logging import Field
 
@@ -58,7 +59,7 @@ class StatefulConnection:
         handshaken: bool
         connection_id: str
         user_id: Any
-        wake: asyncio.Event
+        timeouts: Timeouts
         last_sent: float
         last_received: float
         expires_at: float
@@ -76,6 +77,8 @@ class StatefulConnection:
         async def end_session(self) -> None: ...
 
         async def _send(self, frame: Frame) -> None: ...
+
+        def write_now(self, frame: Frame) -> None: ...
 
     def _choose_stateful(self, version: int) -> None:
         transport = self.transport
@@ -99,10 +102,10 @@ class StatefulConnection:
             return False
         if self.stateful.ack_at is None:
             self.stateful.ack_at = self.loop.time() + ACK_INTERVAL
-            self.wake.set()  # the watchdog sends it (timers.py)
+            self.timeouts.moved(self.stateful.ack_at)  # the clock sends it (timers.py)
         return True
 
-    async def _send_ack(self) -> None:
+    def _send_ack_now(self) -> None:
         """The Ack that is due, unless the client cannot hear it now (then later)."""
         assert self.stateful is not None and self.protocol is not None
         if self.transport is None or self.resuming:
@@ -111,7 +114,7 @@ class StatefulConnection:
         self.stateful.ack_at = None
         sequence_id = self.stateful.inbound.ack_due()
         if sequence_id is not None:
-            await self._send(self.protocol.ack(sequence_id))
+            self.write_now(self.protocol.ack(sequence_id))
 
     async def _emit_stateful(self, *frames: Frame) -> None:
         """Number and keep each message, then send them (as one frame when several)."""
@@ -143,7 +146,7 @@ class StatefulConnection:
         self.detached_at = self.loop.time()
         self.protocol.reset()  # a message cut in half is resent whole after the resume
         logger.info("hub connection detached", extra=self._log_ids())
-        self.wake.set()
+        self.timeouts.moved(self.detached_at + self.options.disconnect_timeout)
 
     def resumable_by(self, user_id: Any) -> str | None:
         """Why a resume by `user_id` is refused, or None when it may go ahead."""
@@ -183,7 +186,7 @@ class StatefulConnection:
                 sent, replayed = message_id, replayed + 1
         self.resuming = False
         self.last_received = self.last_sent = self.loop.time()
-        self.wake.set()
+        self.timeouts.moved(self.last_sent)
         logger.info("hub connection resumed", extra={**self._log_ids(), "replayed": replayed})
 
     def _log_ids(self) -> dict[str, Any]:

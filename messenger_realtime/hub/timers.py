@@ -1,130 +1,115 @@
-"""A connection's clock: handshake timeout, keep-alive pings, the client timeout, the
+"""A connection's deadlines: handshake timeout, keep-alive pings, the client timeout, the
 credentials' expiry, stateful reconnect's Acks and how long a connection without its
-transport is kept. A mixin of HubConnection, one task per connection."""
+transport is kept.
+
+A part of HubConnection with no task of its own: the process's Clock (clock.py) calls
+`fire` at the nearest deadline, and whoever moves a deadline earlier (an Ack falling due,
+a WebSocket dropping) calls `moved`. A ping or an Ack is written inline; closing, which
+waits on the socket and the channel layer, runs in a task of its own so one connection's
+close never holds up the others' deadlines.
+"""
 
 import asyncio
-import contextlib
 import logging
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from messenger_realtime.conf.settings import HubOptions
+from messenger_realtime.hub import clock
 from messenger_realtime.hub.protocols import handshake
-from messenger_realtime.hub.protocols.base import Frame, HubProtocol
-from messenger_realtime.hub.transports.base import Transport
 from messenger_realtime.ops.logging import Field
+
+if TYPE_CHECKING:
+    from messenger_realtime.hub.connection import HubConnection
 
 logger = logging.getLogger(__name__)
 CLIENT_TIMEOUT = (
     "Connection closed with an error. OperationCanceledException: Client hasn't sent a "
     "message/ping within the configured ClientTimeoutInterval."
 )
-LONGEST_NAP = 3600.0  # the watchdog wakes at least this often (no deadline may be infinite)
+LONGEST_NAP = 3600.0  # every connection is looked at least this often (none is infinite)
+SLACK = 0.01  # s after a deadline: its comparison with the clock must find it passed
 
 
-class ConnectionTimers:
-    options: HubOptions
-    handshaken: bool
-    closing: bool
-    opened_at: float
-    last_received: float
-    last_sent: float
-    expires_at: float  # loop time; infinity when the credentials do not expire
-    expiry_reason: str
-    detached_at: float | None  # a stateful WebSocket's drop, awaiting its resume
-    wake: asyncio.Event  # set when a deadline may have moved
+class Timeouts:
+    """The deadlines of one connection, kept by the process's clock."""
 
-    if TYPE_CHECKING:  # provided by HubConnection and its mixins
-        transport: Transport | None
-        protocol: HubProtocol | None
-        stateful: Any
-        connection_id: str
-        user_id: Any
+    __slots__ = ("connection", "ending", "entry")
 
-        async def _send(self, frame: Frame) -> None: ...
+    def __init__(self, connection: "HubConnection") -> None:
+        self.connection = connection
+        self.entry: clock.Entry | None = None
+        self.ending: asyncio.Task[None] | None = None  # the close a deadline started
 
-        async def _send_ack(self) -> None: ...
+    def start(self) -> None:
+        self.moved(self.connection.loop.time())
 
-        async def _finish(self) -> None: ...
+    def moved(self, when: float) -> None:
+        """A deadline may now be as early as `when` (loop time)."""
+        self.entry = clock.clock().schedule(self, when + SLACK, self.entry)
 
-        async def end(self) -> None: ...
+    def stop(self) -> None:
+        clock.cancel(self.entry)
+        self.entry = None
 
-        async def _close_with_error(
-            self, reason: str, *, allow_reconnect: bool = False
-        ) -> None: ...
+    def fire(self, now: float) -> None:
+        """Act on whichever deadline passed, then schedule the next one."""
+        self.entry = None
+        c = self.connection
+        if c.closing:
+            return
+        o = c.options
+        if not c.handshaken and now - c.opened_at >= o.handshake_timeout:
+            c.closing = True
+            self._end(self._handshake_canceled())
+            return
+        if now >= c.expires_at:
+            self._end(c._drop(c.expiry_reason))
+            return
+        idle = c._unreachable_since()
+        if idle is not None and now - idle >= o.disconnect_timeout:
+            self._end(self._gone())
+            return
+        keepalive = idle is None and c._pings()
+        if keepalive and now - c.last_received >= o.client_timeout:
+            self._end(c._close_with_error(CLIENT_TIMEOUT, allow_reconnect=True))
+            return
+        if keepalive and now - c.last_sent >= o.keepalive_interval:
+            assert c.protocol is not None
+            c.write_now(c.protocol.ping())
+        stateful = c.stateful
+        if stateful is not None and stateful.ack_at is not None and now >= stateful.ack_at:
+            c._send_ack_now()
+        deadlines = [c.expires_at, now + LONGEST_NAP]
+        if not c.handshaken:
+            deadlines.append(c.opened_at + o.handshake_timeout)
+        if idle is not None:
+            deadlines.append(idle + o.disconnect_timeout)
+        if keepalive:
+            deadlines.append(c.last_received + o.client_timeout)
+            deadlines.append(c.last_sent + o.keepalive_interval)
+        if stateful is not None and stateful.ack_at is not None:
+            deadlines.append(stateful.ack_at)
+        self.moved(min(deadlines))
 
-        async def _drop(self, reason: str, **fields: Any) -> None: ...
+    def _end(self, closing: Coroutine[Any, Any, None]) -> None:
+        self.ending = asyncio.ensure_future(closing)
 
-    async def _watch(self) -> None:
-        """Wake at the nearest deadline (or when one moved); act on whichever passed."""
-        o = self.options
-        loop = asyncio.get_running_loop()
-        while not self.closing:
-            now = loop.time()
-            if not self.handshaken and now - self.opened_at >= o.handshake_timeout:
-                self.closing = True
-                await self._send(handshake.handshake_error("Handshake was canceled."))
-                await self._finish()
-                return
-            if now >= self.expires_at:
-                await self._drop(self.expiry_reason)
-                return
-            idle = self._unreachable_since()
-            if idle is not None and now - idle >= o.disconnect_timeout:
-                await self._gone()
-                return
-            keepalive = idle is None and self._pings()
-            if keepalive and now - self.last_received >= o.client_timeout:
-                await self._close_with_error(CLIENT_TIMEOUT, allow_reconnect=True)
-                return
-            if keepalive and now - self.last_sent >= o.keepalive_interval:
-                assert self.protocol is not None
-                await self._send(self.protocol.ping())
-            ack_at = self.stateful.ack_at if self.stateful is not None else None
-            if ack_at is not None and now >= ack_at:
-                await self._send_ack()
-            deadlines = [self.expires_at, now + LONGEST_NAP]
-            if not self.handshaken:
-                deadlines.append(self.opened_at + o.handshake_timeout)
-            if idle is not None:
-                deadlines.append(idle + o.disconnect_timeout)
-            if keepalive:
-                deadlines += [self.last_received + o.client_timeout]
-                deadlines += [self.last_sent + o.keepalive_interval]
-            if self.stateful is not None and self.stateful.ack_at is not None:
-                deadlines.append(self.stateful.ack_at)
-            await self._nap(max(0.0, min(deadlines) - loop.time()) + 0.01)
-
-    async def _nap(self, seconds: float) -> None:
-        self.wake.clear()
-        # asyncio.timeout, not wait_for: no task per nap (every connection naps between
-        # its pings: part of what a hub process spends on idle connections).
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self.wake.wait()
-
-    def _pings(self) -> bool:
-        """Keep-alive both ways: after the handshake, on transports without their own."""
-        transport = self.transport
-        return self.handshaken and transport is not None and not transport.inherent_keepalive
-
-    def _unreachable_since(self) -> float | None:
-        """Since when no transport can reach the client: a dropped stateful WebSocket,
-        or a long-polling connection with no poll pending."""
-        if self.detached_at is not None:
-            return self.detached_at
-        transport = self.transport
-        return transport.idle_since() if transport is not None else None
+    async def _handshake_canceled(self) -> None:
+        c = self.connection
+        await c._send(handshake.handshake_error("Handshake was canceled."))
+        await c._finish()
 
     async def _gone(self) -> None:
         """Nothing reached the client for DISCONNECT_TIMEOUT: end without a resume."""
-        reason = "no resume" if self.detached_at is not None else "no poll"
+        c = self.connection
+        reason = "no resume" if c.detached_at is not None else "no poll"
         logger.info(
             "hub connection ended",
             extra={
                 "action": "close",
                 "reason": f"{reason} within DISCONNECT_TIMEOUT",
-                Field.CONNECTION_ID: self.connection_id,
-                Field.USER_ID: self.user_id,
+                Field.CONNECTION_ID: c.connection_id,
+                Field.USER_ID: c.user_id,
             },
         )
-        await self._finish()
+        await c._finish()

@@ -80,7 +80,7 @@ def test_frames_built_before_a_mid_batch_expiry_go_out_before_the_close(
         await connection.entered.wait()  # the first event's frame is built, not sent
         if closer == "the connection's clock":
             connection.expires_at = connection.loop.time()  # the token's exp passes now
-            connection.wake.set()
+            connection.timeouts.moved(connection.loop.time())  # tell its clock
             await asyncio.wait_for(transport.closed.wait(), 10)
         connection.release.set()
         delivery = connection.delivery
