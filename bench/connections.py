@@ -30,7 +30,9 @@ import json
 import os
 import random
 import resource
+import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 RS = "\x1e"
 HANDSHAKE = json.dumps({"protocol": "json", "version": 1}) + RS
-PING = json.dumps({"type": 6}) + RS
+PING = "{\"type\":6}" + RS  # byte for byte what the official clients send
 PING_EVERY = 15.0  # the official clients' keep-alive interval
 FD_HEADROOM = 200  # Daphne's own files: its listening socket, Redis, PostgreSQL, logs
 
@@ -273,6 +275,35 @@ class ClientProcess:
         await hubclients.stop_process(self.proc, terminate=False)
 
 
+async def snapshot(pid: int, traces: Path, n: int) -> None:
+    """Ask Daphne's tracemalloc hook for snapshot `n` and wait until it is written."""
+    os.kill(pid, signal.SIGUSR1)
+    for _ in range(1200):
+        if (traces / f"{n}.done").exists():
+            return
+        await asyncio.sleep(0.1)  # polling for the file the hook writes (not synchronisation)
+    raise RuntimeError("no tracemalloc snapshot from Daphne")
+
+
+def memory_by_site(traces: Path, connections: int, top: int = 25) -> list[str]:
+    """Bytes per connection allocated (and still held) between the two snapshots, by
+    the innermost frame outside the standard library's asyncio and Python's internals."""
+    import tracemalloc
+
+    before = tracemalloc.Snapshot.load(str(traces / "0.snapshot"))
+    after = tracemalloc.Snapshot.load(str(traces / "1.snapshot"))
+    lines = []
+    total = 0
+    for stat in after.compare_to(before, "lineno"):
+        total += stat.size_diff
+    lines.append(f"total {total / max(connections, 1):.0f} B per connection")
+    for stat in after.compare_to(before, "lineno")[:top]:
+        frame = stat.traceback[0]
+        where = f"{frame.filename.split('site-packages/')[-1]}:{frame.lineno}"
+        lines.append(f"{stat.size_diff / max(connections, 1):8.0f} B  {where}")
+    return lines
+
+
 def quantile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -405,8 +436,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         argv = [str(Path(sys.executable).with_name("daphne")), "-b", "127.0.0.1", "-p", str(port)]
         argv += ["project.asgi:application"]
         repo = args.repo.resolve()
+        daphne_env = {**env, "PYTHONPATH": str(repo)}
+        traces = Path(tempfile.mkdtemp(prefix="bench-tracemalloc-")) if args.tracemalloc else None
+        if traces is not None:  # bench/tracemalloc_hook/sitecustomize.py snapshots Daphne
+            daphne_env["PYTHONPATH"] = f"{ROOT / 'bench' / 'tracemalloc_hook'}:{repo}"
+            daphne_env["BENCH_TRACEMALLOC"] = str(traces)
         daphne = await hubclients.Service.start(
-            "daphne", argv, {**env, "PYTHONPATH": str(repo)}, "Listening on TCP address", cwd=repo
+            "daphne", argv, daphne_env, "Listening on TCP address", cwd=repo
         )
         stack.push_async_callback(daphne.stop)
         pid = daphne.proc.pid
@@ -419,6 +455,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for client in warm_clients:
             await client.stop()
         await asyncio.sleep(2)  # let the warm-up's closes finish (not synchronisation)
+        if traces is not None:
+            await snapshot(pid, traces, 0)
         rss_before, cpu_before = rss_kib(pid), cpu_of(pid)
         clients, answers = await connect_all(
             http, [tokens[u] for u in users[warm:]], args.procs, args.concurrency, stack
@@ -448,6 +486,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         cpu_idle = cpu_of(pid) - cpu_idle_start
         idle_s = time.monotonic() - idle_start
         rss_after = rss_kib(pid)
+        if traces is not None:
+            await snapshot(pid, traces, 1)
+            result_memory = memory_by_site(traces, ready)
         statuses = await asyncio.gather(*(c.ask({"cmd": "status"}) for c in clients))
         result.update(
             {
@@ -462,6 +503,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "closed_while_idle": sum(s["closed"] for s in statuses),
             }
         )
+        if traces is not None:
+            result["memory_per_connection_by_site"] = result_memory
         if args.rate:
             by_chat = [(c, int(m)) for c, m in chat_rows]
             result["deliver"] = await deliver(clients, by_chat, args.rate, args.deliver)
@@ -485,6 +528,9 @@ def main() -> None:
     parser.add_argument("--deliver", type=float, default=30.0, help="s of --rate traffic")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout Daphne serves")
     parser.add_argument("--quick", action="store_true", help="a small run (the CI smoke)")
+    parser.add_argument(
+        "--tracemalloc", action="store_true", help="Daphne's memory per connection by site"
+    )
     args = parser.parse_args()
     if args.quick:
         args.clients, args.procs, args.idle = 40, 2, 3.0

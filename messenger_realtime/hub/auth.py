@@ -1,6 +1,8 @@
 """Credentials at the hub: who is calling (authenticate), JWT bearer tokens, and
 negotiate's connection tokens."""
 
+import collections
+import contextlib
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -60,8 +62,33 @@ def verify_access_token(token: str, options: HubOptions) -> UUID:
     return read_access_token(token, options).user_id
 
 
+# Tokens whose signature and claims were checked, with what they said: a client
+# presents its token at negotiate and again at the upgrade (and again at every reconnect),
+# and PyJWT's HS256 check re-examines the key (PEM, SSH and JWK shapes) on every call,
+# most of a verification's cost. Keyed by the token and the options that verified it;
+# the expiry is checked on every use. Bounded, oldest out first; failures are not kept.
+VERIFIED_TOKENS = 8192
+_verified: "collections.OrderedDict[tuple[str, str, str, str], Identity]" = (
+    collections.OrderedDict()
+)
+
+
 def read_access_token(token: str, options: HubOptions) -> Identity:
     """The user id and expiry (`exp`) of a valid token; InvalidToken otherwise."""
+    key = (token, options.jwt_signing_key, options.jwt_issuer, options.jwt_audience)
+    identity = _verified.get(key)
+    if identity is None:
+        identity = _verify(token, options)
+        _verified[key] = identity
+        if len(_verified) > VERIFIED_TOKENS:
+            with contextlib.suppress(KeyError):  # another thread evicted it first
+                _verified.popitem(last=False)
+    elif identity.expires_at is not None and identity.expires_at <= time.time():
+        raise InvalidToken("token expired")  # as PyJWT: expired once `exp` is reached
+    return identity
+
+
+def _verify(token: str, options: HubOptions) -> Identity:
     try:
         claims: dict[str, Any] = jwt.decode(
             token,
@@ -173,16 +200,22 @@ def identify(
     else:
         raise InvalidToken("no credentials")
     if lookup:
-        standing = get_domain_port().user_standing(identity.user_id)
-        if not standing.active:
-            raise InvalidToken("unknown user")
-        if (
-            standing.revoked_at is not None
-            and token is not None
-            and (identity.issued_at is None or identity.issued_at < standing.revoked_at)
-        ):
-            raise InvalidToken("token revoked; sign in again")
+        check_standing(identity, token)
     return identity
+
+
+def check_standing(identity: Identity, token: str | None) -> None:
+    """InvalidToken unless the user is active and the token was issued after any
+    revocation of the user's credentials (synchronous: one read of the domain)."""
+    standing = get_domain_port().user_standing(identity.user_id)
+    if not standing.active:
+        raise InvalidToken("unknown user")
+    if (
+        standing.revoked_at is not None
+        and token is not None
+        and (identity.issued_at is None or identity.issued_at < standing.revoked_at)
+    ):
+        raise InvalidToken("token revoked; sign in again")
 
 
 def session_expiry(session: Any) -> float | None:

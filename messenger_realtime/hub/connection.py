@@ -23,7 +23,7 @@ from messenger_realtime.exceptions import (
     ProtocolError,
     SequenceError,
 )
-from messenger_realtime.hub import protocols, registry
+from messenger_realtime.hub import admission, protocols, registry
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.delivery import Delivery
 from messenger_realtime.hub.events import OVERRUN, EventHandlers
@@ -74,6 +74,7 @@ class HubConnection(
         self.opened_at = self.last_received = self.last_sent = self.loop.time()
         self.expires_at, self.expiry_reason = self.credentials_end(identity, token)
         self.timeouts = Timeouts(self)  # its deadlines, on the process's one clock
+        self.admission = admission.opening()  # a connect in progress until its handshake
         self.receiving = asyncio.Lock()  # POSTs of one connection, one at a time
         self.delivery: asyncio.Task[None] | None = None
         self.unsent = []
@@ -158,15 +159,21 @@ class HubConnection(
         self.protocol = protocols.create(request.protocol, self.options.max_message_size)
         transport.use_binary(self.protocol.binary)
         self._choose_stateful(request.version)
-        # Join before answering, and start forwarding only after: the client never sees
-        # an event before its handshake response.
-        await self._sync_groups()
-        # A logout's control message reaches a connection only through its user group,
-        # joined just now: one sent since the upgrade authenticated this connection went
-        # unheard. So read the session again, after joining (the logout deletes the
-        # session before it sends: transport/control.py), and a logout is never missed.
-        session_holds = await self._session_holds()
+        # Joined before answering (admit() at the upgrade, or here), and forwarding
+        # starts only after: the client never sees an event before its handshake
+        # response.
+        if self.admitted:
+            session_holds = not self.session_lost
+        else:
+            await self._sync_groups()
+            # A logout's control message reaches a connection only through its user
+            # group, joined just now: one sent since the upgrade authenticated this
+            # connection went unheard. So read the session again, after joining (the
+            # logout deletes the session before it sends: transport/control.py), and a
+            # logout is never missed. (admit() reads it after joining, too.)
+            session_holds = await self._session_holds()
         self.handshaken = True
+        self.admission.done()
         ok = handshake.HANDSHAKE_OK
         await self._send(ok.encode() if self.protocol.binary else ok)
         if not session_holds:
@@ -221,6 +228,7 @@ class HubConnection(
             return
         self.ended = self.closing = True
         self.timeouts.stop()
+        self.admission.done()
         transport = self.transport
         if transport is None or not transport.lingers():
             registry.remove(self.connection_id, self)

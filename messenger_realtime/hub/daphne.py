@@ -8,11 +8,24 @@ runs while sockets are still open, so every live connection gets
 Browsers must put the access token in the WebSocket URL's query string, and Daphne's
 access log prints HTTP request paths with their query; the scrubbing log generator
 replaces such values with [redacted].
+
+Per connection, Daphne's server looks at every connection every second (its application
+checker: has the application ended, has the socket gone) and every two seconds (its
+timeout checker), and Autobahn formats a debug dump of forty settings for every socket
+it opens, logged or not. With thousands of idle connections that was a fifth of what an
+idle hub process spent. Here the application checker visits only the connections with
+something to settle (an application that ended, a socket that went: both reported by
+callbacks), the timeout checker visits open hub WebSockets once a minute (their only
+timeout is Daphne's --websocket_timeout, a day by default) and everything else as
+Daphne does, and the debug dump is formatted only if it is logged. Every
+FULL_SCAN_EVERY runs, both still visit every connection, as a safety net.
 """
 
 import asyncio
 import logging
+import pprint
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,6 +33,8 @@ from messenger_realtime.hub import registry
 from messenger_realtime.ops.logging import scrub_query_secrets
 
 logger = logging.getLogger(__name__)
+daphne_logger = logging.getLogger("daphne.server")  # its messages, under its own name
+FULL_SCAN_EVERY = 30  # runs of a checker between two visits of every connection
 
 
 async def close_all_connections() -> int:
@@ -115,3 +130,124 @@ def _install_protocol() -> None:
 
     with_scheme.adds_scheme = True  # type: ignore[attr-defined]
     Server.create_application = with_scheme
+    _install_checkers(Server)
+    from autobahn.websocket import protocol as autobahn_protocol
+
+    autobahn_protocol.pformat = LazyFormat  # type: ignore[assignment,attr-defined]
+
+
+class LazyFormat:
+    """pprint.pformat(value), computed only when a log line is written."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __str__(self) -> str:
+        return pprint.pformat(self.value)
+
+
+class Settling:
+    """The connections Daphne's application checker has work on, and its runs."""
+
+    def __init__(self) -> None:
+        self.protocols: set[Any] = set()
+        self.application_runs = 0
+        self.timeout_runs = 0
+
+
+def _install_checkers(server_class: Any) -> None:
+    """Daphne's two periodic checkers, over the connections that need them (above)."""
+    from twisted.internet import reactor
+
+    from messenger_realtime.hub.wsprotocol import HubWebSocketProtocol
+
+    call_later: Any = reactor.callLater
+    settling = Settling()
+    create_application = server_class.create_application
+    protocol_disconnected = server_class.protocol_disconnected
+
+    def watched_create_application(server: Any, protocol: Any, scope: dict[str, Any]) -> Any:
+        queue = create_application(server, protocol, scope)
+        instance = server.connections.get(protocol, {}).get("application_instance")
+        if instance is not None:
+            instance.add_done_callback(lambda _: settling.protocols.add(protocol))
+        return queue
+
+    def watched_protocol_disconnected(server: Any, protocol: Any) -> None:
+        protocol_disconnected(server, protocol)
+        settling.protocols.add(protocol)
+
+    def application_checker(server: Any) -> None:
+        settling.application_runs += 1
+        if settling.application_runs % FULL_SCAN_EVERY == 0:
+            visit = list(server.connections)
+        else:
+            visit = list(settling.protocols)
+        settling.protocols.clear()
+        for protocol in visit:
+            details = server.connections.get(protocol)
+            if details is not None and _settle(server, protocol, details):
+                settling.protocols.add(protocol)  # disconnected, its application not done
+        call_later(1, server.application_checker)
+
+    def timeout_checker(server: Any) -> None:
+        settling.timeout_runs += 1
+        everything = settling.timeout_runs % FULL_SCAN_EVERY == 0
+        for protocol in list(server.connections):
+            if (
+                everything
+                or not isinstance(protocol, HubWebSocketProtocol)
+                or protocol.state != protocol.STATE_OPEN
+            ):
+                protocol.check_timeouts()
+        call_later(2, server.timeout_checker)
+
+    server_class.create_application = watched_create_application
+    server_class.protocol_disconnected = watched_protocol_disconnected
+    server_class.application_checker = application_checker
+    server_class.timeout_checker = timeout_checker
+
+
+def _settle(server: Any, protocol: Any, details: dict[str, Any]) -> bool:
+    """Daphne 4.2's application checker for one connection (daphne/server.py, pinned in
+    requirements.txt): cancel an application that outlives its socket by
+    application_close_timeout, reap an ended one (logging its exception), forget the
+    connection once both are gone. True while it still needs a look (its socket went,
+    its application runs on)."""
+    disconnected = details.get("disconnected")
+    application_instance = details.get("application_instance")
+    if (
+        disconnected
+        and time.time() - disconnected > server.application_close_timeout
+        and application_instance
+        and not application_instance.done()
+    ):
+        daphne_logger.warning(
+            "Application instance %r for connection %s took too long to shut down and was killed.",
+            application_instance,
+            repr(protocol),
+        )
+        application_instance.cancel()
+    if application_instance and application_instance.done():
+        try:
+            exception = application_instance.exception()
+        except asyncio.CancelledError:
+            pass
+        else:
+            if exception:
+                if isinstance(exception, KeyboardInterrupt):
+                    server.stop()  # the protocol asks the server to exit (tests)
+                else:
+                    daphne_logger.error(
+                        "Exception inside application: %s", exception, exc_info=exception
+                    )
+                    if not disconnected:
+                        protocol.handle_exception(exception)
+        del details["application_instance"]
+        application_instance = None
+    if not application_instance and disconnected:
+        del server.connections[protocol]
+        return False
+    return bool(disconnected)

@@ -38,6 +38,11 @@ class Delivery:
     if TYPE_CHECKING:  # provided by HubConnection and its mixins
         loop: asyncio.AbstractEventLoop
         inbox: Inbox
+        last_received: float
+        expires_at: float
+        expiry_reason: str
+
+        async def _drop(self, reason: str, **fields: Any) -> None: ...
 
         async def event_frame(self, message: dict[str, Any]) -> Frame | None: ...
 
@@ -52,6 +57,23 @@ class Delivery:
     def _start_delivery(self) -> None:
         if self.delivery is None and not self.closing:
             self.delivery = asyncio.create_task(self._deliver())
+            self._take_pings()
+
+    def _take_pings(self) -> None:
+        """Let the transport take the client's Pings itself, where it can (a WebSocket
+        under Daphne: wsprotocol.py), now that a Ping means nothing but `heard`."""
+        take = getattr(self.transport, "take_pings", None)
+        if take is not None:
+            take(self.heard)
+
+    def heard(self) -> None:
+        """A Ping the transport took itself: the client is alive (as receive() would
+        record it, expiry included)."""
+        self.last_received = now = self.loop.time()
+        if now >= self.expires_at and not self.closing:
+            task = asyncio.ensure_future(self._drop(self.expiry_reason))
+            _WRITES.add(task)
+            task.add_done_callback(_WRITES.discard)
 
     async def _deliver(self) -> None:
         """Forward what the process's reader put in this connection's inbox: the events

@@ -111,6 +111,39 @@ class Fanout:
         self.members.setdefault(group, set()).add(inbox)
         await self._reconcile(group)
 
+    async def join_many(self, groups: list[str], inbox: Inbox) -> None:
+        """join() for several groups at once: the layer memberships this process lacks
+        are added in one round trip per Redis host (a connection joins its user's group
+        and all its chats' when it opens). Each group's reconcile lock is held while
+        its membership is added, taken in name order (no two batches wait on each
+        other), as _reconcile holds it."""
+        for group in groups:
+            self.members.setdefault(group, set()).add(inbox)
+        add_many = getattr(self.layer, "group_add_many", None)
+        needed = sorted({g for g in groups if g not in self.joined})
+        if add_many is None or len(needed) < 2:
+            for group in needed:
+                await self._reconcile(group)
+            return
+        async with contextlib.AsyncExitStack() as held:
+            for group in needed:
+                await held.enter_async_context(self._locks.setdefault(group, asyncio.Lock()))
+            adds = [g for g in needed if g in self.members and g not in self.joined]
+            for group in adds:
+                self.channels[self.channel_of(group)] = group  # before a message can come
+            try:
+                await add_many([(g, self.channel_of(g)) for g in adds])
+            except BaseException:
+                for group in adds:
+                    self.channels.pop(self.channel_of(group), None)
+                raise
+            for group in adds:
+                self.joined.add(group)
+                self._start(group)
+        for group in needed:  # left again while the batch waited: undo as leave() would
+            if (group in self.members) != (group in self.joined):
+                await self._reconcile(group)
+
     async def leave(self, group: str, inbox: Inbox) -> None:
         members = self.members.get(group)
         if members is not None:

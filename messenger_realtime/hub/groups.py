@@ -2,7 +2,7 @@
 A mixin of HubConnection; the membership rules themselves are in membership.py, and the
 process (not the connection) is the layer's group member (fanout.py)."""
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -10,6 +10,7 @@ from channels.db import database_sync_to_async
 
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
+from messenger_realtime.hub.auth import Identity, check_standing, session_holds
 from messenger_realtime.hub.fanout import Fanout, fanout_for
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.membership import ChatMemberships, Verdict
@@ -24,6 +25,8 @@ class ConnectionGroups:
     memberships: ChatMemberships
     ended: bool
     _inbox: Inbox | None = None
+    admitted = False  # admit() read its memberships and joined its groups
+    session_lost = False  # admit() found its Django session ended (told after the handshake)
 
     @property
     def fanout(self) -> Fanout:
@@ -62,18 +65,38 @@ class ConnectionGroups:
                 await self.fanout.forget_copy(chat_group, layer_group(HubTarget.user(self.user_id)))
         return verdict is Verdict.FORWARD
 
+    async def admit(self, identity: Identity, token: str | None) -> None:
+        """Before a new connection is accepted: join its user's group, then read in one
+        thread hop (one database round trip each) that the user may connect (standing,
+        revocation), its chats and, for a Django session, that the session still holds;
+        join the chats' groups (one Redis round trip). InvalidToken when refused (the
+        caller ends the connection: transports/opening.py). The handshake then has
+        nothing to read.
+
+        The user's group comes first: a membership change or a logout committed after
+        the reads is heard through it (its message waits in the inbox until the
+        handshake has been answered)."""
+        fanout, inbox = self.fanout, self.inbox
+        await fanout.join(layer_group(HubTarget.user(self.user_id)), inbox)
+        read = database_sync_to_async(_admission_reads)
+        current, self.session_lost = await read(identity, token)
+        self.memberships.update(current)
+        await fanout.join_many([layer_group(HubTarget.chat(c)) for c in current], inbox)
+        self.admitted = True
+        if self.ended:  # it ended while this ran: leave what it may just have joined
+            await self.leave_groups()
+
     async def _sync_groups(self) -> None:
         """Rebuild the chat groups from the domain (and join the user group at first)."""
         fanout, inbox = self.fanout, self.inbox
-        if not self.handshaken:
+        if not self.handshaken and not self.admitted:
             await fanout.join(layer_group(HubTarget.user(self.user_id)), inbox)
         current = await database_sync_to_async(get_domain_port().active_chats)(self.user_id)
         # Stop forwarding a left chat before anything else.
         left, joined = self.memberships.update(current)
         for chat_id in left:
             await fanout.leave(layer_group(HubTarget.chat(chat_id)), inbox)
-        for chat_id in joined:
-            await fanout.join(layer_group(HubTarget.chat(chat_id)), inbox)
+        await fanout.join_many([layer_group(HubTarget.chat(c)) for c in joined], inbox)
         if self.ended:  # it ended while this ran: leave what it may just have joined
             await self.leave_groups()
 
@@ -88,3 +111,12 @@ class ConnectionGroups:
     def _layer_groups(self, chats: Collection[UUID]) -> list[str]:
         targets = [HubTarget.user(self.user_id), *(HubTarget.chat(c) for c in chats)]
         return [layer_group(t) for t in targets]
+
+
+def _admission_reads(identity: Identity, token: str | None) -> tuple[Mapping[UUID, int], bool]:
+    """admit()'s reads, synchronous: (chat -> membership version, whether the Django
+    session the connection came with has ended since)."""
+    check_standing(identity, token)
+    chats = get_domain_port().active_chats(identity.user_id)
+    key = identity.session_key
+    return chats, key is not None and not session_holds(key, identity.user_id)

@@ -80,6 +80,10 @@ class StatefulConnection:
 
         def write_now(self, frame: Frame) -> None: ...
 
+        def _take_pings(self) -> None: ...
+
+        delivery: "asyncio.Task[None] | None"
+
     def _choose_stateful(self, version: int) -> None:
         transport = self.transport
         if self.stateful_allowed and version >= 2 and transport and transport.name == WEBSOCKETS:
@@ -174,6 +178,8 @@ class StatefulConnection:
             return
         self.protocol.reset()
         transport.use_binary(self.protocol.binary)
+        if self.delivery is not None:
+            self._take_pings()
         buffer = self.stateful.buffer
         sent = buffer.first_id() - 1
         await self._send(self.protocol.sequence(sent + 1))

@@ -12,14 +12,13 @@ close never holds up the others' deadlines.
 import asyncio
 import logging
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.hub import clock
 from messenger_realtime.hub.protocols import handshake
+from messenger_realtime.hub.protocols.base import Frame, HubProtocol
 from messenger_realtime.ops.logging import Field
-
-if TYPE_CHECKING:
-    from messenger_realtime.hub.connection import HubConnection
 
 logger = logging.getLogger(__name__)
 CLIENT_TIMEOUT = (
@@ -30,12 +29,47 @@ LONGEST_NAP = 3600.0  # every connection is looked at least this often (none is 
 SLACK = 0.01  # s after a deadline: its comparison with the clock must find it passed
 
 
+class Timed(Protocol):
+    """What Timeouts reads and calls of its connection (hub/connection.py)."""
+
+    options: HubOptions
+    loop: asyncio.AbstractEventLoop
+    protocol: HubProtocol | None
+    stateful: Any  # resume.Stateful | None: its `ack_at`
+    connection_id: str
+    user_id: Any
+    closing: bool
+    handshaken: bool
+    opened_at: float  # loop time of each
+    last_received: float
+    last_sent: float
+    expires_at: float
+    expiry_reason: str
+    detached_at: float | None
+
+    def _unreachable_since(self) -> float | None: ...
+
+    def _pings(self) -> bool: ...
+
+    def write_now(self, frame: Frame) -> None: ...
+
+    def _send_ack_now(self) -> None: ...
+
+    async def _send(self, frame: Frame) -> None: ...
+
+    async def _finish(self) -> None: ...
+
+    async def _drop(self, reason: str, **fields: Any) -> None: ...
+
+    async def _close_with_error(self, reason: str, *, allow_reconnect: bool = False) -> None: ...
+
+
 class Timeouts:
     """The deadlines of one connection, kept by the process's clock."""
 
     __slots__ = ("connection", "ending", "entry")
 
-    def __init__(self, connection: "HubConnection") -> None:
+    def __init__(self, connection: Timed) -> None:
         self.connection = connection
         self.entry: clock.Entry | None = None
         self.ending: asyncio.Task[None] | None = None  # the close a deadline started

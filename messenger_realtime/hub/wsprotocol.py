@@ -17,6 +17,13 @@
   a loop turn per frame), about a third of the hub's CPU per delivery (docs/performance.md).
 - The ASGI scope gets `scheme` (ws or wss), which Daphne leaves out for WebSockets, so the
   consumer's same-origin check can compare schemes (see scheme()).
+- Keep-alive: a client's Ping (the exact record the clients send, JSON or MessagePack) is
+  taken here once the connection says so (`hub_state["heard"]`, set once its delivery
+  runs): it only tells the connection the client is alive, so it need not cross
+  Daphne's application queue, the consumer and the protocol parser; idle connections
+  receive little else. Daphne's own WebSocket pings are not sent: the hub's keep-alive
+  (a Ping every KEEPALIVE_INTERVAL, the client's CLIENT_TIMEOUT) is the liveness check,
+  as ASP.NET's.
 """
 
 import fcntl
@@ -35,6 +42,8 @@ from messenger_realtime.hub.protocols.base import message_too_big
 FRAME_SLACK = 1024
 OVERFLOW_EVENT = "hub.send_overflow"
 MESSAGE_TOO_BIG = 1009  # WebSocket close code
+# A client's Ping record, as the official clients write it: JSON text, MessagePack binary.
+PINGS = {False: b'{"type":6}\x1e', True: b"\x02\x91\x06"}
 
 
 def incoming_limit(max_message_size: int) -> int:
@@ -80,7 +89,7 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
     maxMessagePayloadSize: int
     send_buffer_limit = 0  # set per connection in onConnect
     overflowed = False
-    hub_state: dict[str, bool] = {}  # replaced per connection (hub/daphne.py)
+    hub_state: dict[str, Any] = {}  # replaced per connection (hub/daphne.py)
     _written = 0  # bytes written since the socket was last asked (amortises the syscall)
 
     def onConnect(self, request: Any) -> Any:
@@ -92,6 +101,22 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
         self.max_message_size = options.max_message_size
         self.send_buffer_limit = options.send_buffer_limit
         return super().onConnect(request)
+
+    def onMessage(self, payload: bytes, isBinary: bool) -> None:
+        heard = self.hub_state.get("heard")
+        if heard is not None and payload == PINGS[isBinary] and not self.muted:
+            heard()  # a Ping: the client is alive, nothing more to do
+            return
+        super().onMessage(payload, isBinary)
+
+    def check_timeouts(self) -> None:
+        """Daphne's periodic check (every 2 s, every connection): its connect timeout and
+        its WebSocket lifetime, but no WebSocket ping of its own (see above)."""
+        if self.state == self.STATE_CONNECTING:
+            if self.duration() > self.server.websocket_connect_timeout:
+                self.serverReject()
+        elif 0 <= self.server.websocket_timeout < self.duration():
+            self.serverClose()
 
     def _max_message_size_exceeded(self, msg_size: int, max_msg_size: int, reason: str) -> None:
         """The hub's Close message first, then a WebSocket close instead of a TCP drop."""

@@ -27,6 +27,7 @@ import asyncio
 import collections
 import functools
 import logging
+import time
 from typing import Any
 
 from channels_redis.core import RedisChannelLayer
@@ -34,7 +35,7 @@ from channels_redis.core import RedisChannelLayer
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
-from messenger_realtime.transport import pipeline
+from messenger_realtime.transport import pipeline, shards
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +107,27 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
         assert self.require_valid_group_name(group), "Group name not valid"
         sent = await pipeline.group_send_many(self, [(group, message)], self._scores)
         pipeline.report_lost(sent.lost)
+
+    async def group_add_many(self, memberships: list[tuple[str, str]]) -> None:
+        """channels-redis' group_add for several (group, channel) pairs: the same ZADD and
+        EXPIRE of each group's member set, one pipelined round trip per host instead of
+        two round trips per group (a connection joins its user's group and every chat's
+        at once: hub/fanout.py)."""
+        now = time.time()
+
+        def adds(pairs: list[tuple[str, str]]) -> Any:
+            async def call(connection: Any) -> Any:
+                pipe = connection.pipeline(transaction=False)
+                for group, channel in pairs:
+                    key = self._group_key(group)
+                    pipe.zadd(key, {channel: now})
+                    pipe.expire(key, self.group_expiry)
+                return await pipe.execute()
+
+            return call
+
+        buckets = shards.by_host(self, memberships, lambda m: shards.group_host(self, m[0]))
+        await shards.on_hosts(self, {host: adds(pairs) for host, pairs in buckets.items()})
 
     async def receive_single(self, channel: str) -> tuple[Any, Any]:
         if not channel.endswith("!"):  # a general (non-process) channel: unchanged

@@ -62,6 +62,18 @@ CHAT_ROSTER_SQL = (
     f" {Participant._meta.db_table} p ON p.chat_id = c.id AND p.is_active"
     " WHERE c.id = %s GROUP BY c.membership_version"
 )
+# Every hub connect reads these two (fixed statements: the ORM compiled each query anew,
+# most of a connect's database cost). A user's active memberships with their chats'
+# versions, one snapshot (ix_participant_user, on (user, is_active), finds them); the
+# user's standing by primary key.
+ACTIVE_CHATS_SQL = (
+    f"SELECT p.chat_id, c.membership_version FROM {Participant._meta.db_table} p"
+    f" JOIN {Chat._meta.db_table} c ON c.id = p.chat_id"
+    " WHERE p.user_id = %s AND p.is_active"
+)
+USER_STANDING_SQL = (
+    f"SELECT is_active, credentials_revoked_at FROM {User._meta.db_table} WHERE id = %s"
+)
 MESSAGES_SQL = "SELECT {} FROM {} WHERE id = ANY(%s::uuid[])".format(
     ", ".join(f"{column} AS {field}" for field, column in MESSAGE_VIEW_COLUMNS.items()),
     Message._meta.db_table,
@@ -100,9 +112,10 @@ class HostDomainPort(DomainPort):
         return list(rows.values_list("chat_id", flat=True))
 
     def active_chats(self, user_id: UUID) -> Mapping[UUID, int]:
-        # One query: the memberships and their chats' versions from the same snapshot.
-        rows = Participant.objects.filter(user_id=user_id, is_active=True)
-        return dict(rows.values_list("chat_id", "chat__membership_version"))
+        # One statement: the memberships and their chats' versions from one snapshot.
+        with connection.cursor() as cursor:
+            cursor.execute(ACTIVE_CHATS_SQL, [user_id])
+            return dict(cursor.fetchall())
 
     def membership_versions(self, chat_ids: Ids) -> Mapping[UUID, int]:
         # Read for every batch with a chat event: one fixed statement, as messages().
@@ -124,9 +137,10 @@ class HostDomainPort(DomainPort):
         return ChatRoster(int(version), frozenset(members))
 
     def user_standing(self, user_id: UUID) -> UserStanding:
-        # One query, whatever the answer: every negotiate and REST call reads it.
-        row = User.objects.filter(id=user_id).values_list("is_active", "credentials_revoked_at")
-        found = row.first()
+        # One statement, whatever the answer: every negotiate, connect and REST call reads it.
+        with connection.cursor() as cursor:
+            cursor.execute(USER_STANDING_SQL, [user_id])
+            found = cursor.fetchone()
         if found is None:
             return UserStanding(False)
         active, revoked = found

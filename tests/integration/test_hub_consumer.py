@@ -241,3 +241,34 @@ def test_a_roster_read_before_the_version_moved_is_read_again() -> None:
     assert (old.version, old.members) == (before, frozenset({alice.id, bob.id}))
     assert (new.version, new.members) == (before + 1, frozenset({alice.id, bob.id, carol.id}))
     assert reads == 2
+
+
+def test_an_open_connection_has_no_task_of_its_own_until_it_delivers() -> None:
+    """Its deadlines are the process's one clock's (hub/clock.py): an idle connection
+    costs no task, no coroutine and no timer of its own."""
+
+    async def scenario() -> tuple[int, int, int]:
+        before = len(asyncio.all_tasks())
+        connections = []
+        for _ in range(200):
+            connection = HubConnection(
+                connection_id=uuid.uuid4().hex,
+                identity=Identity(uuid.uuid4(), None),
+                token=None,
+                options=load_hub_options(),
+                transport=Recorder(),
+                channel_layer=None,
+            )
+            await connection.open()
+            connections.append(connection)
+        opened = len(asyncio.all_tasks())
+        loop = asyncio.get_running_loop()
+        timers = [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+        for connection in connections:
+            registry.remove(connection.connection_id, connection)
+            connection.timeouts.stop()
+        return before, opened, len(timers)
+
+    before, opened, timers = run(scenario())
+    assert opened == before
+    assert timers == 1  # the clock's, at the nearest handshake deadline

@@ -135,7 +135,7 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
         try:
             if not registry.accepting:
                 raise InvalidToken("shutting down")
-            identity, token = await identify_scope(self.scope, options)
+            identity, token = await identify_scope(self.scope, options, lookup=False)
             self.connection = await opening.new_connection(
                 connection_token=connection_token,
                 identity=identity,

@@ -32,8 +32,10 @@ async def new_connection(
     transport: Transport,
 ) -> HubConnection:
     """A connection for a fresh negotiated token used for the first time anywhere (or,
-    without one, for skipNegotiation); InvalidToken otherwise. Call open() once the
-    transport has accepted."""
+    without one, for skipNegotiation), admitted (its user's standing, chats and groups:
+    ConnectionGroups.admit); InvalidToken otherwise. `identity` may come unchecked
+    (lookup=False): admit reads the standing. Call open() once the transport has
+    accepted."""
     layer = get_channel_layer()
     stateful = False
     if connection_token is None:
@@ -44,7 +46,7 @@ async def new_connection(
         if not await claim_connection(layer, grant.connection_id, ttl):
             raise InvalidToken(USED)
         connection_id, stateful = grant.connection_id, grant.stateful
-    return HubConnection(
+    connection = HubConnection(
         connection_id=connection_id,
         identity=identity,
         token=token,
@@ -53,3 +55,9 @@ async def new_connection(
         channel_layer=layer,
         stateful_allowed=stateful and options.stateful_reconnect_buffer_size > 0,
     )
+    try:
+        await connection.admit(identity, token)
+    except BaseException:
+        await connection.end()  # its groups, its count of connects in progress
+        raise
+    return connection

@@ -10,14 +10,17 @@ outlive this socket.
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from channels.consumer import AsyncConsumer, get_handler_name
+from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub import registry
+from messenger_realtime.hub.auth import check_standing
 from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.transports import opening
 from messenger_realtime.hub.transports.base import WEBSOCKETS
@@ -82,6 +85,13 @@ class WebSocketTransport:
         if state is not None:
             state["binary"] = binary
 
+    def take_pings(self, heard: Callable[[], None]) -> None:
+        """Under Daphne, the socket's protocol takes the client's Pings itself and calls
+        `heard` (wsprotocol.py): no trip through the application queue and the parser."""
+        state = self.consumer.scope.get(HUB_STATE)
+        if state is not None and self._socket is not None:
+            state["heard"] = heard
+
     def idle_since(self) -> float | None:
         return None
 
@@ -119,9 +129,12 @@ class HubConsumer(AsyncConsumer):  # type: ignore[misc]
         options = load_hub_options()
         ids = query_of(self.scope).get("id")
         try:
-            identity, token = await identify_scope(self.scope, options)
+            # The token's signature and claims here; the user's standing is read with
+            # the connection's chats (admit) or, for a resume, on its own.
+            identity, token = await identify_scope(self.scope, options, lookup=False)
             existing = opening.find(ids[0], identity.user_id)[1] if ids else None
             if existing is not None:
+                await database_sync_to_async(check_standing)(identity, token)
                 await self._resume(existing, identity, token)
                 return
             transport = WebSocketTransport(self)
