@@ -44,7 +44,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 RS = "\x1e"
 HANDSHAKE = json.dumps({"protocol": "json", "version": 1}) + RS
-PING = "{\"type\":6}" + RS  # byte for byte what the official clients send
+PING = '{"type":6}' + RS  # byte for byte what the official clients send
 PING_EVERY = 15.0  # the official clients' keep-alive interval
 FD_HEADROOM = 200  # Daphne's own files: its listening socket, Redis, PostgreSQL, logs
 
