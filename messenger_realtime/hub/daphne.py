@@ -22,6 +22,8 @@ FULL_SCAN_EVERY runs, both still visit every connection, as a safety net.
 """
 
 import asyncio
+import collections
+import functools
 import logging
 import pprint
 import sys
@@ -102,35 +104,24 @@ def install_daphne_integration(also_stop: Callable[[], Awaitable[None]] | None =
 
 
 def _install_protocol() -> None:
-    """Serve WebSockets with HubWebSocketProtocol and HTTP with HubWebRequest; give a
-    WebSocket's scope its `scheme`, and every scope the dict (HUB_STATE) through which
-    the hub tells Daphne's protocol about the connection (binary frames, SSE's bound)."""
+    """Serve WebSockets with HubWebSocketProtocol and HTTP with HubWebRequest; Daphne's
+    server makes each application with a lighter input queue, gives a WebSocket's scope
+    its `scheme` and every scope the dict (HUB_STATE) through which the hub tells
+    Daphne's protocol about the connection (binary frames, SSE's bound, Pings); its two
+    checkers visit only the connections that need them (above)."""
     from daphne import http_protocol
     from daphne.server import Server
     from daphne.ws_protocol import WebSocketFactory
 
     from messenger_realtime.hub.httpprotocol import HubWebRequest
-    from messenger_realtime.hub.transports.websocket import HUB_SOCKET, HUB_STATE
-    from messenger_realtime.hub.wsprotocol import HubWebSocketProtocol, scheme
+    from messenger_realtime.hub.wsprotocol import HubWebSocketProtocol
 
     WebSocketFactory.protocol = HubWebSocketProtocol
     http_protocol.WebRequest = HubWebRequest  # HTTPFactory builds requests from this name
-    if getattr(Server.create_application, "adds_scheme", False):
+    if getattr(Server, "hub_integrated", False):
         return
-    create_application = Server.create_application
-
-    def with_scheme(server: Any, connection: Any, scope: dict[str, Any]) -> Any:
-        if scope.get("type") == "websocket" and isinstance(connection, HubWebSocketProtocol):
-            scope.setdefault("scheme", scheme(connection))
-        if isinstance(connection, HubWebSocketProtocol | HubWebRequest):
-            scope[HUB_STATE] = connection.hub_state = {}
-        if isinstance(connection, HubWebSocketProtocol):
-            scope[HUB_SOCKET] = connection  # frames go straight to it (websocket.py)
-        return create_application(server, connection, scope)
-
-    with_scheme.adds_scheme = True  # type: ignore[attr-defined]
-    Server.create_application = with_scheme
-    _install_checkers(Server)
+    Server.hub_integrated = True
+    _install_server(Server)
     from autobahn.websocket import protocol as autobahn_protocol
 
     autobahn_protocol.pformat = LazyFormat  # type: ignore[assignment,attr-defined]
@@ -148,6 +139,40 @@ class LazyFormat:
         return pprint.pformat(self.value)
 
 
+class InputQueue:
+    """An application's input (what Daphne's protocol puts, what `receive` takes): one
+    reader, almost always empty. Daphne's asyncio.Queue held three deques and an Event
+    per connection (about 2.5 KB of an idle connection's memory); this holds a deque
+    only while something waits in it, and a future only while the reader waits."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Any] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: Any) -> None:
+        if self._items is None:
+            self._items = collections.deque()
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> Any:
+        while not self._items:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        items = self._items
+        item = items.popleft()
+        if not items:
+            self._items = None
+        return item
+
+
 class Settling:
     """The connections Daphne's application checker has work on, and its runs."""
 
@@ -157,23 +182,41 @@ class Settling:
         self.timeout_runs = 0
 
 
-def _install_checkers(server_class: Any) -> None:
-    """Daphne's two periodic checkers, over the connections that need them (above)."""
+def _install_server(server_class: Any) -> None:
+    """Daphne's server: its application factory and its two periodic checkers."""
     from twisted.internet import reactor
 
-    from messenger_realtime.hub.wsprotocol import HubWebSocketProtocol
+    from messenger_realtime.hub.httpprotocol import HubWebRequest
+    from messenger_realtime.hub.transports.websocket import HUB_SOCKET, HUB_STATE
+    from messenger_realtime.hub.wsprotocol import HubWebSocketProtocol, scheme
 
     call_later: Any = reactor.callLater
     settling = Settling()
-    create_application = server_class.create_application
     protocol_disconnected = server_class.protocol_disconnected
 
-    def watched_create_application(server: Any, protocol: Any, scope: dict[str, Any]) -> Any:
-        queue = create_application(server, protocol, scope)
-        instance = server.connections.get(protocol, {}).get("application_instance")
-        if instance is not None:
-            instance.add_done_callback(lambda _: settling.protocols.add(protocol))
-        return queue
+    def create_application(server: Any, protocol: Any, scope: dict[str, Any]) -> Any:
+        """Daphne 4.2's (daphne/server.py), with an InputQueue, the hub's scope keys,
+        and the checker told when the application ends."""
+        if isinstance(protocol, HubWebSocketProtocol):
+            if scope.get("type") == "websocket":
+                scope.setdefault("scheme", scheme(protocol))
+            scope[HUB_SOCKET] = protocol  # frames go straight to it (websocket.py)
+        if isinstance(protocol, HubWebSocketProtocol | HubWebRequest):
+            scope[HUB_STATE] = protocol.hub_state = {}
+        assert "application_instance" not in server.connections[protocol]
+        input_queue = InputQueue()
+        scope.setdefault("asgi", {"version": "3.0"})
+        application = server.application(
+            scope=scope,
+            receive=input_queue.get,
+            send=functools.partial(server.handle_reply, protocol),
+        )
+        if protocol not in server.connections:
+            return None
+        instance = asyncio.ensure_future(application)
+        server.connections[protocol]["application_instance"] = instance
+        instance.add_done_callback(lambda _: settling.protocols.add(protocol))
+        return input_queue
 
     def watched_protocol_disconnected(server: Any, protocol: Any) -> None:
         protocol_disconnected(server, protocol)
@@ -204,7 +247,7 @@ def _install_checkers(server_class: Any) -> None:
                 protocol.check_timeouts()
         call_later(2, server.timeout_checker)
 
-    server_class.create_application = watched_create_application
+    server_class.create_application = create_application
     server_class.protocol_disconnected = watched_protocol_disconnected
     server_class.application_checker = application_checker
     server_class.timeout_checker = timeout_checker

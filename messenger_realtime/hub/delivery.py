@@ -32,7 +32,8 @@ class Delivery:
     last_sent: float
     transport: Transport | None
     stateful: Any
-    delivery: "asyncio.Task[None] | None"
+    delivery: "asyncio.Task[None] | None"  # while it forwards what its inbox holds
+    delivering = False  # its inbox's messages go out (handshake answered)
     unsent: list[Frame]  # built for the current batch, not emitted yet
 
     if TYPE_CHECKING:  # provided by HubConnection and its mixins
@@ -55,9 +56,19 @@ class Delivery:
         def _ids(self) -> dict[str, Any]: ...
 
     def _start_delivery(self) -> None:
+        """From now on, what arrives in its inbox goes out (after the handshake; for a
+        stateful connection, after the client's first message)."""
+        if self.delivering or self.closing:
+            return
+        self.delivering = True
+        self.inbox.start_draining(self._wake_delivery)
+        self._take_pings()
+
+    def _wake_delivery(self) -> None:
+        """Something arrived in its inbox: a delivery task, unless one runs (it takes
+        whatever arrives while it runs, and ends when the inbox is empty)."""
         if self.delivery is None and not self.closing:
             self.delivery = asyncio.create_task(self._deliver())
-            self._take_pings()
 
     def _take_pings(self) -> None:
         """Let the transport take the client's Pings itself, where it can (a WebSocket
@@ -76,14 +87,16 @@ class Delivery:
             task.add_done_callback(_WRITES.discard)
 
     async def _deliver(self) -> None:
-        """Forward what the process's reader put in this connection's inbox: the events
-        waiting at once in one frame, control messages in their turn."""
+        """Forward what the process's reader put in this connection's inbox, until it is
+        empty: the events waiting at once in one frame, control messages in their turn."""
         inbox = self.inbox
-        inbox.start_draining()
         try:
             while not self.closing:
                 size = 0
-                for message in await inbox.take(FRAME_RECORDS):
+                messages = inbox.take_now(FRAME_RECORDS)
+                if not messages:
+                    break  # no await since: nothing can arrive before this task is gone
+                for message in messages:
                     if message["type"] == EVENT_TYPE:
                         frame = await self.event_frame(message)
                         if self.closing:  # closed meanwhile: its Close sent `unsent` first
@@ -106,6 +119,9 @@ class Delivery:
         except Exception:
             logger.exception("hub connection failed", extra=self._ids())
             await self.shutdown()
+        finally:
+            if self.delivery is asyncio.current_task():
+                self.delivery = None
 
     async def _flush_unsent(self) -> None:
         frames, self.unsent = self.unsent, []  # taken first: a Close meanwhile sends none twice

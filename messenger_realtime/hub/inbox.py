@@ -11,7 +11,12 @@ alone, up to `capacity`, and then is told (overrun).
 
 A connection that does not drain yet (handshake pending) is left out, and so is one that
 took nothing for a while with messages waiting (stalled: its delivery is stuck in a slow
-domain read, say) until it takes again. A stalled inbox is bounded by `stalled_capacity`
+domain read, say) until it takes again.
+
+An idle inbox holds nothing but its counters: no queue until a message comes, no event
+to wait on. Its connection is told (`wake`) when a message arrives while it drains, and
+starts a delivery task only then (hub/delivery.py), so an idle connection has no task
+of its own. A stalled inbox is bounded by `stalled_capacity`
 (the process's backlog limit) instead: it was already that far behind when it stalled,
 so its client is told at once rather than after `capacity` (10,000 by default) messages
 held in memory for it.
@@ -41,66 +46,89 @@ class Inbox:
         self.stalled_capacity = capacity if stalled_capacity is None else stalled_capacity
         self.share = capacity if share is None else share  # the most it adds to the backlog
         self._count = count  # adds a delta to the process's backlog
-        self._queue: collections.deque[dict[str, Any]] = collections.deque()
-        self._ready = asyncio.Event()
+        self._queue: collections.deque[dict[str, Any]] | None = None  # while it holds any
+        self._waiter: asyncio.Future[None] | None = None  # take() waiting
+        self._wake: Callable[[], None] | None = None  # its connection, while it drains
         self._counted = 0  # what this inbox added to the backlog (all of it while counted)
         self.draining = False
         self.stalled = False  # left out of the backlog until it takes again
         self.last_take = time.monotonic()
 
     def __len__(self) -> int:
-        return len(self._queue)
+        return len(self._queue) if self._queue is not None else 0
 
     def put(self, message: dict[str, Any]) -> None:
         queue = self._queue
-        if not queue:  # it was up to date until now: it is behind (stalls) from here
+        if queue is None:  # it was up to date until now: it is behind (stalls) from here
+            queue = self._queue = collections.deque()
             self.last_take = time.monotonic()
         if len(queue) >= (self.stalled_capacity if self.stalled else self.capacity):
             self._overrun(lost=len(queue) + 1)  # what it held, and this one
         else:
             queue.append(message)
-            self._ready.set()
+        self._ready()
         self._recount()
+
+    def _ready(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        if self._wake is not None:
+            self._wake()
 
     def _overrun(self, lost: int) -> None:
         """Forget what it holds: one overrun message instead, which closes it."""
         metrics.channel_overruns.inc(lost)
-        self._queue.clear()
-        self._queue.append(OVERRUN_MESSAGE)
-        self._ready.set()
+        self._queue = collections.deque([OVERRUN_MESSAGE])
+        self._ready()
 
-    async def take(self, most: int) -> list[dict[str, Any]]:
-        """The oldest messages, at most `most`; waits while there are none."""
+    def take_now(self, most: int) -> list[dict[str, Any]]:
+        """The oldest messages, at most `most`, without waiting (none: [])."""
         queue = self._queue
-        while not queue:
-            self._ready.clear()
-            await self._ready.wait()
+        if not queue:
+            return []
         taken = [queue.popleft() for _ in range(min(most, len(queue)))]
+        if not queue:
+            self._queue = None
         self.last_take, self.stalled = time.monotonic(), False
         self._recount()
         return taken
+
+    async def take(self, most: int) -> list[dict[str, Any]]:
+        """The oldest messages, at most `most`; waits while there are none."""
+        while not self._queue:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        return self.take_now(most)
 
     def stall_if_idle(self, since: float) -> None:
         """Leave the backlog if messages wait and nothing was taken since `since`; already
         at its stalled bound, overrun now (the client hears of it as soon as it takes)."""
         if self._counted and self.last_take < since:
             self.stalled = True
-            if len(self._queue) >= self.stalled_capacity:
-                self._overrun(lost=len(self._queue))
+            if len(self) >= self.stalled_capacity:
+                self._overrun(lost=len(self))
             self._recount()
 
-    def start_draining(self) -> None:
-        self.draining = True
+    def start_draining(self, wake: Callable[[], None] | None = None) -> None:
+        """Its connection takes from now on; `wake` is called whenever a message arrives
+        (and now, if some wait already)."""
+        self.draining, self._wake = True, wake
         self._recount()
+        if wake is not None and self._queue:
+            wake()
 
     def close(self) -> None:
         """Nothing reads it any more: forget what it holds."""
-        self._queue.clear()
+        self._queue, self._wake = None, None
         self.draining = False
         self._recount()
 
     def _recount(self) -> None:
-        counted = min(len(self._queue), self.share) if self.draining and not self.stalled else 0
+        counted = min(len(self), self.share) if self.draining and not self.stalled else 0
         if counted != self._counted:
             self._count(counted - self._counted)
             self._counted = counted

@@ -82,7 +82,7 @@ class StatefulConnection:
 
         def _take_pings(self) -> None: ...
 
-        delivery: "asyncio.Task[None] | None"
+        delivering: bool
 
     def _choose_stateful(self, version: int) -> None:
         transport = self.transport
@@ -178,7 +178,7 @@ class StatefulConnection:
             return
         self.protocol.reset()
         transport.use_binary(self.protocol.binary)
-        if self.delivery is not None:
+        if self.delivering:
             self._take_pings()
         buffer = self.stateful.buffer
         sent = buffer.first_id() - 1

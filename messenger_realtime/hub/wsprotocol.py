@@ -83,14 +83,34 @@ def eager_writable(transport: Any) -> bool:
 class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
     """One hub connection's WebSocket under Daphne."""
 
-    # Copied from the factory per connection by Autobahn (annotations only: a class value
-    # would stop that copy).
+    # Autobahn's settings, the factory's (_connectionMade); onConnect narrows these two
+    # per connection.
     maxFramePayloadSize: int
     maxMessagePayloadSize: int
     send_buffer_limit = 0  # set per connection in onConnect
     overflowed = False
     hub_state: dict[str, Any] = {}  # replaced per connection (hub/daphne.py)
     _written = 0  # bytes written since the socket was last asked (amortises the syscall)
+    _settings_of: Any = None  # the factory whose settings the class holds
+
+    def _connectionMade(self) -> None:
+        """Autobahn copies its forty-odd settings from the factory onto every socket
+        (about 2.5 KB of each idle connection's memory): the first socket of a factory
+        puts them on this class instead, where every later socket of it finds them
+        (Daphne has one factory). A socket of another factory still gets its own copy."""
+        cls = type(self)
+        factory = self.factory
+        if cls._settings_of is None:
+            for name in self.CONFIG_ATTRS:
+                value = getattr(factory, name)
+                # A function setting (perMessageCompressionAccept) must stay a plain
+                # function, not become a method of every socket.
+                setattr(cls, name, staticmethod(value) if callable(value) else value)
+            cls._settings_of = factory
+        if cls._settings_of is not factory:
+            for name in self.CONFIG_ATTRS:
+                setattr(self, name, getattr(factory, name))
+        super()._connectionMade()
 
     def onConnect(self, request: Any) -> Any:
         options = load_hub_options()

@@ -78,13 +78,13 @@ def test_frames_built_before_a_mid_batch_expiry_go_out_before_the_close(
             connection.inbox.put(message)
         connection._start_delivery()
         await connection.entered.wait()  # the first event's frame is built, not sent
+        delivery = connection.delivery  # the task forwarding this batch
+        assert delivery is not None
         if closer == "the connection's clock":
             connection.expires_at = connection.loop.time()  # the token's exp passes now
             connection.timeouts.moved(connection.loop.time())  # tell its clock
             await asyncio.wait_for(transport.closed.wait(), 10)
         connection.release.set()
-        delivery = connection.delivery
-        assert delivery is not None
         await asyncio.wait_for(asyncio.gather(delivery, return_exceptions=True), 10)
         await asyncio.wait_for(transport.closed.wait(), 10)
         await connection.end()

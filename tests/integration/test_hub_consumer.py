@@ -244,10 +244,11 @@ def test_a_roster_read_before_the_version_moved_is_read_again() -> None:
 
 
 def test_an_open_connection_has_no_task_of_its_own_until_it_delivers() -> None:
-    """Its deadlines are the process's one clock's (hub/clock.py): an idle connection
-    costs no task, no coroutine and no timer of its own."""
+    """Its deadlines are the process's one clock's (hub/clock.py) and its delivery runs
+    only while its inbox holds something (hub/delivery.py): an idle connection, before
+    or after its handshake, costs no task, no coroutine and no timer of its own."""
 
-    async def scenario() -> tuple[int, int, int]:
+    async def scenario() -> tuple[int, int, int, int, list[Any], bool]:
         before = len(asyncio.all_tasks())
         connections = []
         for _ in range(200):
@@ -262,13 +263,26 @@ def test_an_open_connection_has_no_task_of_its_own_until_it_delivers() -> None:
             await connection.open()
             connections.append(connection)
         opened = len(asyncio.all_tasks())
+        for connection in connections:  # as after their handshake: delivering, nothing yet
+            connection.handshaken, connection.protocol = True, JsonProtocol(32768)
+            connection._start_delivery()
+        delivering = len(asyncio.all_tasks())
         loop = asyncio.get_running_loop()
         timers = [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+        # A message for one of them: a task delivers it and ends.
+        first = connections[0]
+        first.inbox.put({"type": "realtime.event", "event": "contact_updated", "payload": {}})
+        task = first.delivery
+        assert task is not None
+        await asyncio.wait_for(task, 5)
         for connection in connections:
             registry.remove(connection.connection_id, connection)
             connection.timeouts.stop()
-        return before, opened, len(timers)
+        transport = first.transport
+        assert isinstance(transport, Recorder)
+        return before, opened, delivering, len(timers), transport.sent, first.delivery is None
 
-    before, opened, timers = run(scenario())
-    assert opened == before
-    assert timers == 1  # the clock's, at the nearest handshake deadline
+    before, opened, delivering, timers, sent, ended = run(scenario())
+    assert opened == delivering == before
+    assert timers == 1  # the clock's, at the nearest deadline
+    assert [m["target"] for m in sent] == ["contact_updated"] and ended

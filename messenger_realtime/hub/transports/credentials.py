@@ -7,6 +7,7 @@ host and port) or a configured origin: a cookie rides along with any page's requ
 (cross-site WebSocket hijacking, and the same for the hub's HTTP endpoint).
 """
 
+from importlib import import_module
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs
@@ -53,9 +54,10 @@ def _identify(
     user, session = None, None
     if token is None:
         # The Django session (the project's own pages), read only now that no token
-        # came: Channels' AuthMiddleware would read it, in a thread hop of its own, for
-        # every connection, bearer or not.
-        session = scope.get("session")
+        # came: Channels' cookie, session and auth middleware would make a session store
+        # for every connection, and read the user in a thread hop of its own, bearer or
+        # not (and hold both, and their copies of the scope, for the connection's life).
+        session = scope.get("session") or session_of(headers)
         user = scope.get("user")
         if user is None and session is not None:
             from django.contrib.auth import get_user
@@ -67,6 +69,20 @@ def _identify(
         if not authenticated:
             session = None
     return auth.identify(token, user, options, session, lookup=lookup)
+
+
+def session_of(headers: dict[bytes, bytes]) -> Any:
+    """The Django session store named by the request's session cookie, or None."""
+    from django.conf import settings
+    from django.http import parse_cookie
+
+    cookie = headers.get(b"cookie")
+    key = (
+        parse_cookie(cookie.decode("latin-1")).get(settings.SESSION_COOKIE_NAME) if cookie else None
+    )
+    if not key:
+        return None
+    return import_module(settings.SESSION_ENGINE).SessionStore(key)
 
 
 def same_site(scope: dict[str, Any], headers: dict[bytes, bytes], options: HubOptions) -> bool:
