@@ -8,6 +8,11 @@ Twisted buffer it without limit. Before each chunk of a stream the hub asked to 
 with the limit; past it the application gets one `hub.send_overflow` message and the
 connection is closed with allowReconnect, as on WebSockets (wsprotocol.py). Other
 responses are untouched.
+
+A request that upgrades to a WebSocket hands its TCP transport over, but Twisted's idle
+timeout of the HTTP channel it came on (a minute) stays armed, a timer that holds the
+channel for nothing and would fire on a channel without a transport: the upgrade
+cancels it (`process`).
 """
 
 from typing import Any
@@ -24,6 +29,12 @@ from messenger_realtime.hub.wsprotocol import (
 class HubWebRequest(WebRequest):  # type: ignore[misc]
     hub_state: dict[str, Any] = {}  # replaced per request (hub/daphne.py)
     overflowed = False
+
+    def process(self) -> None:
+        channel = self.channel
+        super().process()
+        if channel is not None and channel.transport is None:  # upgraded: handed over
+            channel.setTimeout(None)
 
     def handle_reply(self, message: dict[str, Any]) -> None:
         limit = self.hub_state.get("send_limit")
