@@ -425,9 +425,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await conn.execute("SELECT id FROM messenger_user ORDER BY username")
             ).fetchall()
         ]
+        # Each chat's members that stay connected (the warm-up's users leave again).
         chat_rows = await (
             await conn.execute(
-                "SELECT chat_id, count(*) FROM messenger_participant GROUP BY chat_id"
+                "SELECT chat_id, count(*) FROM messenger_participant"
+                " WHERE NOT user_id = ANY(%s) GROUP BY chat_id",
+                [users[:warm]],
             )
         ).fetchall()
         tokens = hubclients.mint_tokens(users)
