@@ -1,18 +1,25 @@
 """Per-user rate limits on writes (REST) and hub invocations, counted in Redis so a
 limit holds across every process.
 
-A fixed window per (scope, user): the counter `messenger_realtime:rate:<scope>:<user>:<n>`
-for window n = floor(now / RATE_LIMIT_WINDOW), raised and given its expiry in one round
-trip (INCR and EXPIRE in one MULTI). A request over the limit learns how long until its
-window ends (Retry-After). Redis being unreachable never stops a request: the limiter
-lets it through and logs, since refusing everyone for Redis' sake would be worse than
-an unlimited minute. Refusals are counted (messenger_realtime_hub_rate_limited_total).
+A sliding log per (scope, user): the sorted set `messenger_realtime:rate:<scope>:<user>`
+holds the Redis-clock time of each request let through in the last RATE_LIMIT_WINDOW
+seconds, so "at most N per W s" holds over every W-second span, not only inside fixed
+windows (a fixed window lets 2N through across its boundary, and a request landing
+just past one was let through where it should not be). One script does it in one round
+trip, atomically, on Redis' clock (one clock for every process): drop the entries older
+than the window, count, add this request if under the limit. A refused request is not
+logged, so a client that keeps retrying is let through again as soon as its oldest
+request ages out; it learns when that is (Retry-After). The log holds at most N entries
+and expires a window after the last request let through.
+
+Redis being unreachable never stops a request: the limiter lets it through and logs,
+since refusing everyone for Redis' sake would be worse than an unlimited minute.
+Refusals are counted (messenger_realtime_hub_rate_limited_total).
 """
 
 import asyncio
 import logging
 import math
-import time
 import weakref
 from dataclasses import dataclass
 from functools import cache
@@ -30,7 +37,26 @@ from messenger_realtime.ops.logging import Field
 logger = logging.getLogger(__name__)
 WRITES = "rest"  # REST writes: POST, PATCH, DELETE under /api/
 INVOCATIONS = "hub"  # hub invocations with a target (not pings, acks or completions)
-KEY = "messenger_realtime:rate:{scope}:{user}:{window}"
+KEY = "messenger_realtime:rate:{scope}:{user}"
+# KEYS[1]: the log; ARGV[1]: the limit (>= 1), ARGV[2]: the window in microseconds.
+# Returns 0 when the request is let through (and logged), else the microseconds until
+# the oldest logged request leaves the window. TIME is Redis' clock (scripts may call it
+# since Redis 5, which replicates a script's effects, not the script). The member is
+# the time plus the count, unique even for two requests in one microsecond.
+SLIDING_LOG = """
+local now = redis.call('TIME')
+local t = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local window = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t - window)
+local count = redis.call('ZCARD', KEYS[1])
+if count < tonumber(ARGV[1]) then
+  redis.call('ZADD', KEYS[1], t, now[1] .. '.' .. now[2] .. ':' .. count)
+  redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000))
+  return 0
+end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return math.max(1, tonumber(oldest[2]) + window - t)
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,19 +78,18 @@ def _limit(options: HubOptions, scope: str) -> int:
     return options.rate_limit_writes if scope == WRITES else options.rate_limit_invocations
 
 
-def _key(scope: str, user_id: UUID, options: HubOptions, now: float) -> tuple[str, int]:
-    """The window's counter key, and the seconds until the window ends (at least 1)."""
-    window = options.rate_limit_window
-    index = math.floor(now / window)
-    left = max(1, math.ceil((index + 1) * window - now))
-    return KEY.format(scope=scope, user=user_id, window=index), left
+def _arguments(scope: str, user_id: UUID, options: HubOptions) -> tuple[list[str], list[int]]:
+    """The script's keys and arguments: the user's log, the limit, the window in µs."""
+    window_us = max(1, round(options.rate_limit_window * 1_000_000))
+    return [KEY.format(scope=scope, user=user_id)], [_limit(options, scope), window_us]
 
 
-def _verdict(scope: str, count: int, limit: int, options: HubOptions, left: int) -> Refusal | None:
-    if count <= limit:
+def _verdict(scope: str, wait_us: int, options: HubOptions) -> Refusal | None:
+    if wait_us <= 0:
         return None
     metrics.hub_rate_limited.labels(scope=scope).inc()
-    return Refusal(limit, options.rate_limit_window, left)
+    retry_after = max(1, math.ceil(wait_us / 1_000_000))
+    return Refusal(_limit(options, scope), options.rate_limit_window, retry_after)
 
 
 def _failed(scope: str, user_id: UUID, exc: Exception) -> None:
@@ -84,14 +109,13 @@ def check(scope: str, user_id: UUID, options: HubOptions) -> Refusal | None:
     limit = _limit(options, scope)
     if limit <= 0 or not options.rate_limit_redis_url:
         return None
-    key, left = _key(scope, user_id, options, time.time())
+    keys, args = _arguments(scope, user_id, options)
     try:
-        with _client(options.rate_limit_redis_url).pipeline(transaction=True) as pipe:
-            count, _ = pipe.incr(key).expire(key, left + 1).execute()
+        wait_us = _script(options.rate_limit_redis_url)(keys, args)
     except redis.RedisError as exc:
         _failed(scope, user_id, exc)
         return None
-    return _verdict(scope, int(count), limit, options, left)
+    return _verdict(scope, int(wait_us), options)
 
 
 async def acheck(scope: str, user_id: UUID, options: HubOptions) -> Refusal | None:
@@ -99,40 +123,41 @@ async def acheck(scope: str, user_id: UUID, options: HubOptions) -> Refusal | No
     limit = _limit(options, scope)
     if limit <= 0 or not options.rate_limit_redis_url:
         return None
-    key, left = _key(scope, user_id, options, time.time())
+    keys, args = _arguments(scope, user_id, options)
     try:
-        async with _async_client(options.rate_limit_redis_url).pipeline(transaction=True) as pipe:
-            count, _ = await pipe.incr(key).expire(key, left + 1).execute()
+        wait_us = await _async_script(options.rate_limit_redis_url)(keys, args)
     except (redis.RedisError, OSError) as exc:
         _failed(scope, user_id, exc)
         return None
-    return _verdict(scope, int(count), limit, options, left)
+    return _verdict(scope, int(wait_us), options)
 
 
+# A registered script is sent by its SHA (EVALSHA) and loaded again by redis-py when
+# Redis answers NOSCRIPT (after a restart or SCRIPT FLUSH).
 @cache
-def _client(url: str) -> Any:
-    """One client (and its connection pool) per process and URL."""
-    return redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+def _script(url: str) -> Any:
+    """One client (and its connection pool) per process and URL, with the script."""
+    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+    return client.register_script(SLIDING_LOG)
 
 
 # One asyncio client per event loop and URL: a client is bound to the loop it was made on.
-_async_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]]" = (
+_async_scripts: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]]" = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _async_client(url: str) -> Any:
-    clients = _async_clients.setdefault(asyncio.get_running_loop(), {})
-    client = clients.get(url)
-    if client is None:
-        client = clients[url] = redis.asyncio.Redis.from_url(
-            url, socket_timeout=1, socket_connect_timeout=1
-        )
-    return client
+def _async_script(url: str) -> Any:
+    scripts = _async_scripts.setdefault(asyncio.get_running_loop(), {})
+    script = scripts.get(url)
+    if script is None:
+        client = redis.asyncio.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+        script = scripts[url] = client.register_script(SLIDING_LOG)
+    return script
 
 
 async def close_clients() -> None:
     """Close this event loop's clients (a test's loop before it ends; Daphne never needs
     to: its one loop lives as long as the process)."""
-    for client in _async_clients.pop(asyncio.get_running_loop(), {}).values():
-        await client.aclose()
+    for script in _async_scripts.pop(asyncio.get_running_loop(), {}).values():
+        await script.registered_client.aclose()

@@ -1,12 +1,15 @@
-"""The rate limiter's store: counts per user and window in Redis, refuses past the
-limit, and lets requests through (logged) when Redis cannot be reached."""
+"""The rate limiter's store: a sliding log per user in Redis, refuses past the limit
+over every window-long span, and lets requests through (logged) when Redis cannot be
+reached."""
 
 import logging
+import time
 import uuid
 from collections.abc import Coroutine
 from typing import Any
 
 import pytest
+import redis
 
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.conf.validation import validate
@@ -32,6 +35,47 @@ def test_a_user_is_refused_past_the_limit_and_others_are_not(redis_url: str) -> 
     assert ratelimit.check(ratelimit.WRITES, other, options) is None
     # The async path counts in the same place.
     assert run(counted(ratelimit.acheck(ratelimit.WRITES, user, options))) is not None
+
+
+def test_the_limit_holds_over_every_window_long_span(redis_url: str) -> None:
+    # A fixed window lets `limit` through just before its boundary and `limit` more just
+    # after it (a CI run once saw the sixth of five writes through). Keep asking for
+    # three windows; the limit+1-th request let through after any request must come a
+    # full window later. Each request's Redis time lies between its send and its answer,
+    # so answer[i + limit] - sent[i] >= window is what the limiter guarantees.
+    window, limit = 0.25, 3
+    options = load_hub_options(
+        rate_limit_writes=limit, rate_limit_window=window, rate_limit_redis_url=redis_url
+    )
+    user = uuid.uuid4()
+    through: list[tuple[float, float]] = []
+    refused = 0
+    end = time.monotonic() + 3 * window
+    while time.monotonic() < end:
+        sent = time.monotonic()
+        verdict = ratelimit.check(ratelimit.WRITES, user, options)
+        if verdict is None:
+            through.append((sent, time.monotonic()))
+        else:
+            refused += 1
+            assert verdict.retry_after == 1  # rounded up to whole seconds
+    spans = [through[i + limit][1] - through[i][0] for i in range(len(through) - limit)]
+    assert len(through) >= 2 * limit and refused > 0  # windows ended and freed room
+    assert min(spans) >= window
+
+
+def test_a_refused_request_takes_no_room(redis_url: str) -> None:
+    options = load_hub_options(rate_limit_invocations=2, rate_limit_redis_url=redis_url)
+    user = uuid.uuid4()
+    for _ in range(5):
+        ratelimit.check(ratelimit.INVOCATIONS, user, options)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        key = ratelimit.KEY.format(scope=ratelimit.INVOCATIONS, user=user)
+        assert client.zcard(key) == 2  # what was let through, no more
+        assert 0 < client.pttl(key) <= 60_000  # gone a window after the last
+    finally:
+        client.close()
 
 
 def test_no_limit_or_no_store_counts_nothing(redis_url: str) -> None:
