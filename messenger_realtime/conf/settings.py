@@ -104,9 +104,11 @@ DEFAULTS: dict[str, Any] = {
     "RATE_LIMIT_FLOOD": 20,
     "RATE_LIMIT_REDIS_URL": "",
     # Connects in progress in one hub process (negotiated or upgraded, not yet through
-    # their handshake) past which negotiate answers 503 with Retry-After
-    # (hub/admission.py): a reconnect storm meets quick refusals, not time-outs.
+    # their handshake) past which a negotiate waits in line, up to ADMISSION_WAIT
+    # seconds (0: not at all), then answers 503 with Retry-After (hub/admission.py): a
+    # reconnect storm is admitted at the process's full rate, not timed out.
     "ADMISSION_LIMIT": 200,
+    "ADMISSION_WAIT": 30.0,
 }
 _KINDS: dict[str, type] = {
     "BATCH_SIZE": int,
@@ -208,6 +210,7 @@ class HubOptions:
     rate_limit_flood: int = 20
     rate_limit_redis_url: str = ""
     admission_limit: int = 200
+    admission_wait: float = 30.0
 
 
 def env_name(key: str) -> str:

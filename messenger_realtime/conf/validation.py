@@ -57,6 +57,9 @@ MAX_DISCONNECT_TIMEOUT = 300.0
 TRANSPORT_NAMES = ("WebSockets", "ServerSentEvents", "LongPolling")
 # Each partition's leader holds up to five database sessions, its standbys two each.
 MAX_DISPATCH_PARTITIONS = 64
+# A negotiate held longer than the official clients' request timeout (100 s in the
+# JavaScript and .NET clients) would be abandoned by them: stay well inside it.
+MAX_ADMISSION_WAIT = 60.0
 # Coalescing trades latency for CPU: an event in a stream waits at most this much more.
 MAX_WAKE_COALESCE = 0.1
 # User content the API accepts must stay inside what the build accepts from the database
@@ -169,6 +172,9 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
         rule("E026", key, values.get(key, 0) >= 0, "must be >= 0 (0: no limit)")
     rule("E026", "RATE_LIMIT_FLOOD", values.get("RATE_LIMIT_FLOOD", 1) >= 1, "must be >= 1")
     rule("E029", "ADMISSION_LIMIT", values.get("ADMISSION_LIMIT", 1) >= 1, "must be >= 1")
+    wait = values.get("ADMISSION_WAIT", 0)
+    ok = 0 <= wait <= MAX_ADMISSION_WAIT
+    rule("E029", "ADMISSION_WAIT", ok, f"must be in [0, {MAX_ADMISSION_WAIT:g}] seconds (0: none)")
     url = str(values.get("RATE_LIMIT_REDIS_URL", ""))
     ok = not url or url.startswith(("redis://", "rediss://", "unix://"))
     rule(

@@ -1,59 +1,114 @@
-"""Admission control: how many connects one hub process has in progress, and when to shed.
+"""Admission control: how many connects one hub process has in progress, and what a
+connect past the bound waits for.
 
 A connect is in progress from the start of its negotiate until that request answers,
 and from its WebSocket upgrade (or first long-polling / event-stream request) until its
 handshake is answered or the connection ends. After a deploy or a crash every client
 reconnects at once; a process that took them all would queue their handshakes past the
-clients' 15 s handshake timeout, so each retry would add to the pile and the storm might
-never converge. Past ADMISSION_LIMIT connects in progress, negotiate answers 503 with
-Retry-After straight away instead (negotiate.py): cheap for the process, and the
-official clients retry it like any failed start (the JavaScript client's reconnect
-policy: 0, 2, 10 and 30 s), by when the process has worked through its queue.
+clients' handshake timeout, so each retry would add to the pile and the storm might
+never converge. So at most ADMISSION_LIMIT connects are in progress: a negotiate past
+that waits in line (first come, first served) for one to finish, up to ADMISSION_WAIT
+seconds, and only then answers 503 with Retry-After (negotiate.py).
 
-Shedding is counted (messenger_realtime_hub_connects_shed_total) and logged at most once
-per SHED_LOG_EVERY seconds with how many were shed since the last line, so a storm does
-not become a flood of log lines.
+Waiting, not refusing at once, is what lets a storm converge with the official
+clients: the JavaScript client's default reconnect policy tries four times (after 0, 2,
+10 and 30 s) and then gives up for good, so a 503 costs a client one of its four
+attempts, while a negotiate held open costs the process an idle socket and the client
+nothing (its negotiate times out after 100 s). A client in line is admitted as soon as
+a connect ahead of it finishes, so the process admits at its full rate and the last of
+10,000 clients is in after 10,000 / (that rate) seconds instead of at the attempt after
+next.
+
+Negotiates in line are a gauge (messenger_realtime_hub_connects_waiting). Waits that run
+out are counted (messenger_realtime_hub_connects_shed_total) and logged
+at most once per SHED_LOG_EVERY seconds with how many were shed since the last line, so
+a storm does not become a flood of log lines.
 """
 
+import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import AsyncIterator
 
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.ops import metrics
 
 logger = logging.getLogger(__name__)
-RETRY_AFTER = 2  # seconds (Retry-After is whole seconds): about a storm's queue at 300/s
+RETRY_AFTER = 2  # seconds (Retry-After is whole seconds), after a wait that ran out
 SHED_LOG_EVERY = 1.0  # seconds between two "connects shed" log lines at most
 
 
 class Admission:
-    """This process's count of connects in progress, and its shedding log."""
+    """This process's count of connects in progress, its line of negotiates waiting for
+    one to finish, and its shedding log."""
 
     def __init__(self) -> None:
         self.in_progress = 0
+        # Negotiates waiting for a slot, first come first served; a future's result is
+        # True when a finishing connect handed it its slot, False when its wait ran out.
+        self._line: deque[asyncio.Future[bool]] = deque()
         self._shed_unlogged = 0
         self._logged_at = float("-inf")
 
-    @contextlib.contextmanager
-    def connect(self, options: HubOptions) -> Iterator[bool]:
-        """Count a negotiate for as long as it runs; yields False (and counts nothing)
-        when ADMISSION_LIMIT connects are already in progress."""
-        if self.in_progress >= options.admission_limit:
+    @property
+    def waiting(self) -> int:
+        return sum(1 for waiter in self._line if not waiter.done())
+
+    @contextlib.asynccontextmanager
+    async def connect(self, options: HubOptions) -> AsyncIterator[bool]:
+        """Count a negotiate for as long as it runs: at once below ADMISSION_LIMIT, else
+        after waiting in line for a slot up to ADMISSION_WAIT seconds. Yields False (and
+        counts nothing) when the wait ran out."""
+        if self.in_progress < options.admission_limit and not self._line:
+            self.in_progress += 1
+        elif not await self._wait(options):
             self._shed(options)
             yield False
             return
-        self.in_progress += 1
         try:
             yield True
         finally:
-            self.in_progress -= 1
+            self._release()
+
+    async def _wait(self, options: HubOptions) -> bool:
+        """Wait in line; True once a finishing connect handed over its slot."""
+        if options.admission_wait <= 0:
+            return False
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        timer = loop.call_later(options.admission_wait, _settle, waiter, False)
+        self._line.append(waiter)
+        metrics.hub_connects_waiting.inc()
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            # The request went away while in line; a slot handed over meanwhile
+            # passes on to the next in line.
+            if waiter.done() and not waiter.cancelled() and waiter.result():
+                self._release()
+            raise
+        finally:
+            timer.cancel()
+            metrics.hub_connects_waiting.dec()
 
     def opening(self) -> "Opening":
-        """Count a transport's connect until its handshake is answered (or it ends)."""
+        """Count a transport's connect until its handshake is answered (or it ends).
+        Never refused: its negotiate was admitted."""
         self.in_progress += 1
         return Opening(self)
+
+    def _release(self) -> None:
+        """A connect finished: its slot goes to the first negotiate still in line, else
+        the count goes down."""
+        line = self._line
+        while line:
+            waiter = line.popleft()
+            if not waiter.done():
+                waiter.set_result(True)  # the slot passes on: in_progress unchanged
+                return
+        self.in_progress -= 1
 
     def _shed(self, options: HubOptions) -> None:
         metrics.hub_connects_shed.inc()
@@ -66,10 +121,16 @@ class Admission:
                     "action": "shed",
                     "shed": self._shed_unlogged,
                     "in_progress": self.in_progress,
+                    "waiting": self.waiting,
                     "limit": options.admission_limit,
                 },
             )
             self._shed_unlogged, self._logged_at = 0, now
+
+
+def _settle(waiter: "asyncio.Future[bool]", result: bool) -> None:
+    if not waiter.done():
+        waiter.set_result(result)
 
 
 class Opening:
@@ -82,14 +143,14 @@ class Opening:
 
     def done(self) -> None:
         if self._admission is not None:
-            self._admission.in_progress -= 1
+            self._admission._release()
             self._admission = None
 
 
 ADMISSION = Admission()  # the process's one count (Daphne runs one event loop)
 
 
-def connect(options: HubOptions) -> contextlib.AbstractContextManager[bool]:
+def connect(options: HubOptions) -> contextlib.AbstractAsyncContextManager[bool]:
     return ADMISSION.connect(options)
 
 

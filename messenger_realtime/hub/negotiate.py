@@ -9,8 +9,10 @@ request to run them) cost a connect more than the rest of negotiate together
 from the same origin), with one database read (the user's standing).
 
 Admission control: while ADMISSION_LIMIT connects are in progress in this process
-(hub/admission.py), negotiate answers 503 with Retry-After at once, so a reconnect storm
-meets quick refusals that the clients retry instead of handshakes that time out.
+(hub/admission.py), a negotiate waits in line for one to finish, up to ADMISSION_WAIT
+seconds, then answers 503 with Retry-After: a reconnect storm is admitted at the
+process's full rate, first come first served, instead of piling up handshakes that
+time out or spending the clients' few retries on refusals.
 """
 
 import json
@@ -100,7 +102,7 @@ async def answer(scope: dict[str, Any]) -> tuple[int, bytes, list[tuple[bytes, b
         )
         return 200, _json({"error": error}), [JSON]
     options = load_hub_options()
-    with admission.connect(options) as admitted:
+    async with admission.connect(options) as admitted:
         if not admitted:
             busy = _json({"error": "Service unavailable: too many connects in progress"})
             return 503, busy, [JSON, (b"retry-after", str(admission.RETRY_AFTER).encode())]

@@ -109,7 +109,13 @@ hub_rate_limited = Counter(
 hub_connects_shed = Counter(
     "messenger_realtime_hub_connects_shed",
     "Negotiate requests answered 503 with Retry-After because ADMISSION_LIMIT connects "
-    "were in progress in the process (admission control; the clients retry).",
+    "stayed in progress in the process for all of ADMISSION_WAIT (admission control; the "
+    "clients retry).",
+)
+hub_connects_waiting = Gauge(
+    "messenger_realtime_hub_connects_waiting",
+    "Negotiate requests waiting in line for one of the process's ADMISSION_LIMIT connects "
+    "in progress to finish (admission control).",
 )
 
 
@@ -148,6 +154,7 @@ WEB_FAMILIES = (
     hub_resumes,
     hub_rate_limited,
     hub_connects_shed,
+    hub_connects_waiting,
 )
 # Counted by both: the worker's pushes drop at a full channel, Daphne's connections
 # overflow their in-process buffers; a query sums the two jobs.

@@ -1,11 +1,13 @@
 """Admission control against a real Daphne: past ADMISSION_LIMIT connects in progress
-(upgraded, not through their handshake), negotiate answers 503 with Retry-After at once,
-counted and logged; once the handshakes are answered (or the sockets go), it admits
-again."""
+(upgraded, not through their handshake), a negotiate waits in line, first come first
+served, and is admitted when a connect ahead of it finishes; a wait that runs out
+(ADMISSION_WAIT, 0: none) answers 503 with Retry-After, counted and logged."""
 
 import contextlib
 import json
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from tests.support.api_client import http_get, sample
 from tests.support.factories import UserFactory
 from tests.support.hub_helpers import token_for
+from tests.support.runtime import wait_until
 from tests.support.wire import RS, hub_socket, negotiate, records
 from tests.support.workers import DaphneProcess
 
@@ -20,9 +23,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
 LIMIT = 2
 
 
+HANDSHAKE = json.dumps({"protocol": "json", "version": 1}) + RS
+
+
 @pytest.fixture
 def daphne(live_env: dict[str, str]) -> Iterator[DaphneProcess]:
-    server = DaphneProcess(live_env, admission_limit=LIMIT)
+    server = DaphneProcess(live_env, admission_limit=LIMIT, admission_wait=0)
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def patient_daphne(live_env: dict[str, str]) -> Iterator[DaphneProcess]:
+    server = DaphneProcess(live_env, admission_limit=LIMIT, admission_wait=30)
     yield server
     server.kill()
 
@@ -32,22 +45,75 @@ def shed(server: DaphneProcess) -> float:
     return sample(text, "messenger_realtime_hub_connects_shed_total")
 
 
+def waiting(server: DaphneProcess) -> float:
+    text = http_get(f"{server.http}/metrics")[1]
+    return sample(text, "messenger_realtime_hub_connects_waiting")
+
+
+@contextlib.contextmanager
+def in_progress(server: DaphneProcess, token: str) -> Iterator[tuple[list[Any], Any]]:
+    """LIMIT upgrades that have not sent their handshake (LIMIT connects in progress),
+    and a function that adds one more."""
+    sockets = contextlib.ExitStack()
+
+    def upgrade() -> Any:
+        connection_token = negotiate(server, token)[1]["connectionToken"]
+        return sockets.enter_context(hub_socket(server, token, f"?id={connection_token}"))
+
+    with sockets:
+        yield [upgrade() for _ in range(LIMIT)], upgrade
+
+
 def test_negotiate_is_shed_with_retry_after_past_the_connects_in_progress(
     daphne: DaphneProcess,
 ) -> None:
     user = UserFactory()
     token = token_for(user.id)
     assert negotiate(daphne, token)[0] == 200
-    sockets = contextlib.ExitStack()
-
-    def upgrade() -> Any:
-        connection_token = negotiate(daphne, token)[1]["connectionToken"]
-        return sockets.enter_context(hub_socket(daphne, token, f"?id={connection_token}"))
-
-    # LIMIT upgrades that have not sent their handshake: LIMIT connects in progress.
-    with sockets:
-        pending = [upgrade() for _ in range(LIMIT)]
+    with in_progress(daphne, token) as (pending, upgrade):
         run_checks(daphne, token, pending, upgrade)
+
+
+def test_past_the_limit_a_negotiate_waits_in_line_until_a_connect_finishes(
+    patient_daphne: DaphneProcess,
+) -> None:
+    """The order within the line is unit-tested (test_hub_admission_line.py); here, on
+    a real Daphne, a negotiate past the limit is held, not refused, and answered 200 as
+    soon as a connect ahead of it finishes, whichever way it finishes."""
+    server, token = patient_daphne, token_for(UserFactory().id)
+    with in_progress(server, token) as (pending, upgrade), ThreadPoolExecutor(1) as pool:
+        held = pool.submit(negotiate, server, token)
+        wait_until(lambda: waiting(server) == 1, what="a negotiate in line")
+        assert not held.done()
+        # One handshake answered: its slot goes to the negotiate in line.
+        pending[0].send(HANDSHAKE)
+        assert records(pending[0]) == [{}]
+        assert held.result(timeout=10)[0] == 200
+        assert waiting(server) == 0
+        upgrade()  # LIMIT connects in progress again
+        held = pool.submit(negotiate, server, token)
+        wait_until(lambda: waiting(server) == 1, what="a negotiate in line")
+        # A socket that goes before its handshake hands its slot on too.
+        pending[1].close()
+        assert held.result(timeout=10)[0] == 200
+        assert waiting(server) == 0
+    assert shed(server) == 0
+
+
+def test_a_wait_that_runs_out_is_shed(live_env: dict[str, str]) -> None:
+    server = DaphneProcess(live_env, admission_limit=LIMIT, admission_wait=0.5)
+    try:
+        token = token_for(UserFactory().id)
+        with in_progress(server, token):
+            started = time.monotonic()
+            status, _, headers = negotiate(server, token)
+            assert status == 503 and headers["Retry-After"] == "2"
+            assert time.monotonic() - started >= 0.5  # it waited its ADMISSION_WAIT first
+            assert shed(server) == 1 and waiting(server) == 0
+            line = server.wait_for("hub connects shed")
+            assert "waiting=0" in line and "limit=2" in line, line
+    finally:
+        server.kill()
 
 
 def run_checks(daphne: DaphneProcess, token: str, pending: list[Any], upgrade: Any) -> None:
@@ -59,7 +125,7 @@ def run_checks(daphne: DaphneProcess, token: str, pending: list[Any], upgrade: A
     line = daphne.wait_for("hub connects shed")
     assert "in_progress=2" in line and "limit=2" in line and "shed=1" in line, line
     # One handshake answered: one connect less in progress, and negotiate admits again.
-    pending[0].send(json.dumps({"protocol": "json", "version": 1}) + RS)
+    pending[0].send(HANDSHAKE)
     assert records(pending[0]) == [{}]
     assert negotiate(daphne, token)[0] == 200
     # A socket that goes before its handshake stops counting too.

@@ -1,0 +1,100 @@
+"""Admission's line of negotiates (hub/admission.py), on an event loop of its own: a
+finishing connect hands its slot to the first negotiate still in line, a negotiate that
+leaves the line hands on a slot it was given, and a wait runs out after ADMISSION_WAIT."""
+
+import asyncio
+
+from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.hub.admission import Admission
+from tests.support.runtime import run
+
+OPTIONS = load_hub_options(admission_limit=1, admission_wait=30)
+
+
+async def negotiate(admission: Admission, log: list[str], name: str, done: asyncio.Event) -> None:
+    async with admission.connect(OPTIONS) as admitted:
+        log.append(f"{name} {'admitted' if admitted else 'shed'}")
+        await done.wait()
+
+
+async def line_up(admission: Admission, count: int) -> None:
+    while admission.waiting < count:
+        await asyncio.sleep(0)  # let the tasks just created get in line
+
+
+def test_slots_pass_to_the_line_first_come_first_served() -> None:
+    async def scenario() -> list[str]:
+        admission, log = Admission(), []
+        events = {name: asyncio.Event() for name in "abc"}
+        tasks = []
+        for name in "abc":
+            tasks.append(asyncio.create_task(negotiate(admission, log, name, events[name])))
+            await line_up(admission, len(tasks) - 1)
+        assert log == ["a admitted"] and admission.in_progress == 1
+        events["a"].set()
+        await line_up(admission, 1)
+        while len(log) < 2:
+            await asyncio.sleep(0)
+        assert log == ["a admitted", "b admitted"] and admission.in_progress == 1
+        events["b"].set()
+        events["c"].set()
+        await asyncio.gather(*tasks)
+        assert admission.in_progress == 0 and admission.waiting == 0
+        return log
+
+    assert run(scenario()) == ["a admitted", "b admitted", "c admitted"]
+
+
+def test_a_negotiate_that_leaves_the_line_hands_its_slot_on() -> None:
+    async def scenario() -> list[str]:
+        admission, log = Admission(), []
+        hold, free = asyncio.Event(), asyncio.Event()
+        first = asyncio.create_task(negotiate(admission, log, "a", hold))
+        await asyncio.sleep(0)
+        gone = asyncio.create_task(negotiate(admission, log, "gone", free))
+        await line_up(admission, 1)
+        last = asyncio.create_task(negotiate(admission, log, "c", free))
+        await line_up(admission, 2)
+        gone.cancel()  # its client went away while in line
+        hold.set()
+        free.set()
+        await first
+        await last
+        assert gone.cancelled()
+        assert admission.in_progress == 0
+        return log
+
+    assert run(scenario()) == ["a admitted", "c admitted"]
+
+
+def test_a_wait_runs_out_and_counts_nothing() -> None:
+    async def scenario() -> tuple[list[str], int]:
+        admission, log = Admission(), []
+        hold = asyncio.Event()
+        first = asyncio.create_task(negotiate(admission, log, "a", hold))
+        await asyncio.sleep(0)
+        short = load_hub_options(admission_limit=1, admission_wait=0.01)
+        async with admission.connect(short) as admitted:
+            log.append("b admitted" if admitted else "b shed")
+        hold.set()
+        await first
+        return log, admission.in_progress
+
+    assert run(scenario()) == (["a admitted", "b shed"], 0)
+
+
+def test_an_upgrade_is_never_refused_and_its_end_frees_a_slot() -> None:
+    async def scenario() -> list[str]:
+        admission, log = Admission(), []
+        opening = admission.opening()  # over the limit's worth already: still counted
+        waiter = asyncio.create_task(negotiate(admission, log, "a", asyncio.Event()))
+        await line_up(admission, 1)
+        opening.done()
+        opening.done()  # once only
+        while not log:
+            await asyncio.sleep(0)
+        assert admission.in_progress == 1
+        waiter.cancel()
+        return log
+
+    assert run(scenario()) == ["a admitted"]
