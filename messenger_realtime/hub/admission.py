@@ -1,14 +1,18 @@
 """Admission control: how many connects one hub process has in progress, and what a
 connect past the bound waits for.
 
-A connect is in progress from the start of its negotiate until that request answers,
-and from its WebSocket upgrade (or first long-polling / event-stream request) until its
-handshake is answered or the connection ends. After a deploy or a crash every client
-reconnects at once; a process that took them all would queue their handshakes past the
-clients' handshake timeout, so each retry would add to the pile and the storm might
-never converge. So at most ADMISSION_LIMIT connects are in progress: a negotiate past
-that waits in line (first come, first served) for one to finish, up to ADMISSION_WAIT
-seconds, and only then answers 503 with Retry-After (negotiate.py).
+A connect is in progress from the start of its negotiate until the handshake of the
+connection it negotiated is answered, or the connection ends: the negotiate's slot is
+held for its connection id (up to RESERVED_FOR seconds, for a client that never comes)
+and the transport that opens with that id takes it over. After a deploy or a crash every
+client reconnects at once; a process that took them all would queue their upgrades and
+handshakes past the clients' timeouts (Daphne's 5 s to accept an upgrade, the clients'
+15 s handshake timeout), so each retry would add to the pile and the storm might never
+converge. So at most ADMISSION_LIMIT connects are in progress: a negotiate past that
+waits in line (first come, first served) for one to finish, up to ADMISSION_WAIT
+seconds, and only then answers 503 with Retry-After (negotiate.py). A transport that
+opens without a held slot (its reservation ran out, a resume, a client that skipped
+negotiate) is never refused: its client was admitted once; it counts from then on.
 
 Waiting, not refusing at once, is what lets a storm converge with the official
 clients: the JavaScript client's default reconnect policy tries four times (after 0, 2,
@@ -38,6 +42,9 @@ from messenger_realtime.ops import metrics
 logger = logging.getLogger(__name__)
 RETRY_AFTER = 2  # seconds (Retry-After is whole seconds), after a wait that ran out
 SHED_LOG_EVERY = 1.0  # seconds between two "connects shed" log lines at most
+# Seconds a negotiate's slot waits for its connection's transport: a client opens it
+# right after negotiate answers, so this only bounds what a client that never comes holds.
+RESERVED_FOR = 10.0
 
 
 class Admission:
@@ -49,6 +56,8 @@ class Admission:
         # Negotiates waiting for a slot, first come first served; a future's result is
         # True when a finishing connect handed it its slot, False when its wait ran out.
         self._line: deque[asyncio.Future[bool]] = deque()
+        # Slots of negotiates answered, by connection id, until its transport opens.
+        self._reserved: dict[str, asyncio.TimerHandle] = {}
         self._shed_unlogged = 0
         self._logged_at = float("-inf")
 
@@ -57,19 +66,33 @@ class Admission:
         return sum(1 for waiter in self._line if not waiter.done())
 
     @contextlib.asynccontextmanager
-    async def connect(self, options: HubOptions) -> AsyncIterator[bool]:
-        """Count a negotiate for as long as it runs: at once below ADMISSION_LIMIT, else
-        after waiting in line for a slot up to ADMISSION_WAIT seconds. Yields False (and
-        counts nothing) when the wait ran out."""
+    async def connect(self, options: HubOptions) -> AsyncIterator["Slot | None"]:
+        """Count a negotiate: at once below ADMISSION_LIMIT, else after waiting in line
+        for a slot up to ADMISSION_WAIT seconds. Yields None (and counts nothing) when
+        the wait ran out, else its Slot: released when the negotiate is done, unless it
+        was held for the connection it granted (Slot.hold_for)."""
         if self.in_progress < options.admission_limit and not self._line:
             self.in_progress += 1
         elif not await self._wait(options):
             self._shed(options)
-            yield False
+            yield None
             return
+        slot = Slot()
         try:
-            yield True
+            yield slot
         finally:
+            if slot.connection_id is None:
+                self._release()
+            else:
+                self._reserve(slot.connection_id)
+
+    def _reserve(self, connection_id: str) -> None:
+        loop = asyncio.get_running_loop()
+        self._reserved[connection_id] = loop.call_later(RESERVED_FOR, self._expire, connection_id)
+
+    def _expire(self, connection_id: str) -> None:
+        """Its client never opened the connection it negotiated: the slot goes on."""
+        if self._reserved.pop(connection_id, None) is not None:
             self._release()
 
     async def _wait(self, options: HubOptions) -> bool:
@@ -93,10 +116,15 @@ class Admission:
             timer.cancel()
             metrics.hub_connects_waiting.dec()
 
-    def opening(self) -> "Opening":
-        """Count a transport's connect until its handshake is answered (or it ends).
-        Never refused: its negotiate was admitted."""
-        self.in_progress += 1
+    def opening(self, connection_id: str) -> "Opening":
+        """Count a transport's connect until its handshake is answered (or it ends): in
+        the slot its negotiate held, else one more. Never refused: its client was
+        admitted at negotiate."""
+        reserved = self._reserved.pop(connection_id, None)
+        if reserved is not None:
+            reserved.cancel()
+        else:
+            self.in_progress += 1
         return Opening(self)
 
     def _release(self) -> None:
@@ -133,6 +161,18 @@ def _settle(waiter: "asyncio.Future[bool]", result: bool) -> None:
         waiter.set_result(result)
 
 
+class Slot:
+    """An admitted negotiate's slot; hold_for() keeps it for the connection granted."""
+
+    __slots__ = ("connection_id",)
+
+    def __init__(self) -> None:
+        self.connection_id: str | None = None
+
+    def hold_for(self, connection_id: str) -> None:
+        self.connection_id = connection_id
+
+
 class Opening:
     """One transport's connect in progress; done() once, whichever way it ends."""
 
@@ -150,9 +190,9 @@ class Opening:
 ADMISSION = Admission()  # the process's one count (Daphne runs one event loop)
 
 
-def connect(options: HubOptions) -> contextlib.AbstractAsyncContextManager[bool]:
+def connect(options: HubOptions) -> contextlib.AbstractAsyncContextManager[Slot | None]:
     return ADMISSION.connect(options)
 
 
-def opening() -> Opening:
-    return ADMISSION.opening()
+def opening(connection_id: str) -> Opening:
+    return ADMISSION.opening(connection_id)

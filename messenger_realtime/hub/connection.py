@@ -74,7 +74,7 @@ class HubConnection(
         self.opened_at = self.last_received = self.last_sent = self.loop.time()
         self.expires_at, self.expiry_reason = self.credentials_end(identity, token)
         self.timeouts = Timeouts(self)  # its deadlines, on the process's one clock
-        self.admission = admission.opening()  # a connect in progress until its handshake
+        self.admission = admission.opening(connection_id)  # in progress until its handshake
         self.receiving = asyncio.Lock()  # POSTs of one connection, one at a time
         self.delivery: asyncio.Task[None] | None = None
         self.unsent = []

@@ -9,7 +9,8 @@ request to run them) cost a connect more than the rest of negotiate together
 from the same origin), with one database read (the user's standing).
 
 Admission control: while ADMISSION_LIMIT connects are in progress in this process
-(hub/admission.py), a negotiate waits in line for one to finish, up to ADMISSION_WAIT
+(hub/admission.py; an admitted negotiate's slot is held until the transport of the
+connection it granted opens), a negotiate waits in line for one to finish, up to ADMISSION_WAIT
 seconds, then answers 503 with Retry-After: a reconnect storm is admitted at the
 process's full rate, first come first served, instead of piling up handshakes that
 time out or spending the clients' few retries on refusals.
@@ -102,8 +103,8 @@ async def answer(scope: dict[str, Any]) -> tuple[int, bytes, list[tuple[bytes, b
         )
         return 200, _json({"error": error}), [JSON]
     options = load_hub_options()
-    async with admission.connect(options) as admitted:
-        if not admitted:
+    async with admission.connect(options) as slot:
+        if slot is None:
             busy = _json({"error": "Service unavailable: too many connects in progress"})
             return 503, busy, [JSON, (b"retry-after", str(admission.RETRY_AFTER).encode())]
         try:
@@ -112,9 +113,10 @@ async def answer(scope: dict[str, Any]) -> tuple[int, bytes, list[tuple[bytes, b
             logger.info("negotiate refused", extra={"action": "refused", "reason": str(exc)})
             www = (b"www-authenticate", b'Bearer realm="messenger"')
             return 401, _json({"error": f"Unauthorized: {exc}"}), [JSON, www]
-    version = min(requested, MAX_NEGOTIATE_VERSION)
-    stateful = version >= 1 and wants_stateful(query, options)
-    connection_id, connection_token = new_connection_token(identity.user_id, stateful=stateful)
+        version = min(requested, MAX_NEGOTIATE_VERSION)
+        stateful = version >= 1 and wants_stateful(query, options)
+        connection_id, connection_token = new_connection_token(identity.user_id, stateful=stateful)
+        slot.hold_for(connection_id)  # until its transport opens (hub/admission.py)
     granted: dict[str, Any] = {"negotiateVersion": version}
     if version >= 1:
         granted.update(connectionId=connection_id, connectionToken=connection_token)

@@ -1,7 +1,9 @@
 """Admission control against a real Daphne: past ADMISSION_LIMIT connects in progress
-(upgraded, not through their handshake), a negotiate waits in line, first come first
-served, and is admitted when a connect ahead of it finishes; a wait that runs out
-(ADMISSION_WAIT, 0: none) answers 503 with Retry-After, counted and logged."""
+(negotiated, or upgraded and not through their handshake), a negotiate waits in line,
+first come first served, and is admitted when a connect ahead of it finishes; a wait
+that runs out (ADMISSION_WAIT, 0: none) answers 503 with Retry-After, counted and
+logged. An admitted negotiate's slot is held for the connection it granted, which takes
+it over when it opens."""
 
 import contextlib
 import json
@@ -53,12 +55,14 @@ def waiting(server: DaphneProcess) -> float:
 @contextlib.contextmanager
 def in_progress(server: DaphneProcess, token: str) -> Iterator[tuple[list[Any], Any]]:
     """LIMIT upgrades that have not sent their handshake (LIMIT connects in progress),
-    and a function that adds one more."""
+    and a function that opens the connection a negotiate answer granted (or negotiates
+    one first)."""
     sockets = contextlib.ExitStack()
 
-    def upgrade() -> Any:
-        connection_token = negotiate(server, token)[1]["connectionToken"]
-        return sockets.enter_context(hub_socket(server, token, f"?id={connection_token}"))
+    def upgrade(granted: dict[str, Any] | None = None) -> Any:
+        granted = granted or negotiate(server, token)[1]
+        query = f"?id={granted['connectionToken']}"
+        return sockets.enter_context(hub_socket(server, token, query))
 
     with sockets:
         yield [upgrade() for _ in range(LIMIT)], upgrade
@@ -69,7 +73,6 @@ def test_negotiate_is_shed_with_retry_after_past_the_connects_in_progress(
 ) -> None:
     user = UserFactory()
     token = token_for(user.id)
-    assert negotiate(daphne, token)[0] == 200
     with in_progress(daphne, token) as (pending, upgrade):
         run_checks(daphne, token, pending, upgrade)
 
@@ -85,14 +88,16 @@ def test_past_the_limit_a_negotiate_waits_in_line_until_a_connect_finishes(
         held = pool.submit(negotiate, server, token)
         wait_until(lambda: waiting(server) == 1, what="a negotiate in line")
         assert not held.done()
-        # One handshake answered: its slot goes to the negotiate in line.
+        # One handshake answered: its slot goes to the negotiate in line, and stays
+        # held for the connection that negotiate granted until it opens.
         pending[0].send(HANDSHAKE)
         assert records(pending[0]) == [{}]
-        assert held.result(timeout=10)[0] == 200
-        assert waiting(server) == 0
-        upgrade()  # LIMIT connects in progress again
+        status, granted, _ = held.result(timeout=10)
+        assert status == 200 and waiting(server) == 0
         held = pool.submit(negotiate, server, token)
-        wait_until(lambda: waiting(server) == 1, what="a negotiate in line")
+        wait_until(lambda: waiting(server) == 1, what="a negotiate behind a held slot")
+        upgrade(granted)  # the granted connection opens in its own slot: none frees
+        assert waiting(server) == 1 and not held.done()
         # A socket that goes before its handshake hands its slot on too.
         pending[1].close()
         assert held.result(timeout=10)[0] == 200
@@ -124,13 +129,15 @@ def run_checks(daphne: DaphneProcess, token: str, pending: list[Any], upgrade: A
     assert shed(daphne) == 1
     line = daphne.wait_for("hub connects shed")
     assert "in_progress=2" in line and "limit=2" in line and "shed=1" in line, line
-    # One handshake answered: one connect less in progress, and negotiate admits again.
+    # One handshake answered: one connect less in progress, and negotiate admits again
+    # (upgrade() negotiates, then opens the connection in the slot its negotiate held).
     pending[0].send(HANDSHAKE)
     assert records(pending[0]) == [{}]
-    assert negotiate(daphne, token)[0] == 200
+    upgrade()
     # A socket that goes before its handshake stops counting too.
     pending[1].close()
     daphne.wait_for("hub disconnected")  # its end has run: the count is down
-    upgrade()  # one in progress again
-    assert negotiate(daphne, token)[0] == 200
+    upgrade()  # LIMIT in progress again
     assert shed(daphne) == 1  # nothing else was shed
+    assert negotiate(daphne, token)[0] == 503
+    assert shed(daphne) == 2

@@ -1,10 +1,14 @@
 """Admission's line of negotiates (hub/admission.py), on an event loop of its own: a
 finishing connect hands its slot to the first negotiate still in line, a negotiate that
-leaves the line hands on a slot it was given, and a wait runs out after ADMISSION_WAIT."""
+leaves the line hands on a slot it was given, a wait runs out after ADMISSION_WAIT, and
+an admitted negotiate's slot is held until the connection it granted opens."""
 
 import asyncio
 
+import pytest
+
 from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.hub import admission as admission_module
 from messenger_realtime.hub.admission import Admission
 from tests.support.runtime import run
 
@@ -86,7 +90,7 @@ def test_a_wait_runs_out_and_counts_nothing() -> None:
 def test_an_upgrade_is_never_refused_and_its_end_frees_a_slot() -> None:
     async def scenario() -> list[str]:
         admission, log = Admission(), []
-        opening = admission.opening()  # over the limit's worth already: still counted
+        opening = admission.opening("c1")  # over the limit's worth already: still counted
         waiter = asyncio.create_task(negotiate(admission, log, "a", asyncio.Event()))
         await line_up(admission, 1)
         opening.done()
@@ -98,3 +102,53 @@ def test_an_upgrade_is_never_refused_and_its_end_frees_a_slot() -> None:
         return log
 
     assert run(scenario()) == ["a admitted"]
+
+
+async def admitted_for(admission: Admission, connection_id: str) -> None:
+    """A negotiate that granted `connection_id` (its slot held for that connection)."""
+    async with admission.connect(OPTIONS) as slot:
+        assert slot is not None
+        slot.hold_for(connection_id)
+
+
+def test_a_negotiates_slot_is_held_until_its_connection_opens() -> None:
+    async def scenario() -> list[str]:
+        admission, log = Admission(), []
+        await admitted_for(admission, "c1")
+        assert admission.in_progress == 1  # answered, but its client has not come yet
+        waiter = asyncio.create_task(negotiate(admission, log, "b", asyncio.Event()))
+        await line_up(admission, 1)
+        opening = admission.opening("c1")  # takes over the held slot: no second one
+        assert admission.in_progress == 1 and admission.waiting == 1
+        opening.done()  # its handshake answered: the slot goes to the line
+        while not log:
+            await asyncio.sleep(0)
+        assert admission.in_progress == 1
+        waiter.cancel()
+        return log
+
+    assert run(scenario()) == ["b admitted"]
+
+
+def test_a_held_slot_goes_on_when_its_client_never_comes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(admission_module, "RESERVED_FOR", 0.01)
+
+    async def scenario() -> list[str]:
+        admission, log = Admission(), []
+        await admitted_for(admission, "c1")
+        await negotiate(admission, log, "b", _set())  # waits for c1's slot to run out
+        late = admission.opening("c1")  # it came after all: counted on its own
+        assert admission.in_progress == 1
+        late.done()
+        assert admission.in_progress == 0
+        return log
+
+    assert run(scenario()) == ["b admitted"]
+
+
+def _set() -> asyncio.Event:
+    event = asyncio.Event()
+    event.set()
+    return event
