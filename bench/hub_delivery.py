@@ -1,7 +1,7 @@
 """Hot-path cost of the hub's delivery checks (issue 13): `python bench/hub_delivery.py`.
 
 Measures, in-process and without a network, the CPU time per event of
-HubConnection.realtime_event down to the WebSocket's ASGI send (what every delivered
+the hub's events.dispatch down to the WebSocket's ASGI send (what every delivered
 event costs the hub; the same event in MessagePack too) for an unversioned
 chat event (the held-set check alone, as before issue 13) and for a versioned one (the
 membership-version check, plus the expiry check both pay), and the per-send cost of the
@@ -31,7 +31,7 @@ django.setup()
 from messenger_realtime.conf.settings import load_hub_options  # noqa: E402
 from messenger_realtime.hub import wsprotocol  # noqa: E402
 from messenger_realtime.hub.auth import Identity  # noqa: E402
-from messenger_realtime.hub.connection import HubConnection  # noqa: E402
+from messenger_realtime.hub.connection import HubConnection, events  # noqa: E402
 from messenger_realtime.hub.protocols import JsonProtocol, MessagePackProtocol  # noqa: E402
 from messenger_realtime.hub.transports.websocket import HubConsumer, WebSocketTransport  # noqa: E402
 
@@ -59,13 +59,13 @@ def consumer(chat: uuid.UUID, binary: bool = False) -> HubConnection:
     hub.handshaken = True
     size = options.max_message_size
     hub.protocol = MessagePackProtocol(size) if binary else JsonProtocol(size)
-    hub.memberships.update({chat: 7})
+    hub.groups.memberships.update({chat: 7})
     hub.loop = SimpleNamespace(time=time.monotonic)  # type: ignore[assignment]
     return hub
 
 
 async def per_event(version: int | None, binary: bool = False) -> float:
-    """Best of REPEATS: microseconds per realtime_event, encoding and send included."""
+    """Best of REPEATS: microseconds per dispatched event, encoding and send included."""
     chat = uuid.uuid4()
     hub = consumer(chat, binary)
     message = {
@@ -80,7 +80,7 @@ async def per_event(version: int | None, binary: bool = False) -> float:
     for _ in range(REPEATS):
         started = time.perf_counter()
         for _ in range(EVENTS):
-            await hub.realtime_event(message)
+            await events.dispatch(hub, message)
         best = min(best, time.perf_counter() - started)
     return best / EVENTS * 1e6
 

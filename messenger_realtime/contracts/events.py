@@ -40,7 +40,7 @@ class OutgoingEvent:
     with a MediaJoinModel minted for each receiving user (hub/media.py).
     membership_version: for a chat-group event, the chat's membership version when the
     batch was read; a connection that read its memberships at an older version re-reads
-    them before delivering (hub/membership.py). Never part of the payload.
+    them before delivering (hub/connection/membership.py). Never part of the payload.
     joins: for a user-group event, a chat the user has just joined: before this event is
     pushed, the user's connections join that chat's group, so every chat event pushed
     after it reaches them even when the owner's fast path failed.

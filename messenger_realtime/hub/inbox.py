@@ -15,7 +15,7 @@ domain read, say) until it takes again.
 
 An idle inbox holds nothing but its counters: no queue until a message comes, no event
 to wait on. Its connection is told (`wake`) when a message arrives while it drains, and
-starts a delivery task only then (hub/delivery.py), so an idle connection has no task
+starts a delivery task only then (hub/connection/outbound.py), so an idle connection has no task
 of its own. A stalled inbox is bounded by `stalled_capacity`
 (the process's backlog limit) instead: it was already that far behind when it stalled,
 so its client is told at once rather than after `capacity` (10,000 by default) messages

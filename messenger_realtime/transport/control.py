@@ -96,6 +96,6 @@ def on_user_logged_out(sender: Any, request: Any = None, user: Any = None, **kwa
     if user is not None and session is not None and session_key:
         # Deleted before the control message goes, not just after as logout() would: a
         # connection that joins its user group too late to hear the message reads the
-        # session after joining (hub/connection.py), and must find it gone by then.
+        # session after joining (hub/connection/lifecycle.py), and must find it gone by then.
         session.delete()
         session_ended(UUID(str(user.pk)), session_key)

@@ -16,7 +16,7 @@ from messenger_realtime.transport import pipeline
 from messenger_realtime.transport.backlog import QueueWatch
 from messenger_realtime.transport.groups import layer_group
 
-# Channels message type; the hub consumer handles it in realtime_event().
+# Channels message type; a hub connection handles it (hub/connection/events.py).
 EVENT_TYPE = "realtime.event"
 BOUND_FOR = 0.1  # s a measured hub backlog (plus what was pushed since) stands for it
 
@@ -122,7 +122,7 @@ class ChannelLayerPublisher:
 
     async def _join(self, event: OutgoingEvent) -> None:
         """The user's connections join the chat's group now, ahead of the chat's later
-        events (their consumers confirm it against the domain, hub/membership.py)."""
+        events (their consumers confirm it against the domain, hub/connection/membership.py)."""
         assert event.joins is not None
         user, chat = layer_group(event.target), layer_group(HubTarget.chat(event.joins))
         await pipeline.copy_members(self.layer, user, chat)
@@ -153,7 +153,7 @@ class ChannelLayerPublisher:
 
 
 def layer_message(event: OutgoingEvent) -> dict[str, Any]:
-    """The Channels message the hub consumer receives (HubConsumer.realtime_event).
+    """The Channels message the hub consumer receives (hub/connection/events.py).
 
     `chat` names the chat of a chat-group event and `membership_version` the version of
     its memberships the worker read (the consumer re-checks membership with both); both

@@ -11,7 +11,7 @@ from django.contrib.auth.signals import user_logged_out
 from django.test import Client
 from websockets.sync.client import connect
 
-from messenger_realtime.hub.events import SESSION_ENDED
+from messenger_realtime.hub.connection.authentication import SESSION_ENDED
 from tests.support.factories import UserFactory
 from tests.support.wire import RS, negotiate, push_to_user, until_closed
 from tests.support.workers import DaphneProcess

@@ -1,8 +1,9 @@
-"""A connection closed in the middle of a delivery batch (hub/delivery.py): the frames it
-had built for the batch's earlier events go out before the Close, and the Close tells the
-client to reconnect (and resync) for the rest. A real HubConnection with its own clock
-(timers.py) over the real channel layer; only the transport is a stand-in, and the
-membership read of one event is held on an Event (a slow domain read)."""
+"""A connection closed in the middle of a delivery batch (hub/connection/outbound.py): the
+frames it had built for the batch's earlier events go out before the Close, and the Close
+tells the client to reconnect (and resync) for the rest. A real HubConnection with its
+own clock (hub/connection/timeouts.py) over the real channel layer; only the transport is
+a stand-in, and the membership read of one event is held on an Event (a slow domain
+read)."""
 
 import asyncio
 import json
@@ -14,6 +15,7 @@ import pytest
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.protocols import JsonProtocol
 from tests.support.helpers import layer
 from tests.support.runtime import PrivateRedis, run
@@ -31,18 +33,19 @@ class Recorder(FakeTransport):
         self.records += [json.loads(r) for r in frame.split("\x1e")[:-1]]
 
 
-class SlowRead(HubConnection):
-    """An event of a chat it does not hold yet makes it read its memberships: here that
-    read waits for `release`, and says `entered` when it starts."""
+class SlowRead(Groups):
+    """An event of a chat it does not hold yet makes its connection read its memberships:
+    here that read waits for `release`, and says `entered` when it starts."""
 
-    entered: asyncio.Event
-    release: asyncio.Event
-    expire_in_read = False
+    def __init__(self, connection: HubConnection, expire_in_read: bool) -> None:
+        super().__init__(connection)
+        self.entered, self.release = asyncio.Event(), asyncio.Event()
+        self.expire_in_read = expire_in_read
 
-    async def _deliverable(self, chat: str, version: int | None) -> bool:
+    async def deliverable(self, chat: str, version: int | None) -> bool:
         self.entered.set()
         if self.expire_in_read:  # the credentials end during the read itself
-            self.expires_at = self.loop.time()
+            self.connection.auth.expires_at = self.connection.loop.time()
         await self.release.wait()
         return True
 
@@ -60,7 +63,7 @@ def test_frames_built_before_a_mid_batch_expiry_go_out_before_the_close(
 
     async def scenario() -> list[dict[str, Any]]:
         transport = Recorder()
-        connection = SlowRead(
+        connection = HubConnection(
             connection_id=uuid.uuid4().hex,
             identity=Identity(uuid.uuid4(), None),
             token=None,
@@ -68,23 +71,22 @@ def test_frames_built_before_a_mid_batch_expiry_go_out_before_the_close(
             transport=transport,
             channel_layer=layer(private_redis.url),
         )
-        connection.entered, connection.release = asyncio.Event(), asyncio.Event()
-        connection.expire_in_read = closer == "the next event's check"
+        groups = connection.groups = SlowRead(connection, closer == "the next event's check")
         connection.handshaken, connection.protocol = True, JsonProtocol(32768)
-        connection.memberships.update({held: 1})
+        groups.memberships.update({held: 1})
         await connection.open()  # its clock runs
         # One batch: an event it may have, one that needs a (slow) read, one more.
         for message in (event(held, 1), event(other, 2), event(held, 3)):
-            connection.inbox.put(message)
-        connection._start_delivery()
-        await connection.entered.wait()  # the first event's frame is built, not sent
-        delivery = connection.delivery  # the task forwarding this batch
+            groups.inbox.put(message)
+        connection.outbound.start()
+        await groups.entered.wait()  # the first event's frame is built, not sent
+        delivery = connection.outbound.task  # the task forwarding this batch
         assert delivery is not None
         if closer == "the connection's clock":
-            connection.expires_at = connection.loop.time()  # the token's exp passes now
+            connection.auth.expires_at = connection.loop.time()  # the token's exp passes now
             connection.timeouts.moved(connection.loop.time())  # tell its clock
             await asyncio.wait_for(transport.closed.wait(), 10)
-        connection.release.set()
+        groups.release.set()
         await asyncio.wait_for(asyncio.gather(delivery, return_exceptions=True), 10)
         await asyncio.wait_for(transport.closed.wait(), 10)
         await connection.end()

@@ -301,11 +301,11 @@ def test_several_waiting_events_leave_in_one_frame(private_redis: PrivateRedis) 
             channel_layer=layer(private_redis.url),
         )
         connection.handshaken, connection.protocol = True, JsonProtocol(32768)
-        connection.memberships.update({chat: 1})
+        connection.groups.memberships.update({chat: 1})
         for n in range(3):  # waiting before delivery starts
             message = {"type": "realtime.event", "chat": str(chat), "event": "message_received"}
-            connection.inbox.put({**message, "payload": {"seq": n}, "membership_version": 1})
-        connection._start_delivery()
+            connection.groups.inbox.put({**message, "payload": {"seq": n}, "membership_version": 1})
+        connection.outbound.start()
         await until(lambda: frames, "a frame sent")
         await connection.end()
 

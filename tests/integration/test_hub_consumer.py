@@ -19,7 +19,7 @@ from django.db import connections
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.hub import registry
 from messenger_realtime.hub.auth import Identity
-from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.connection import HubConnection, events
 from messenger_realtime.hub.protocols import JsonProtocol
 from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.rosters import rosters
@@ -89,7 +89,7 @@ def consumer_of(user_id: uuid.UUID, held: dict[uuid.UUID, int]) -> tuple[HubConn
 
     connection = run(create())
     connection.handshaken, connection.protocol = True, JsonProtocol(32768)
-    connection.memberships.update(held)
+    connection.groups.memberships.update(held)
     connection.loop = SimpleNamespace(time=time.monotonic)  # type: ignore[assignment]
     return connection, recorder.sent
 
@@ -109,7 +109,7 @@ def test_an_event_reaches_the_socket_without_a_database_round(
     chat = uuid.uuid4()
     consumer, sent = consumer_of(uuid.uuid4(), {chat: 3})
     for seq, version in ((7, 3), (8, 2), (9, None)):  # at or below the version read
-        run(consumer.dispatch(event(chat, seq, version)))
+        run(events.dispatch(consumer, event(chat, seq, version)))
     assert hops == []
     assert [m["arguments"] for m in sent] == [[{"seq": 7}], [{"seq": 8}], [{"seq": 9}]]
 
@@ -142,18 +142,18 @@ def test_an_event_read_after_a_removal_is_dropped_after_one_membership_read(
     chat = services.create_chat(alice.id, [bob.id], title="team")  # a direct chat keeps its two
     held = HostDomainPort().active_chats(bob.id)
     port = CountingPort()
-    monkeypatch.setattr("messenger_realtime.hub.groups.get_domain_port", lambda: port)
+    monkeypatch.setattr("messenger_realtime.hub.connection.groups.get_domain_port", lambda: port)
     consumer, sent = consumer_of(bob.id, dict(held))
-    consumer.channel_layer, consumer.channel_name = layer(redis_url), "test.consumer"
+    consumer.channel_layer = layer(redis_url)
     services.remove_participant(alice.id, chat.id, bob.id)  # the fast path is not awaited
     newer = HostDomainPort().membership_versions([chat.id])[chat.id]
     assert newer == held[chat.id] + 1
-    run(consumer.dispatch(event(chat.id, 1, held[chat.id])))  # read before the removal
+    run(events.dispatch(consumer, event(chat.id, 1, held[chat.id])))  # read before the removal
     for seq in (2, 3):
-        run(consumer.dispatch(event(chat.id, seq, newer)))  # read after it
+        run(events.dispatch(consumer, event(chat.id, seq, newer)))  # read after it
     assert [m["arguments"] for m in sent] == [[{"seq": 1}]]
     assert port.reads == 1  # one read for the first newer event; the second knew already
-    assert consumer.chats == frozenset()
+    assert consumer.groups.chats == frozenset()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -164,16 +164,16 @@ def test_a_member_added_since_the_last_read_gets_the_event_after_one_read(
     alice, bob, carol = UserFactory(), UserFactory(), UserFactory()
     chat = services.create_chat(alice.id, [bob.id], title="team")
     port = CountingPort()
-    monkeypatch.setattr("messenger_realtime.hub.groups.get_domain_port", lambda: port)
+    monkeypatch.setattr("messenger_realtime.hub.connection.groups.get_domain_port", lambda: port)
     consumer, sent = consumer_of(carol.id, {})
-    consumer.channel_layer, consumer.channel_name = layer(redis_url), "test.consumer"
+    consumer.channel_layer = layer(redis_url)
     services.add_participant(alice.id, chat.id, carol.id)
     version = HostDomainPort().membership_versions([chat.id])[chat.id]
-    run(consumer.dispatch(event(chat.id, 1, version)))
-    run(consumer.dispatch(event(chat.id, 2, version)))
+    run(events.dispatch(consumer, event(chat.id, 1, version)))
+    run(events.dispatch(consumer, event(chat.id, 2, version)))
     assert [m["arguments"] for m in sent] == [[{"seq": 1}], [{"seq": 2}]]
     assert port.reads == 1
-    assert consumer.chats == frozenset({chat.id})
+    assert consumer.groups.chats == frozenset({chat.id})
 
 
 class RosterCountingPort(CountingPort):
@@ -199,7 +199,7 @@ def test_a_member_added_costs_one_roster_read_not_a_read_per_connection(
     newcomer = UserFactory()
     chat = services.create_chat(alice.id, [m.id for m in members], title="big")
     port = RosterCountingPort()
-    monkeypatch.setattr("messenger_realtime.hub.groups.get_domain_port", lambda: port)
+    monkeypatch.setattr("messenger_realtime.hub.connection.groups.get_domain_port", lambda: port)
     monkeypatch.setattr("messenger_realtime.hub.rosters.get_domain_port", lambda: port)
     held = HostDomainPort().membership_versions([chat.id])[chat.id]
     connections_ = [consumer_of(m.id, {chat.id: held}) for m in members]
@@ -209,12 +209,12 @@ def test_a_member_added_costs_one_roster_read_not_a_read_per_connection(
     newer = HostDomainPort().membership_versions([chat.id])[chat.id]
 
     async def deliver() -> None:
-        first = [c.dispatch(event(chat.id, 1, newer)) for c, _ in connections_[:10]]
+        first = [events.dispatch(c, event(chat.id, 1, newer)) for c, _ in connections_[:10]]
         await asyncio.gather(*first)  # concurrently: they share one read in flight
         for connection, _sent in connections_[10:]:
-            await connection.dispatch(event(chat.id, 1, newer))  # after: the kept roster
+            await events.dispatch(connection, event(chat.id, 1, newer))  # after: the kept roster
         for connection, _sent in connections_:
-            await connection.dispatch(event(chat.id, 2, newer))  # held at it now: no read
+            await events.dispatch(connection, event(chat.id, 2, newer))  # held at it now: no read
 
     run(deliver())
     assert [[m["arguments"] for m in sent] for _c, sent in connections_] == [
@@ -245,8 +245,8 @@ def test_a_roster_read_before_the_version_moved_is_read_again() -> None:
 
 def test_an_open_connection_has_no_task_of_its_own_until_it_delivers() -> None:
     """Its deadlines are the process's one clock's (hub/clock.py) and its delivery runs
-    only while its inbox holds something (hub/delivery.py): an idle connection, before
-    or after its handshake, costs no task, no coroutine and no timer of its own."""
+    only while its inbox holds something (hub/connection/outbound.py): an idle connection,
+    before or after its handshake, costs no task, no coroutine and no timer of its own."""
 
     async def scenario() -> tuple[int, int, int, int, list[Any], bool]:
         before = len(asyncio.all_tasks())
@@ -265,14 +265,15 @@ def test_an_open_connection_has_no_task_of_its_own_until_it_delivers() -> None:
         opened = len(asyncio.all_tasks())
         for connection in connections:  # as after their handshake: delivering, nothing yet
             connection.handshaken, connection.protocol = True, JsonProtocol(32768)
-            connection._start_delivery()
+            connection.outbound.start()
         delivering = len(asyncio.all_tasks())
         loop = asyncio.get_running_loop()
         timers = [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
         # A message for one of them: a task delivers it and ends.
         first = connections[0]
-        first.inbox.put({"type": "realtime.event", "event": "contact_updated", "payload": {}})
-        task = first.delivery
+        message = {"type": "realtime.event", "event": "contact_updated", "payload": {}}
+        first.groups.inbox.put(message)
+        task = first.outbound.task
         assert task is not None
         await asyncio.wait_for(task, 5)
         for connection in connections:
@@ -280,7 +281,7 @@ def test_an_open_connection_has_no_task_of_its_own_until_it_delivers() -> None:
             connection.timeouts.stop()
         transport = first.transport
         assert isinstance(transport, Recorder)
-        return before, opened, delivering, len(timers), transport.sent, first.delivery is None
+        return before, opened, delivering, len(timers), transport.sent, first.outbound.task is None
 
     before, opened, delivering, timers, sent, ended = run(scenario())
     assert opened == delivering == before

@@ -18,7 +18,7 @@ from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.hub.auth import Identity, session_holds
 from messenger_realtime.hub.connection import HubConnection
-from messenger_realtime.hub.events import SESSION_ENDED
+from messenger_realtime.hub.connection.authentication import SESSION_ENDED
 from messenger_realtime.hub.protocols import JsonProtocol
 from messenger_realtime.transport.control import session_digest
 from messenger_realtime.transport.groups import layer_group
@@ -71,8 +71,9 @@ def test_a_logout_closes_the_connections_of_that_session_only() -> None:
                 channel_layer=layer,
             )
             connection.handshaken, connection.protocol = True, JsonProtocol(32768)
-            await connection.fanout.join(layer_group(HubTarget.user(user.id)), connection.inbox)
-            connection._start_delivery()
+            groups = connection.groups
+            await groups.fanout.join(layer_group(HubTarget.user(user.id)), groups.inbox)
+            connection.outbound.start()
             recorders.append(recorder)
         await sync_to_async(browser.logout)()  # Django's user_logged_out, in a thread
         await asyncio.wait_for(recorders[0].closed.wait(), 10)

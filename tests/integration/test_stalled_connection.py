@@ -81,9 +81,9 @@ async def opened(hub: Any, transport: Transport, chat: uuid.UUID, group: str) ->
         channel_layer=hub,
     )
     connection.handshaken, connection.protocol = True, JsonProtocol(32768)
-    connection.memberships.update({chat: 1})
-    await connection.fanout.join(group, connection.inbox)
-    connection._start_delivery()
+    connection.groups.memberships.update({chat: 1})
+    await connection.groups.fanout.join(group, connection.groups.inbox)
+    connection.outbound.start()
     return connection
 
 
@@ -109,21 +109,21 @@ def test_a_stalled_connection_is_closed_at_the_backlog_limit_and_a_slow_one_lose
         stuck_transport, slow_transport = Transport(gate), Transport(pause=0.01)
         stuck = await opened(hub, stuck_transport, chat, group)
         slow = await opened(hub, slow_transport, chat, group)
-        put = stuck.inbox.put
+        put = stuck.groups.inbox.put
 
         def measured_put(message: dict[str, Any]) -> None:
             put(message)
-            if stuck.inbox.stalled:  # since it was found stalled
-                peak[0] = max(peak[0], len(stuck.inbox))
+            if stuck.groups.inbox.stalled:  # since it was found stalled
+                peak[0] = max(peak[0], len(stuck.groups.inbox))
 
-        stuck.inbox.put = measured_put  # type: ignore[method-assign]
+        stuck.groups.inbox.put = measured_put  # type: ignore[method-assign]
         before = overruns()
         await publish_burst(private_redis.url, chat)
         await asyncio.wait_for(slow_transport.received.wait(), 60)
         # The stuck one is found stalled within a STALL_AFTER period or two (its clock,
         # not the test's): it overruns at once, being far past BACKLOG_LIMIT already.
-        await until(lambda: types(stuck.inbox)[:1] == [OVERRUN])
-        held = types(stuck.inbox)
+        await until(lambda: types(stuck.groups.inbox)[:1] == [OVERRUN])
+        held = types(stuck.groups.inbox)
         lost = overruns() - before
         gate.set()  # the stuck delivery goes on: it takes the overrun and closes
         await asyncio.wait_for(stuck_transport.closed.wait(), 10)
@@ -189,7 +189,7 @@ def test_a_slow_connection_does_not_hold_the_reader_for_a_quick_one_in_its_proce
         await publish_burst(private_redis.url, chat)
         # The slow one's send waits (a slow socket) all along: the quick one gets it all.
         await asyncio.wait_for(quick_transport.received.wait(), 30)
-        held = len(slow.inbox)
+        held = len(slow.groups.inbox)
         gate.set()  # the slow one takes again: the rest of the burst, or its overrun
         if slow_capacity == "above the burst":
             await asyncio.wait_for(slow_transport.received.wait(), 30)

@@ -9,7 +9,7 @@ import pytest
 
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.hub.auth import Identity
-from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.connection import HubConnection, events
 from messenger_realtime.hub.protocols.json_protocol import JsonProtocol
 from messenger_realtime.hub.protocols.messagepack import MessagePackProtocol
 from tests.support.transports import FakeTransport
@@ -47,7 +47,7 @@ def test_an_event_is_encoded_once_per_protocol_for_every_connection(
                 channel_layer=None,
             )
             connection.protocol = (JsonProtocol if index % 2 else MessagePackProtocol)(32768)
-            frames.append(await connection.event_frame(message))
+            frames.append(await events.event_frame(connection, message))
         return frames
 
     frames = asyncio.run(scenario())

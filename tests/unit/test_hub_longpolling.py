@@ -29,7 +29,7 @@ class Connection:
 
     async def send_overflow(self, unsent: Any) -> None:
         self.overflows.append(unsent)
-        self.closing = True  # as HubConnection._drop, before it sends the Close
+        self.closing = True  # as HubConnection.drop, before it sends the Close
 
 
 async def settle() -> None:

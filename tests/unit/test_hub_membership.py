@@ -2,7 +2,7 @@
 
 from uuid import UUID
 
-from messenger_realtime.hub.membership import ChatMemberships, Verdict
+from messenger_realtime.hub.connection.membership import ChatMemberships, Verdict
 
 CHAT = UUID(int=1)
 OTHER = UUID(int=2)

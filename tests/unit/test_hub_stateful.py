@@ -4,7 +4,7 @@ the inbound numbering that drops duplicates after a resume."""
 import pytest
 
 from messenger_realtime.exceptions import SequenceError
-from messenger_realtime.hub.stateful import InboundSequence, ReplayBuffer
+from messenger_realtime.hub.connection.replay import InboundSequence, ReplayBuffer
 
 
 def test_replay_buffer_numbers_from_one_and_keeps_what_is_not_acked() -> None:

@@ -197,9 +197,9 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
             await self.respond(405, b"POST requests are not allowed for WebSocket connections.")
         elif self.size > self.options.max_message_size * POST_LIMIT_MESSAGES:
             await self.respond(413, b"Request body too large")
-            await connection._close_with_error(message_too_big(self.options.max_message_size))
+            await connection.close_with_error(message_too_big(self.options.max_message_size))
         else:
-            async with connection.receiving:
+            async with connection.receive_lock():
                 await connection.receive(body)
             await self.respond(200)
 

@@ -4,10 +4,10 @@ what the client sends (transports/http.py).
 
 The first poll opens the connection and is answered at once. A newer poll completes the
 pending one with 204. A poll the client abandons leaves the queue as it is. No poll for
-DISCONNECT_TIMEOUT ends the connection (timers.py); so does a DELETE. Once the connection
-ended, the next poll gets what was left (the hub's Close) and the one after that 204,
-which the official client takes as the end. Past SEND_BUFFER_LIMIT queued bytes the
-connection is closed with allowReconnect, as on the other transports.
+DISCONNECT_TIMEOUT ends the connection (hub/connection/timeouts.py); so does a DELETE.
+Once the connection ended, the next poll gets what was left (the hub's Close) and the
+one after that 204, which the official client takes as the end. Past SEND_BUFFER_LIMIT
+queued bytes the connection is closed with allowReconnect, as on the other transports.
 """
 
 import asyncio

@@ -33,7 +33,7 @@ async def new_connection(
 ) -> HubConnection:
     """A connection for a fresh negotiated token used for the first time anywhere (or,
     without one, for skipNegotiation), admitted (its user's standing, chats and groups:
-    ConnectionGroups.admit); InvalidToken otherwise. `identity` may come unchecked
+    Groups.admit); InvalidToken otherwise. `identity` may come unchecked
     (lookup=False): admit reads the standing. Call open() once the transport has
     accepted."""
     layer = get_channel_layer()

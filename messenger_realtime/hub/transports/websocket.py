@@ -1,8 +1,8 @@
 """The hub over WebSockets: an ASGI consumer per socket, carrying a logical connection.
 
 The consumer authenticates the upgrade, then either opens a new logical connection
-(hub/connection.py) or, for a stateful reconnect, resumes the one its connection token
-names (hub/resume.py); a refused upgrade is answered 403 before accept. It has no
+(hub/connection/) or, for a stateful reconnect, resumes the one its connection token
+names (hub/connection/stateful.py); a refused upgrade is answered 403 before accept. It has no
 channel of its own: the logical connection owns the channel and the groups, so it can
 outlive this socket.
 """

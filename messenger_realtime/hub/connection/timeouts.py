@@ -12,13 +12,14 @@ close never holds up the others' deadlines.
 import asyncio
 import logging
 from collections.abc import Coroutine
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.hub import clock
 from messenger_realtime.hub.protocols import handshake
-from messenger_realtime.hub.protocols.base import Frame, HubProtocol
 from messenger_realtime.ops.logging import Field
+
+if TYPE_CHECKING:
+    from messenger_realtime.hub.connection.lifecycle import HubConnection
 
 logger = logging.getLogger(__name__)
 CLIENT_TIMEOUT = (
@@ -29,47 +30,12 @@ LONGEST_NAP = 3600.0  # every connection is looked at least this often (none is 
 SLACK = 0.01  # s after a deadline: its comparison with the clock must find it passed
 
 
-class Timed(Protocol):
-    """What Timeouts reads and calls of its connection (hub/connection.py)."""
-
-    options: HubOptions
-    loop: asyncio.AbstractEventLoop
-    protocol: HubProtocol | None
-    stateful: Any  # resume.Stateful | None: its `ack_at`
-    connection_id: str
-    user_id: Any
-    closing: bool
-    handshaken: bool
-    opened_at: float  # loop time of each
-    last_received: float
-    last_sent: float
-    expires_at: float
-    expiry_reason: str
-    detached_at: float | None
-
-    def _unreachable_since(self) -> float | None: ...
-
-    def _pings(self) -> bool: ...
-
-    def write_now(self, frame: Frame) -> None: ...
-
-    def _send_ack_now(self) -> None: ...
-
-    async def _send(self, frame: Frame) -> None: ...
-
-    async def _finish(self) -> None: ...
-
-    async def _drop(self, reason: str, **fields: Any) -> None: ...
-
-    async def _close_with_error(self, reason: str, *, allow_reconnect: bool = False) -> None: ...
-
-
 class Timeouts:
     """The deadlines of one connection, kept by the process's clock."""
 
     __slots__ = ("connection", "ending", "entry")
 
-    def __init__(self, connection: Timed) -> None:
+    def __init__(self, connection: "HubConnection") -> None:
         self.connection = connection
         self.entry: clock.Entry | None = None
         self.ending: asyncio.Task[None] | None = None  # the close a deadline started
@@ -96,24 +62,25 @@ class Timeouts:
             c.closing = True
             self._end(self._handshake_canceled())
             return
-        if now >= c.expires_at:
-            self._end(c._drop(c.expiry_reason))
+        auth = c.auth
+        if now >= auth.expires_at:
+            self._end(c.drop(auth.expiry_reason))
             return
-        idle = c._unreachable_since()
+        idle = c.unreachable_since()
         if idle is not None and now - idle >= o.disconnect_timeout:
             self._end(self._gone())
             return
-        keepalive = idle is None and c._pings()
+        keepalive = idle is None and c.pings()
         if keepalive and now - c.last_received >= o.client_timeout:
-            self._end(c._close_with_error(CLIENT_TIMEOUT, allow_reconnect=True))
+            self._end(c.close_with_error(CLIENT_TIMEOUT, allow_reconnect=True))
             return
         if keepalive and now - c.last_sent >= o.keepalive_interval:
             assert c.protocol is not None
-            c.write_now(c.protocol.ping())
+            c.outbound.write_now(c.protocol.ping())
         stateful = c.stateful
         if stateful is not None and stateful.ack_at is not None and now >= stateful.ack_at:
-            c._send_ack_now()
-        deadlines = [c.expires_at, now + LONGEST_NAP]
+            stateful.send_ack_now()
+        deadlines = [auth.expires_at, now + LONGEST_NAP]
         if not c.handshaken:
             deadlines.append(c.opened_at + o.handshake_timeout)
         if idle is not None:
@@ -130,13 +97,14 @@ class Timeouts:
 
     async def _handshake_canceled(self) -> None:
         c = self.connection
-        await c._send(handshake.handshake_error("Handshake was canceled."))
-        await c._finish()
+        await c.outbound.send(handshake.handshake_error("Handshake was canceled."))
+        await c.finish()
 
     async def _gone(self) -> None:
         """Nothing reached the client for DISCONNECT_TIMEOUT: end without a resume."""
         c = self.connection
-        reason = "no resume" if c.detached_at is not None else "no poll"
+        detached = c.stateful is not None and c.stateful.detached_at is not None
+        reason = "no resume" if detached else "no poll"
         logger.info(
             "hub connection ended",
             extra={
@@ -146,4 +114,4 @@ class Timeouts:
                 Field.USER_ID: c.user_id,
             },
         )
-        await c._finish()
+        await c.finish()

@@ -1,9 +1,9 @@
 """A connection's layer groups: its user group and the chats the domain says it holds.
-A mixin of HubConnection; the membership rules themselves are in membership.py, and the
-process (not the connection) is the layer's group member (fanout.py)."""
+A part of HubConnection; the membership rules themselves are in membership.py, and the
+process (not the connection) is the layer's group member (hub/fanout.py)."""
 
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from channels.db import database_sync_to_async
@@ -11,26 +11,32 @@ from channels.db import database_sync_to_async
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.hub.auth import Identity, check_standing, session_holds
+from messenger_realtime.hub.connection.membership import ChatMemberships, Verdict
 from messenger_realtime.hub.fanout import Fanout, fanout_for
 from messenger_realtime.hub.inbox import Inbox
-from messenger_realtime.hub.membership import ChatMemberships, Verdict
 from messenger_realtime.hub.rosters import rosters
 from messenger_realtime.transport.groups import layer_group
 
+if TYPE_CHECKING:
+    from messenger_realtime.hub.connection.lifecycle import HubConnection
 
-class ConnectionGroups:
-    user_id: UUID
-    handshaken: bool
-    channel_layer: Any
-    memberships: ChatMemberships
-    ended: bool
-    _inbox: Inbox | None = None
-    admitted = False  # admit() read its memberships and joined its groups
-    session_lost = False  # admit() found its Django session ended (told after the handshake)
+
+class Groups:
+    """A connection's groups: what it holds (its ChatMemberships), the inbox the
+    process's reader fills for it, and joining and leaving as the domain says."""
+
+    __slots__ = ("_inbox", "admitted", "connection", "memberships", "session_lost")
+
+    def __init__(self, connection: "HubConnection") -> None:
+        self.connection = connection
+        self.memberships = ChatMemberships()
+        self._inbox: Inbox | None = None
+        self.admitted = False  # admit() read its memberships and joined its groups
+        self.session_lost = False  # admit() found its Django session ended (told later)
 
     @property
     def fanout(self) -> Fanout:
-        return fanout_for(self.channel_layer)
+        return fanout_for(self.connection.channel_layer)
 
     @property
     def inbox(self) -> Inbox:
@@ -43,7 +49,7 @@ class ConnectionGroups:
     def chats(self) -> frozenset[UUID]:
         return self.memberships.ids
 
-    async def _deliverable(self, chat: str, version: int | None) -> bool:
+    async def deliverable(self, chat: str, version: int | None) -> bool:
         """Whether a chat event (of `chat`, read at membership `version`) may go out: a
         dict lookup, or one domain read when the event is newer than what this
         connection read its memberships at."""
@@ -52,17 +58,18 @@ class ConnectionGroups:
             # Held, at an older version: one roster read per process, not one per
             # connection, says whether this user is still in (hub/rosters.py).
             roster = await rosters().at_least(UUID(chat), version)
-            if roster is not None and self.user_id in roster.members:
+            if roster is not None and self.connection.user_id in roster.members:
                 self.memberships.advance(chat, roster.version)
                 return True
         if verdict is Verdict.RESYNC:
-            await self._sync_groups()
+            await self.sync()
             verdict = self.memberships.settle(chat, version)
             if chat not in self.memberships.held:
                 # A join the domain undid since (copied into the chat's group through the
                 # user's): stop getting these.
                 chat_group = layer_group(HubTarget.chat(UUID(chat)))
-                await self.fanout.forget_copy(chat_group, layer_group(HubTarget.user(self.user_id)))
+                user_group = layer_group(HubTarget.user(self.connection.user_id))
+                await self.fanout.forget_copy(chat_group, user_group)
         return verdict is Verdict.FORWARD
 
     async def admit(self, identity: Identity, token: str | None) -> None:
@@ -77,30 +84,31 @@ class ConnectionGroups:
         the reads is heard through it (its message waits in the inbox until the
         handshake has been answered)."""
         fanout, inbox = self.fanout, self.inbox
-        await fanout.join(layer_group(HubTarget.user(self.user_id)), inbox)
+        await fanout.join(layer_group(HubTarget.user(self.connection.user_id)), inbox)
         read = database_sync_to_async(_admission_reads)
         current, self.session_lost = await read(identity, token)
         self.memberships.update(current)
         await fanout.join_many([layer_group(HubTarget.chat(c)) for c in current], inbox)
         self.admitted = True
-        if self.ended:  # it ended while this ran: leave what it may just have joined
-            await self.leave_groups()
+        if self.connection.ended:  # it ended while this ran: leave what it just joined
+            await self.leave_all()
 
-    async def _sync_groups(self) -> None:
+    async def sync(self) -> None:
         """Rebuild the chat groups from the domain (and join the user group at first)."""
-        fanout, inbox = self.fanout, self.inbox
-        if not self.handshaken and not self.admitted:
-            await fanout.join(layer_group(HubTarget.user(self.user_id)), inbox)
-        current = await database_sync_to_async(get_domain_port().active_chats)(self.user_id)
+        fanout, inbox, connection = self.fanout, self.inbox, self.connection
+        user_id = connection.user_id
+        if not connection.handshaken and not self.admitted:
+            await fanout.join(layer_group(HubTarget.user(user_id)), inbox)
+        current = await database_sync_to_async(get_domain_port().active_chats)(user_id)
         # Stop forwarding a left chat before anything else.
         left, joined = self.memberships.update(current)
         for chat_id in left:
             await fanout.leave(layer_group(HubTarget.chat(chat_id)), inbox)
         await fanout.join_many([layer_group(HubTarget.chat(c)) for c in joined], inbox)
-        if self.ended:  # it ended while this ran: leave what it may just have joined
-            await self.leave_groups()
+        if connection.ended:  # it ended while this ran: leave what it may just have joined
+            await self.leave_all()
 
-    async def leave_groups(self) -> None:
+    async def leave_all(self) -> None:
         """Leave every group (whether or not the handshake finished) and drop what waits
         in the inbox: nothing reads it any more."""
         fanout, inbox = self.fanout, self.inbox
@@ -109,7 +117,7 @@ class ConnectionGroups:
         inbox.close()
 
     def _layer_groups(self, chats: Collection[UUID]) -> list[str]:
-        targets = [HubTarget.user(self.user_id), *(HubTarget.chat(c) for c in chats)]
+        targets = [HubTarget.user(self.connection.user_id), *(HubTarget.chat(c) for c in chats)]
         return [layer_group(t) for t in targets]
 
 

@@ -1,18 +1,18 @@
-"""One logical SignalR connection, whatever transport carries it.
+"""One logical SignalR connection, whatever transport carries it: its state, and its life
+from the upgrade through the handshake to its end.
 
-A HubConnection authenticates once, speaks the handshake, joins the groups the user may
-receive (decided here, from the domain port, never by the client), forwards dispatcher
-events and keeps itself alive. It owns its channel-layer channel and groups, so it can
+The state every part reads lives here, in one place (`__slots__`); what each part owns
+is its own (see the package's docstring). A HubConnection authenticates once, speaks
+the handshake, joins the groups the user may receive (decided by its Groups from the
+domain port, never by the client) and ends exactly once, whichever way: the client's
+Close, a Close the server sends, the transport lost for good, a deadline passed. It can
 outlive the physical connection: a stateful WebSocket that dropped waits for its resume
-(resume.py), a long-polling connection lives between polls. Transports (transports/)
-hand it what the client sent and carry what it sends; framing and messages are the
-negotiated protocol's (protocols/).
+(stateful.py), a long-polling connection lives between polls.
 """
 
 import asyncio
 import contextlib
 import logging
-import time
 from typing import Any
 from uuid import UUID
 
@@ -25,16 +25,16 @@ from messenger_realtime.exceptions import (
 )
 from messenger_realtime.hub import admission, protocols, registry
 from messenger_realtime.hub.auth import Identity
-from messenger_realtime.hub.delivery import Delivery
-from messenger_realtime.hub.events import OVERRUN, EventHandlers
-from messenger_realtime.hub.groups import ConnectionGroups
-from messenger_realtime.hub.invocations import HubInvocations
-from messenger_realtime.hub.membership import ChatMemberships
+from messenger_realtime.hub.connection.authentication import SESSION_ENDED, Authentication
+from messenger_realtime.hub.connection.events import OVERRUN
+from messenger_realtime.hub.connection.groups import Groups
+from messenger_realtime.hub.connection.invocations import handle
+from messenger_realtime.hub.connection.outbound import Outbound
+from messenger_realtime.hub.connection.stateful import REPLAY_OVERFLOW, StatefulReconnect
+from messenger_realtime.hub.connection.timeouts import Timeouts
 from messenger_realtime.hub.protocols import handshake
 from messenger_realtime.hub.protocols.base import Frame, HubProtocol
-from messenger_realtime.hub.resume import REPLAY_OVERFLOW, StatefulConnection
-from messenger_realtime.hub.timers import Timeouts
-from messenger_realtime.hub.transports.base import Transport
+from messenger_realtime.hub.transports.base import WEBSOCKETS, Transport
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
 
@@ -43,14 +43,37 @@ UNEXPECTED = "Connection closed with an error."  # ASP.NET's words when it does 
 FIRST_MESSAGE_WAIT = 0.5  # stateful: the longest events wait for the client's first message
 
 
-class HubConnection(
-    Delivery,
-    EventHandlers,
-    StatefulConnection,
-    HubInvocations,
-    ConnectionGroups,
-):
-    protocol: HubProtocol | None = None  # chosen by the handshake
+class HubConnection:
+    """A logical connection: its state, and the parts that act on it."""
+
+    __slots__ = (
+        "__weakref__",
+        "admission",  # a connect in progress until the handshake (hub/admission.py)
+        # Its parts.
+        "auth",
+        "channel_layer",
+        "closing",  # no more events; a Close may be on its way
+        "connection_id",
+        "ended",
+        "groups",
+        "handshake_buffer",  # until the handshake: what arrived of its record
+        "handshaken",
+        "last_received",
+        "last_sent",
+        "loop",
+        "opened",  # registered and counted (open() ran)
+        "opened_at",  # loop times of each
+        "options",
+        "outbound",
+        "protocol",  # chosen by the handshake
+        "receiving",  # POSTs of one connection, one at a time (long polling)
+        "refused_invocations",  # refused for the rate limit (invocations.py)
+        "stateful",  # None but for a stateful reconnect connection, after its handshake
+        "stateful_allowed",  # negotiate granted stateful reconnect
+        "timeouts",
+        "transport",  # None while no physical connection carries it
+        "user_id",
+    )
 
     def __init__(
         self,
@@ -64,42 +87,44 @@ class HubConnection(
         stateful_allowed: bool = False,
     ) -> None:
         self.connection_id, self.user_id = connection_id, identity.user_id
-        self.session, self.session_key = identity.session, identity.session_key
-        self.token, self.options, self.transport = token, options, transport
+        self.options = options
+        self.transport: Transport | None = transport
         self.channel_layer, self.stateful_allowed = channel_layer, stateful_allowed
-        self.handshaken = self.closing = self.ended = False
-        self.memberships = ChatMemberships()
-        self.handshake_buffer = handshake.HandshakeBuffer(options.max_message_size)
         self.loop = asyncio.get_running_loop()
+        self.protocol: HubProtocol | None = None
+        self.handshaken = self.closing = self.ended = self.opened = False
         self.opened_at = self.last_received = self.last_sent = self.loop.time()
-        self.expires_at, self.expiry_reason = self.credentials_end(identity, token)
+        self.refused_invocations = 0
+        self.handshake_buffer: handshake.HandshakeBuffer | None = handshake.HandshakeBuffer(
+            options.max_message_size
+        )
+        self.admission = admission.opening(connection_id)
+        self.receiving: asyncio.Lock | None = None  # made at first use (long polling only)
+        self.auth = Authentication(identity, token, self.loop)
+        self.groups = Groups(self)
+        self.outbound = Outbound(self)
+        self.stateful: StatefulReconnect | None = None
         self.timeouts = Timeouts(self)  # its deadlines, on the process's one clock
-        self.admission = admission.opening(connection_id)  # in progress until its handshake
-        self.receiving = asyncio.Lock()  # POSTs of one connection, one at a time
-        self.delivery: asyncio.Task[None] | None = None
-        self.unsent = []
-        self.detached_at: float | None = None
-        self.stateful = None
 
-    def _pings(self) -> bool:
+    def receive_lock(self) -> asyncio.Lock:
+        """One POST of this connection at a time (long polling, Server-Sent Events)."""
+        if self.receiving is None:
+            self.receiving = asyncio.Lock()
+        return self.receiving
+
+    def pings(self) -> bool:
         """Keep-alive both ways: after the handshake, on transports without their own."""
         transport = self.transport
         return self.handshaken and transport is not None and not transport.inherent_keepalive
 
-    def _unreachable_since(self) -> float | None:
+    def unreachable_since(self) -> float | None:
         """Since when no transport can reach the client: a dropped stateful WebSocket,
         or a long-polling connection with no poll pending."""
-        if self.detached_at is not None:
-            return self.detached_at
+        stateful = self.stateful
+        if stateful is not None and stateful.detached_at is not None:
+            return stateful.detached_at
         transport = self.transport
         return transport.idle_since() if transport is not None else None
-
-    def credentials_end(self, identity: Identity, token: str | None) -> tuple[float, str]:
-        """Loop time when these credentials expire (nothing is forwarded from then on)."""
-        if identity.expires_at is None:
-            return float("inf"), "session expired"
-        reason = "token expired" if token else "session expired"
-        return self.loop.time() + identity.expires_at - time.time(), reason
 
     async def open(self) -> None:
         """Register and start the clock; the transport has accepted."""
@@ -108,6 +133,10 @@ class HubConnection(
         self.opened = True
         self.timeouts.start()
 
+    async def admit(self, identity: Identity, token: str | None) -> None:
+        """Before the transport accepts: the reads and joins of its groups (groups.py)."""
+        await self.groups.admit(identity, token)
+
     # -- client -> server -------------------------------------------------------
 
     async def receive(self, data: Frame) -> None:
@@ -115,8 +144,9 @@ class HubConnection(
         self.last_received = now = self.loop.time()
         if self.closing:
             return
-        if now >= self.expires_at:
-            await self._drop(self.expiry_reason)
+        auth = self.auth
+        if now >= auth.expires_at:
+            await self.drop(auth.expiry_reason)
             return
         try:
             if not self.handshaken:
@@ -129,22 +159,24 @@ class HubConnection(
                 if not await self._receive_message(message):
                     return
         except (UnicodeDecodeError, HubProtocolError) as exc:
-            await self._close_with_error(_reason(exc))
+            await self.close_with_error(_reason(exc))
         except Exception:
             # Whatever a client's input set off, it ends that connection alone, with a
             # Close and at once (registry, groups), never a 1011 left for the clock.
-            logger.exception("hub message failed", extra={**self._ids(), "action": "receive"})
-            await self._close_with_error(UNEXPECTED)
+            logger.exception("hub message failed", extra={**self.ids(), "action": "receive"})
+            await self.close_with_error(UNEXPECTED)
 
     async def _receive_message(self, message: dict[str, Any]) -> bool:
         """Act on one message; False once the connection was closed."""
-        if self.stateful is not None and not self._sequenced_in(message):
+        stateful = self.stateful
+        if stateful is not None and not stateful.sequenced_in(message):
             return True  # an Ack, a Sequence or a duplicate: nothing more to do
-        self._start_delivery()  # stateful: the client's first message after the handshake
-        return await self._handle(message)
+        self.outbound.start()  # stateful: the client's first message after the handshake
+        return await handle(self, message)
 
     async def _read_handshake(self, data: Frame) -> bytes | None:
         """The bytes after a successful handshake, or None (incomplete, or refused)."""
+        assert self.handshake_buffer is not None
         record, rest = self.handshake_buffer.feed(data.encode() if isinstance(data, str) else data)
         transport = self.transport
         if record is None or transport is None:
@@ -153,29 +185,32 @@ class HubConnection(
             request = handshake.parse_handshake(record, binary_ok=transport.binary_ok)
         except HandshakeError as exc:
             self.closing = True
-            await self._send(handshake.handshake_error(str(exc)))
-            await self._finish()
+            await self.outbound.send(handshake.handshake_error(str(exc)))
+            await self.finish()
             return None
+        self.handshake_buffer = None  # read: it holds nothing more for this connection
         self.protocol = protocols.create(request.protocol, self.options.max_message_size)
         transport.use_binary(self.protocol.binary)
-        self._choose_stateful(request.version)
+        if self.stateful_allowed and request.version >= 2 and transport.name == WEBSOCKETS:
+            self.stateful = StatefulReconnect(self)
         # Joined before answering (admit() at the upgrade, or here), and forwarding
         # starts only after: the client never sees an event before its handshake
         # response.
-        if self.admitted:
-            session_holds = not self.session_lost
+        groups = self.groups
+        if groups.admitted:
+            session_holds = not groups.session_lost
         else:
-            await self._sync_groups()
+            await groups.sync()
             # A logout's control message reaches a connection only through its user
             # group, joined just now: one sent since the upgrade authenticated this
             # connection went unheard. So read the session again, after joining (the
             # logout deletes the session before it sends: transport/control.py), and a
             # logout is never missed. (admit() reads it after joining, too.)
-            session_holds = await self._session_holds()
+            session_holds = await self.auth.session_holds(self.user_id)
         self.handshaken = True
         self.admission.done()
         ok = handshake.HANDSHAKE_OK
-        await self._send(ok.encode() if self.protocol.binary else ok)
+        await self.outbound.send(ok.encode() if self.protocol.binary else ok)
         if not session_holds:
             await self.end_session()
             return None
@@ -185,21 +220,36 @@ class HubConnection(
                 "action": "connected",
                 Field.CONNECTION_ID: self.connection_id,
                 Field.USER_ID: self.user_id,
-                "chats": len(self.chats),
+                "chats": len(groups.chats),
                 "transport": transport.name,
                 "protocol": self.protocol.name,
                 "stateful": self.stateful is not None,
             },
         )
         if self.stateful is None:
-            self._start_delivery()
+            self.outbound.start()
         else:
             # The official JavaScript client counts messages only once it has handled
             # the handshake response, and in Node a message read together with that
             # response would go uncounted (then be delivered twice after a resume).
             # It sends a Ping right after; clients that do not (.NET) wait this long.
-            self.loop.call_later(FIRST_MESSAGE_WAIT, self._start_delivery)
+            self.loop.call_later(FIRST_MESSAGE_WAIT, self.outbound.start)
         return rest
+
+    # -- stateful reconnect -------------------------------------------------------
+
+    def resumable_by(self, user_id: UUID) -> str | None:
+        """Why a resume by `user_id` is refused, or None when it may go ahead."""
+        if self.user_id != user_id:
+            return "connection belongs to another user"
+        if self.stateful is None or not self.stateful.may_resume():
+            return "connection cannot resume (not stateful, ended or over its buffer)"
+        return None
+
+    async def resume(self, transport: Transport, identity: Identity, token: str | None) -> None:
+        """Carry on over a new WebSocket (stateful.py)."""
+        assert self.stateful is not None
+        await self.stateful.resume(transport, identity, token)
 
     # -- ending -------------------------------------------------------------------
 
@@ -208,12 +258,13 @@ class HubConnection(
         if transport is not self.transport:
             return  # already replaced by a resume
         self.transport = None
-        if resumable and self._may_resume():
-            self._detach()
+        stateful = self.stateful
+        if resumable and stateful is not None and stateful.may_resume():
+            stateful.detach()
             return
         await self.end()
 
-    async def _finish(self) -> None:
+    async def finish(self) -> None:
         """Close the transport (after what was sent) and end the connection."""
         self.closing = True
         transport = self.transport
@@ -232,60 +283,72 @@ class HubConnection(
         transport = self.transport
         if transport is None or not transport.lingers():
             registry.remove(self.connection_id, self)
-        if getattr(self, "opened", False):
+        if self.opened:
             metrics.hub_connections.dec()
             metrics.hub_disconnects.inc()
-            logger.info("hub disconnected", extra={**self._ids(), "action": "disconnected"})
-        delivery = self.delivery
-        if delivery is not None and delivery is not asyncio.current_task():
-            delivery.cancel()
+            logger.info("hub disconnected", extra={**self.ids(), "action": "disconnected"})
+        self.outbound.stop()
         # Also before the handshake finished: the user group is joined before it answers.
-        await self.leave_groups()
+        await self.groups.leave_all()
 
-    async def _close_with_error(self, reason: str, *, allow_reconnect: bool = False) -> None:
-        logger.info("hub connection closed", extra={**self._ids(), "reason": reason})
+    async def close_with_error(self, reason: str, *, allow_reconnect: bool = False) -> None:
+        logger.info("hub connection closed", extra={**self.ids(), "reason": reason})
         self.closing = True  # before the Close: a resume it may prompt is refused
-        close = self.protocol.close if self.protocol else protocols.JsonProtocol.close
-        await self._send_close(close(reason, allow_reconnect=allow_reconnect))
-        await self._finish()
+        await self.outbound.send_close(self._close(reason, allow_reconnect=allow_reconnect))
+        await self.finish()
 
-    async def _drop(self, reason: str, **fields: Any) -> None:
+    async def drop(self, reason: str, **fields: Any) -> None:
         """Close with allowReconnect, once: the client reconnects (authenticating again)
         and resyncs over REST. Logged with the connection's ids, never a payload."""
         if self.closing:
             return
         self.closing = True
         metrics.hub_forced_closes.labels(reason=_REASONS.get(reason, "other")).inc()
-        logger.info("hub connection closed", extra={**self._ids(), "reason": reason, **fields})
+        logger.info("hub connection closed", extra={**self.ids(), "reason": reason, **fields})
         await self.shutdown()
 
     async def shutdown(self) -> None:
         """Close, telling the client to reconnect (server shutdown, or ops' request)."""
         self.closing = True
+        await self.outbound.send_close(self._close(allow_reconnect=True))
+        await self.finish()
+
+    async def end_session(self, reason: str = SESSION_ENDED, *, metric: str = "logout") -> None:
+        """Its Django session ended (logout), or its credentials were revoked: Close
+        saying so, without allowReconnect (a reconnect could only be refused; the
+        official clients then stop for good)."""
+        if self.closing:
+            return
+        self.closing = True
+        metrics.hub_forced_closes.labels(reason=metric).inc()
+        logger.info("hub connection closed", extra={**self.ids(), "reason": reason})
+        await self.outbound.send_close(self._close(f"Connection closed with an error. {reason}"))
+        await self.finish()
+
+    async def send_overflow(self, unsent: Any) -> None:
+        """Daphne: the connection's unsent data passed SEND_BUFFER_LIMIT (wsprotocol.py,
+        httpprotocol.py)."""
+        await self.drop(SEND_BUFFER_OVER, unsent=unsent)
+
+    def _close(self, error: str | None = None, *, allow_reconnect: bool = False) -> Frame:
         close = self.protocol.close if self.protocol else protocols.JsonProtocol.close
-        await self._send_close(close(allow_reconnect=True))
-        await self._finish()
+        return close(error, allow_reconnect=allow_reconnect)
 
-    async def _client_closed(self) -> None:
-        """The client sent Close: end without a word (no resume follows)."""
-        await self._finish()
-
-    def _ids(self) -> dict[str, Any]:
+    def ids(self) -> dict[str, Any]:
+        """What its log lines name it by (never a payload, never a credential)."""
         return {
             "action": "close",
             Field.CONNECTION_ID: self.connection_id,
             Field.USER_ID: self.user_id,
         }
 
-    def is_user(self, user_id: UUID) -> bool:
-        return self.user_id == user_id
 
-
+SEND_BUFFER_OVER = "send buffer over SEND_BUFFER_LIMIT"
 # Bounded label values of messenger_realtime_hub_forced_closes_total.
 _REASONS = {
     "token expired": "expired",
     "session expired": "expired",
-    "send buffer over SEND_BUFFER_LIMIT": "send_buffer",
+    SEND_BUFFER_OVER: "send_buffer",
     OVERRUN: "overrun",
     REPLAY_OVERFLOW: "replay_buffer",
 }

@@ -1,0 +1,49 @@
+"""What a connection authenticated with, and until when it holds.
+
+A part of HubConnection. The credentials are checked once, at the upgrade
+(transports/credentials.py); from then on a connection holds them until they expire (the
+token's `exp`, the Django session's expiry): nothing is forwarded from that moment and
+the connection is closed with allowReconnect. A Django session can end earlier (a
+logout): the connection hears it through its user group (events.py) and checks here
+whether the session still holds. A stateful resume authenticates again and renews them.
+"""
+
+import asyncio
+import time
+from uuid import UUID
+
+from channels.db import database_sync_to_async
+
+from messenger_realtime.hub.auth import Identity, session_holds
+
+SESSION_ENDED = "session ended (logout)"
+REVOKED = "credentials revoked"
+
+
+class Authentication:
+    """A connection's credentials: their expiry on the loop's clock, and its session."""
+
+    __slots__ = ("expires_at", "expiry_reason", "session", "session_key")
+
+    def __init__(
+        self, identity: Identity, token: str | None, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.renew(identity, token, loop)
+
+    def renew(self, identity: Identity, token: str | None, loop: asyncio.AbstractEventLoop) -> None:
+        """Take these credentials (at the upgrade, or a resume's). The token itself is
+        not kept: only when it expires."""
+        self.session = identity.session  # the digest of its Django session, if any
+        self.session_key = identity.session_key  # that session's key: never logged or sent
+        if identity.expires_at is None:
+            self.expires_at, self.expiry_reason = float("inf"), "session expired"
+        else:
+            # Loop time when they expire: the loop's clock is what the deadlines use.
+            self.expires_at = loop.time() + identity.expires_at - time.time()
+            self.expiry_reason = "token expired" if token else "session expired"
+
+    async def session_holds(self, user_id: UUID) -> bool:
+        """Whether the Django session it came with (if any) still exists and is still
+        its user's."""
+        key = self.session_key
+        return key is None or await database_sync_to_async(session_holds)(key, user_id)

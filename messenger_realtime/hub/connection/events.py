@@ -1,0 +1,113 @@
+"""What the channel layer brings a connection: dispatcher events and control messages.
+
+Functions of a connection, not a part with state of its own: `event_frame` decides
+whether an event goes out and encodes it (once per protocol and process), `dispatch`
+acts on a control message by its Channels message type (HANDLERS).
+"""
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from messenger_realtime.hub.connection.authentication import REVOKED
+from messenger_realtime.hub.media import media_join
+from messenger_realtime.hub.protocols.base import Frame
+
+if TYPE_CHECKING:
+    from messenger_realtime.hub.connection.lifecycle import HubConnection
+
+OVERRUN = "events dropped (channel layer overrun)"
+EVENT_TYPE = "realtime.event"  # transport/publisher.py's dispatcher events
+_FRAMES = "_frames"  # a message's frames by protocol name, filled in by the first connection
+
+
+async def event_frame(connection: "HubConnection", message: dict[str, Any]) -> Frame | None:
+    """The frame of a dispatcher event for this connection, or None when it must not get
+    it. One message object reaches every local connection of its group, so the frame is
+    encoded once per protocol and process and kept on the message."""
+    auth = connection.auth
+    if connection.closing or connection.loop.time() >= auth.expires_at:
+        await connection.drop(auth.expiry_reason)  # no event once the credentials expired
+        return None
+    chat = message.get("chat")
+    groups = connection.groups
+    if chat is not None:
+        # The hot path inline (a lookup and a comparison); anything else, such as a
+        # version newer than this connection's read, is for Groups.deliverable().
+        version, held = message.get("membership_version"), groups.memberships.held.get(chat)
+        if (held is None or (version is not None and version > held)) and not (
+            await groups.deliverable(chat, version)
+        ):
+            return None
+    elif message["event"] == "chat_updated":
+        # This user's memberships may have changed: re-read them first, so a client
+        # that sees the event finds its groups already rebuilt.
+        await groups.sync()
+    protocol = connection.protocol
+    assert protocol is not None
+    payload = message["payload"]
+    if message.get("per_recipient") and "media" in payload:
+        # Minted here, per recipient, at delivery: never stored, queued or logged.
+        room = payload["media"]["roomName"]
+        payload = {**payload, "media": media_join(room, connection.user_id, connection.options)}
+        return protocol.invocation(message["event"], [payload])
+    frames = message.get(_FRAMES)
+    if frames is None:
+        frames = message[_FRAMES] = {}
+    frame = frames.get(protocol.name)
+    if frame is None:
+        frame = frames[protocol.name] = protocol.invocation(message["event"], [payload])
+    return frame
+
+
+async def dispatch(connection: "HubConnection", message: dict[str, Any]) -> None:
+    """Act on a message of the channel layer by its type."""
+    handler = HANDLERS.get(message["type"])
+    if handler is None:
+        raise ValueError(f"No handler for message type {message['type']}")
+    await handler(connection, message)
+
+
+async def _event(connection: "HubConnection", message: dict[str, Any]) -> None:
+    """A dispatcher event for one of this connection's groups, on its own."""
+    frame = await event_frame(connection, message)
+    if frame is not None:
+        await connection.outbound.emit(frame)
+
+
+async def _membership(connection: "HubConnection", message: dict[str, Any]) -> None:
+    """The user's chat memberships changed: rebuild the chat groups from the domain."""
+    await connection.groups.sync()
+
+
+async def _disconnect(connection: "HubConnection", message: dict[str, Any]) -> None:
+    """Ops asked this user's connections to reconnect (see control.disconnect_user)."""
+    await connection.shutdown()
+
+
+async def _session_ended(connection: "HubConnection", message: dict[str, Any]) -> None:
+    """The user logged out of the Django session this connection came with."""
+    session = connection.auth.session
+    if session is not None and message.get("session") == session:
+        await connection.end_session()
+
+
+async def _revoked(connection: "HubConnection", message: dict[str, Any]) -> None:
+    """The user was deactivated or deleted, or their credentials revoked
+    (control.credentials_revoked): Close for good, whatever the credentials."""
+    await connection.end_session(REVOKED, metric="revoked")
+
+
+async def _overrun(connection: "HubConnection", message: dict[str, Any]) -> None:
+    """The channel layer dropped a message meant for this connection (transport/layer.py)."""
+    await connection.drop(OVERRUN)
+
+
+# Channels message type -> what it does to a connection.
+HANDLERS: dict[str, Callable[["HubConnection", dict[str, Any]], Awaitable[None]]] = {
+    EVENT_TYPE: _event,
+    "realtime.membership": _membership,
+    "realtime.disconnect": _disconnect,
+    "realtime.session_ended": _session_ended,
+    "realtime.revoked": _revoked,
+    "realtime.overrun": _overrun,
+}

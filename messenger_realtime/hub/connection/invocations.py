@@ -1,0 +1,106 @@
+"""Client-to-server hub messages: invocations of the hub's methods and their completions.
+
+Functions of a connection, not a part with state of its own (the count of invocations
+refused for the rate limit is the connection's). Wording of errors follows ASP.NET Core
+SignalR, which clients may show or match.
+"""
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from messenger_realtime.contracts.events import HubTarget
+from messenger_realtime.hub import ratelimit
+from messenger_realtime.hub.protocols.base import MessageType
+
+if TYPE_CHECKING:
+    from messenger_realtime.hub.connection.lifecycle import HubConnection
+
+logger = logging.getLogger(__name__)
+
+
+async def handle(connection: "HubConnection", message: dict[str, Any]) -> bool:
+    """Act on one message from the client; False when the connection was closed."""
+    kind = message["type"]
+    if kind == MessageType.CLOSE:
+        await connection.finish()  # the client's Close: end without a word, no resume
+        return False
+    if kind == MessageType.INVOCATION:
+        await _invoke(connection, message)
+    elif kind == MessageType.STREAM_INVOCATION:
+        await _reply(
+            connection,
+            message,
+            error=f"The client attempted to invoke the non-streaming '{message['target']}' "
+            "method with a streaming invocation.",
+        )
+    # Ping, CancelInvocation, Ack, Sequence, Completions for invocations this hub never
+    # makes, and unknown types (as ASP.NET) need no answer.
+    return True
+
+
+async def _invoke(connection: "HubConnection", message: dict[str, Any]) -> None:
+    target, arguments = message["target"], message.get("arguments", [])
+    options = connection.options
+    refusal = await ratelimit.acheck(ratelimit.INVOCATIONS, connection.user_id, options)
+    if refusal is not None:
+        connection.refused_invocations += 1
+        if connection.refused_invocations >= options.rate_limit_flood:
+            # It keeps going past its limit: end it (a reconnect counts on, too).
+            await connection.close_with_error(f"Connection closed with an error. {refusal}")
+            return
+        await _reply(connection, message, error=f"{_failed(target)} HubException: {refusal}")
+        return
+    method = HUB_METHODS.get(target)
+    if method is None:
+        error = f"{_failed(target)} HubException: Method does not exist."
+        await _reply(connection, message, error=error)
+        return
+    if arguments:
+        error = (
+            f"{_failed(target)} InvalidDataException: Invocation provides "
+            f"{len(arguments)} argument(s) but target expects 0."
+        )
+        await _reply(connection, message, error=error)
+        return
+    try:
+        result = await method(connection)
+    except Exception:
+        logger.exception("hub method failed", extra={"action": "invoke", "target": target})
+        error = f"An unexpected error occurred invoking '{target}' on the server."
+        await _reply(connection, message, error=error)
+        return
+    await _reply(connection, message, result=result)
+
+
+async def _reply(
+    connection: "HubConnection",
+    message: dict[str, Any],
+    *,
+    result: Any = None,
+    error: str | None = None,
+) -> None:
+    """Exactly one Completion for an invocation with an id; none without one."""
+    invocation_id = message.get("invocationId")
+    if invocation_id is not None:
+        protocol = connection.protocol
+        assert protocol is not None
+        await connection.outbound.emit(
+            protocol.completion(invocation_id, result=result, error=error)
+        )
+
+
+# -- hub methods clients may call ---------------------------------------------------
+
+
+async def get_groups(connection: "HubConnection") -> list[str]:
+    """The hub groups this connection is in (decided by the server)."""
+    chats = sorted(str(HubTarget.chat(c)) for c in connection.groups.chats)
+    return [str(HubTarget.user(connection.user_id)), *chats]
+
+
+HUB_METHODS: dict[str, Callable[["HubConnection"], Awaitable[Any]]] = {"GetGroups": get_groups}
+
+
+def _failed(target: str) -> str:
+    return f"Failed to invoke '{target}' due to an error on the server."

@@ -1,0 +1,146 @@
+"""Stateful reconnect for a logical connection: a part of HubConnection.
+
+On iff negotiate granted it (the client asked, STATEFUL_RECONNECT_BUFFER_SIZE > 0), the
+handshake is version 2 and the transport is WebSockets. Then every hub invocation message
+sent is numbered and kept (replay.ReplayBuffer) until the client acks it; what arrives
+is numbered and duplicates are dropped; Acks go out at most once a second. A WebSocket
+that drops (close code 1006: no close frame) leaves the connection detached, still
+receiving and buffering, for DISCONNECT_TIMEOUT; a WebSocket upgrade with the same
+connection token, the same user and valid credentials resumes it: the Sequence, then
+every unacked message in order, then live traffic, with no handshake.
+
+Anything else ends it: a clean close, the client's Close, a Close the server sends (the
+connection is marked closing before that Close is written, so the immediate resume the
+client attempts after it is refused), the buffer over its bound while detached, or the
+resume window passing. A refused resume makes the official client start afresh.
+"""
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from messenger_realtime.hub.auth import Identity
+from messenger_realtime.hub.connection.replay import InboundSequence, ReplayBuffer
+from messenger_realtime.hub.protocols.base import SEQUENCED, Frame, MessageType, join_frames
+from messenger_realtime.hub.transports.base import Transport
+from messenger_realtime.ops.logging import Field
+
+if TYPE_CHECKING:
+    from messenger_realtime.hub.connection.lifecycle import HubConnection
+
+logger = logging.getLogger(__name__)
+ACK_INTERVAL = 1.0  # seconds between Acks at most, as ASP.NET and the official client
+
+
+class StatefulReconnect:
+    """A stateful connection's sequence both ways, its replay buffer, and its resume."""
+
+    __slots__ = ("ack_at", "buffer", "connection", "detached_at", "inbound", "resuming")
+
+    def __init__(self, connection: "HubConnection") -> None:
+        self.connection = connection
+        self.buffer = ReplayBuffer(connection.options.stateful_reconnect_buffer_size)
+        self.inbound = InboundSequence()
+        self.ack_at: float | None = None  # loop time of the next Ack, when one is due
+        self.resuming = False  # replaying after a resume: live sends wait in the buffer
+        self.detached_at: float | None = None  # since when no WebSocket carries it
+
+    def sequenced_in(self, message: dict[str, Any]) -> bool:
+        """Number an incoming message; False when it needs nothing more (an Ack, a
+        Sequence, or a duplicate of one already handled). Raises SequenceError."""
+        kind = message["type"]
+        if kind == MessageType.ACK:
+            self.buffer.ack(message["sequenceId"])
+            return False
+        if kind == MessageType.SEQUENCE:
+            self.inbound.sequence(message["sequenceId"])
+            return False
+        if kind not in SEQUENCED:
+            return True
+        if not self.inbound.accept():
+            return False
+        if self.ack_at is None:
+            self.ack_at = self.connection.loop.time() + ACK_INTERVAL
+            self.connection.timeouts.moved(self.ack_at)  # the clock sends it (timeouts.py)
+        return True
+
+    def send_ack_now(self) -> None:
+        """The Ack that is due, unless the client cannot hear it now (then later)."""
+        c = self.connection
+        assert c.protocol is not None
+        if c.transport is None or self.resuming:
+            self.ack_at = c.loop.time() + ACK_INTERVAL
+            return
+        self.ack_at = None
+        sequence_id = self.inbound.ack_due()
+        if sequence_id is not None:
+            c.outbound.write_now(c.protocol.ack(sequence_id))
+
+    async def emit(self, *frames: Frame) -> None:
+        """Number and keep each message, then send them (as one frame when several)."""
+        c = self.connection
+        buffer = self.buffer
+        was_resumable = buffer.resumable
+        kept = all([buffer.add(frame) for frame in frames])
+        if c.transport is None or self.resuming:  # not on the wire: only the buffer has it
+            if not kept:
+                await c.drop(REPLAY_OVERFLOW)
+            return
+        if was_resumable and not buffer.resumable:
+            # The client acks too slowly for the bound: it stays connected, but a drop
+            # from now on means a fresh start (its resume is refused).
+            logger.info("hub stateful reconnect given up", extra=self._log_ids())
+        await c.transport.send(join_frames(list(frames)))
+
+    def may_resume(self) -> bool:
+        c = self.connection
+        return not c.closing and c.handshaken and self.buffer.resumable
+
+    def detach(self) -> None:
+        """The WebSocket dropped: keep everything for DISCONNECT_TIMEOUT (timeouts.py)."""
+        c = self.connection
+        assert c.protocol is not None
+        self.detached_at = c.loop.time()
+        c.protocol.reset()  # a message cut in half is resent whole after the resume
+        logger.info("hub connection detached", extra=self._log_ids())
+        c.timeouts.moved(self.detached_at + c.options.disconnect_timeout)
+
+    async def resume(self, transport: Transport, identity: Identity, token: str | None) -> None:
+        """Carry on over a new WebSocket: the Sequence, the unacked messages, then live."""
+        c = self.connection
+        assert c.protocol is not None
+        old, c.transport = c.transport, transport
+        self.detached_at, self.resuming = None, True
+        if old is not None:  # half-open: the server had not seen it drop yet
+            await old.close()
+        c.auth.renew(identity, token, c.loop)
+        if not await c.auth.session_holds(c.user_id):
+            # As at the handshake: a logout since the upgrade authenticated this resume
+            # named a session the connection did not have yet (lifecycle.py).
+            self.resuming = False
+            await c.end_session()
+            return
+        c.protocol.reset()
+        transport.use_binary(c.protocol.binary)
+        if c.outbound.delivering:
+            c.outbound.take_pings()
+        buffer = self.buffer
+        sent = buffer.first_id() - 1
+        await c.outbound.send(c.protocol.sequence(sent + 1))
+        # Messages added while these are written join the end of the buffer; the loop
+        # ends when nothing is left unsent, and live sends follow from then on.
+        replayed = 0
+        while not c.closing and (pending := buffer.frames_after(sent)):
+            for message_id, frame in pending:
+                await transport.send(frame)
+                sent, replayed = message_id, replayed + 1
+        self.resuming = False
+        c.last_received = c.last_sent = c.loop.time()
+        c.timeouts.moved(c.last_sent)
+        logger.info("hub connection resumed", extra={**self._log_ids(), "replayed": replayed})
+
+    def _log_ids(self) -> dict[str, Any]:
+        c = self.connection
+        return {Field.CONNECTION_ID: c.connection_id, Field.USER_ID: c.user_id}
+
+
+REPLAY_OVERFLOW = "replay buffer over STATEFUL_RECONNECT_BUFFER_SIZE"
