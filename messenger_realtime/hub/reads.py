@@ -8,9 +8,11 @@ connection (from the process's pool) and gives it back (channels closes it aroun
 call), and none touches state another call left on its thread. On one thread, though,
 their round trips queue behind each other: in a reconnect storm that thread, not the
 CPU, set how many connects a process admitted per second (docs/performance.md,
-"Reconnect storm"). So they run on an executor of their own, with as many threads as
-the process's pool has connections (DATABASE_POOL_MAX_SIZE; READ_THREADS without a
-pool), and their waits overlap.
+"Reconnect storm"). So they run on an executor of their own, and their waits overlap:
+half as many threads as the process's pool has connections (DATABASE_POOL_MAX_SIZE;
+READ_THREADS without a pool), so the other half stays for the process's Django requests
+(the REST resyncs that follow a storm): with every connection taken by hub reads, a
+request waited out DATABASE_POOL_TIMEOUT and failed.
 
 `read(func)` is `database_sync_to_async(func)` on that executor.
 """
@@ -47,9 +49,8 @@ def executor() -> ThreadPoolExecutor:
 
 
 def threads() -> int:
-    """As many as the default database's pool has connections: more would only wait for
-    one (DATABASE_POOL_TIMEOUT) while holding a thread."""
+    """Half the default database's pool (at least one): the rest is the requests'."""
     pool = settings.DATABASES["default"].get("OPTIONS", {}).get("pool")
     if isinstance(pool, dict) and pool.get("max_size"):
-        return int(pool["max_size"])
+        return max(1, int(pool["max_size"]) // 2)
     return READ_THREADS
