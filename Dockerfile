@@ -49,14 +49,22 @@ CMD ["daphne", "--proxy-headers", "-b", "0.0.0.0", "-p", "8000", \
 
 # The reverse proxy: TLS, the hub's WebSocket upgrade, static files, /metrics kept internal.
 FROM nginx:1.28.0-bookworm AS proxy
+# The image's own conf.d/default.conf (its welcome page, `listen 80; server_name
+# localhost`) goes: read before ours, it would answer plain HTTP instead of the redirect
+# to HTTPS, and nginx would warn of a conflicting server name.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends openssl curl \
-    && rm -rf /var/lib/apt/lists/*
+    && rm -rf /var/lib/apt/lists/* \
+    && rm /etc/nginx/conf.d/default.conf
 COPY ops/nginx/messenger.conf.template /etc/nginx/templates/messenger.conf.template
 # What every proxy in front of the hub shares (scripts/serve --hubs N includes it too).
 COPY ops/nginx/messenger /etc/nginx/messenger
-COPY ops/nginx/05-self-signed-certificate.sh /docker-entrypoint.d/
+COPY ops/nginx/05-self-signed-certificate.sh ops/nginx/10-public-https-port.envsh \
+     /docker-entrypoint.d/
 COPY --from=app /app/static /srv/static
+# PUBLIC_HTTPS_PORT: the HTTPS port clients reach, which the redirect from plain HTTP
+# names; unset, PROXY_HTTPS_PORT's (10-public-https-port.envsh). Set it where publishing
+# maps the port elsewhere (compose.yaml: 8443 -> 443).
 ENV MESSENGER_UPSTREAM=web:8000 PROXY_HTTP_PORT=80 PROXY_HTTPS_PORT=443 \
     SERVER_NAME=localhost TLS_CERT=/etc/nginx/tls/tls.crt TLS_KEY=/etc/nginx/tls/tls.key \
     STATIC_ROOT=/srv/static ACCESS_LOG=/dev/stdout

@@ -1,11 +1,14 @@
 """The packaging files no CI machine can run (no Docker engine): exact base versions,
 healthchecks everywhere, the npm build stage and collected static files in the image,
-only the proxy published, the call reaper scheduled, a lean build context."""
+only the proxy published, its redirect to the published HTTPS port, the call reaper
+scheduled, a lean build context."""
 
 import os
 import re
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.support.runtime import ROOT
 
@@ -86,6 +89,45 @@ def test_the_proxy_makes_a_self_signed_certificate_only_when_none_is_mounted(
     again = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True)
     assert again.returncode == 0 and again.stdout == ""
     assert (tmp_path / "tls" / "tls.crt").read_bytes() == made
+
+
+def test_the_proxy_drops_the_nginx_images_own_site_and_redirects_to_the_published_port() -> None:
+    # Read before ours, the image's default.conf (listen 80, server_name localhost) would
+    # answer plain HTTP with its welcome page.
+    proxy_stage = DOCKERFILE[DOCKERFILE.index(" AS proxy") :]
+    assert "rm /etc/nginx/conf.d/default.conf" in proxy_stage
+    template = (ROOT / "ops" / "nginx" / "messenger.conf.template").read_text()
+    assert "return 301 https://$host$messenger_https_port$request_uri;" in template
+    proxy = services()["proxy"]
+    assert 'PUBLIC_HTTPS_PORT: "${HTTPS_PORT:-8443}"' in proxy
+    assert '"${HTTPS_PORT:-8443}:443"' in proxy
+    # The nginx image's entrypoint runs (*.sh) or sources (*.envsh) executable files only.
+    for script in ("05-self-signed-certificate.sh", "10-public-https-port.envsh"):
+        assert os.access(ROOT / "ops" / "nginx" / script, os.X_OK), script
+        assert f"ops/nginx/{script}" in DOCKERFILE
+
+
+@pytest.mark.parametrize(
+    ("environment", "public"),
+    [
+        ({"PROXY_HTTPS_PORT": "443"}, "443"),
+        ({"PROXY_HTTPS_PORT": "127.0.0.1:9443"}, "9443"),
+        ({"PROXY_HTTPS_PORT": "443", "PUBLIC_HTTPS_PORT": "8443"}, "8443"),
+    ],
+)
+def test_the_public_https_port_defaults_to_the_one_nginx_listens_on(
+    environment: dict[str, str], public: str
+) -> None:
+    script = ROOT / "ops" / "nginx" / "10-public-https-port.envsh"
+    env = {"PATH": os.environ["PATH"], **environment}
+    shown = subprocess.run(
+        ["sh", "-c", '. "$0"; echo "$PUBLIC_HTTPS_PORT"', str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert shown.stdout.strip() == public
 
 
 def test_the_proxy_balances_several_hub_processes_sticky_by_id_as_serve_does() -> None:
