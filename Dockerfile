@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # Images of the stack (compose.yaml), from exact base versions:
 #   docker build .                 -> the app: Daphne by default; the worker and the call
 #                                     reaper by command (python manage.py dispatch_realtime /
@@ -6,6 +5,8 @@
 #   docker build --target proxy .  -> nginx in front of the Daphne processes (every address
 #                                     MESSENGER_UPSTREAM resolves to, sticky by the hub's
 #                                     `id`), with the static files
+# Plain Dockerfile syntax (no `# syntax=` line): a builder needs no frontend image, so it
+# builds offline too.
 # Not built in CI (no Docker engine on the project's machines): tests/unit/test_packaging.py
 # checks these files, and tests/e2e/test_proxy.py runs the proxy config with Debian's nginx.
 

@@ -1,7 +1,7 @@
 """The packaging files no CI machine can run (no Docker engine): exact base versions,
-healthchecks everywhere, the npm build stage and collected static files in the image,
-only the proxy published, its redirect to the published HTTPS port, the call reaper
-scheduled, a lean build context."""
+no BuildKit frontend to fetch, healthchecks everywhere, the npm build stage and collected
+static files in the image, only the proxy published, its redirect to the published HTTPS
+port, the call reaper scheduled, a lean build context."""
 
 import os
 import re
@@ -37,6 +37,11 @@ def test_every_base_image_is_an_exact_version() -> None:
         assert re.fullmatch(r"[\w./-]+:\d+\.\d+\.\d+(-[\w.-]+)?(@sha256:[0-9a-f]{64})?", base), base
     for image in re.findall(r"^\s+image: (\S+)$", COMPOSE, re.M):
         assert re.fullmatch(r"[\w./-]+:\d+\.\d+(\.\d+)?-[\w.]+", image), image
+
+
+def test_the_dockerfile_needs_no_buildkit_frontend_image() -> None:
+    # A `# syntax=` line makes BuildKit fetch a frontend image first: offline, no build.
+    assert not re.search(r"^#\s*syntax\s*=", DOCKERFILE, re.M | re.I)
 
 
 def test_the_image_builds_signalr_with_npm_collects_static_runs_as_a_user_with_a_healthcheck() -> (
