@@ -6,9 +6,9 @@
 #                                     MESSENGER_UPSTREAM resolves to, sticky by the hub's
 #                                     `id`), with the static files
 # Plain Dockerfile syntax (no `# syntax=` line): a builder needs no frontend image, so it
-# builds offline too.
-# Not built in CI (no Docker engine on the project's machines): tests/unit/test_packaging.py
-# checks these files, and tests/e2e/test_proxy.py runs the proxy config with Debian's nginx.
+# builds offline too. CI builds both images with podman and runs them against PostgreSQL
+# and Redis (scripts/container-smoke; where no registry answers, on stand-ins for the base
+# images built from Debian's packages: README, "The container images").
 
 # The SignalR browser build the demo page loads, from npm (package-lock.json); no node at
 # run time.

@@ -1,7 +1,8 @@
-"""The packaging files no CI machine can run (no Docker engine): exact base versions,
-no BuildKit frontend to fetch, healthchecks everywhere, the npm build stage and collected
-static files in the image, only the proxy published, its redirect to the published HTTPS
-port, the call reaper scheduled, a lean build context."""
+"""The packaging files, read as text (CI also builds and runs them with podman:
+scripts/container-smoke): exact base versions, each with a stand-in for machines that
+cannot pull it, no BuildKit frontend to fetch, healthchecks everywhere, the npm build stage
+and collected static files in the image, only the proxy published, its redirect to the
+published HTTPS port, the call reaper scheduled, a lean build context."""
 
 import os
 import re
@@ -42,6 +43,20 @@ def test_every_base_image_is_an_exact_version() -> None:
 def test_the_dockerfile_needs_no_buildkit_frontend_image() -> None:
     # A `# syntax=` line makes BuildKit fetch a frontend image first: offline, no build.
     assert not re.search(r"^#\s*syntax\s*=", DOCKERFILE, re.M | re.I)
+
+
+def test_every_base_image_has_a_stand_in() -> None:
+    # Where no registry answers, scripts/container-smoke builds each base from Debian's
+    # packages (scripts/standins/KIND.Containerfile) under the FROM line's exact name.
+    names = {name for _, name in stages() if name}
+    for base in (base for base, _ in stages() if base not in names):
+        kind = base.split(":")[0].rsplit("/", 1)[-1]
+        assert (ROOT / "scripts" / "standins" / f"{kind}.Containerfile").is_file(), base
+
+
+def test_ci_runs_the_readme_test_command_and_the_container_smoke() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash scripts/container-smoke" in ci and 'bash scripts/test "$@"' in ci
 
 
 def test_the_image_builds_signalr_with_npm_collects_static_runs_as_a_user_with_a_healthcheck() -> (
