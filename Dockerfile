@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # Images of the stack (compose.yaml), from exact base versions:
 #   docker build .                 -> the app: Daphne by default; the worker and the call
 #                                     reaper by command (python manage.py dispatch_realtime /
@@ -6,8 +5,10 @@
 #   docker build --target proxy .  -> nginx in front of the Daphne processes (every address
 #                                     MESSENGER_UPSTREAM resolves to, sticky by the hub's
 #                                     `id`), with the static files
-# Not built in CI (no Docker engine on the project's machines): tests/unit/test_packaging.py
-# checks these files, and tests/e2e/test_proxy.py runs the proxy config with Debian's nginx.
+# Plain Dockerfile syntax (no `# syntax=` line): a builder needs no frontend image, so it
+# builds offline too. CI builds both images with podman and runs them against PostgreSQL
+# and Redis (scripts/container-smoke; where no registry answers, on stand-ins for the base
+# images built from Debian's packages: README, "The container images").
 
 # The SignalR browser build the demo page loads, from npm (package-lock.json); no node at
 # run time.
@@ -49,14 +50,22 @@ CMD ["daphne", "--proxy-headers", "-b", "0.0.0.0", "-p", "8000", \
 
 # The reverse proxy: TLS, the hub's WebSocket upgrade, static files, /metrics kept internal.
 FROM nginx:1.28.0-bookworm AS proxy
+# The image's own conf.d/default.conf (its welcome page, `listen 80; server_name
+# localhost`) goes: read before ours, it would answer plain HTTP instead of the redirect
+# to HTTPS, and nginx would warn of a conflicting server name.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends openssl curl \
-    && rm -rf /var/lib/apt/lists/*
+    && rm -rf /var/lib/apt/lists/* \
+    && rm /etc/nginx/conf.d/default.conf
 COPY ops/nginx/messenger.conf.template /etc/nginx/templates/messenger.conf.template
 # What every proxy in front of the hub shares (scripts/serve --hubs N includes it too).
 COPY ops/nginx/messenger /etc/nginx/messenger
-COPY ops/nginx/05-self-signed-certificate.sh /docker-entrypoint.d/
+COPY ops/nginx/05-self-signed-certificate.sh ops/nginx/10-public-https-port.envsh \
+     /docker-entrypoint.d/
 COPY --from=app /app/static /srv/static
+# PUBLIC_HTTPS_PORT: the HTTPS port clients reach, which the redirect from plain HTTP
+# names; unset, PROXY_HTTPS_PORT's (10-public-https-port.envsh). Set it where publishing
+# maps the port elsewhere (compose.yaml: 8443 -> 443).
 ENV MESSENGER_UPSTREAM=web:8000 PROXY_HTTP_PORT=80 PROXY_HTTPS_PORT=443 \
     SERVER_NAME=localhost TLS_CERT=/etc/nginx/tls/tls.crt TLS_KEY=/etc/nginx/tls/tls.key \
     STATIC_ROOT=/srv/static ACCESS_LOG=/dev/stdout

@@ -1,7 +1,8 @@
 """Create the database named in DATABASE_URL if it does not exist yet.
 
 --fresh drops it first: the benchmarks' scratch databases start empty every run, so a
-migration history from another checkout can never get in the way.
+migration history from another checkout can never get in the way. --drop drops it and
+creates nothing (scripts/container-smoke's clean-up of its own database).
 """
 
 import os
@@ -22,10 +23,12 @@ params = {
 }
 name = config["NAME"]
 with psycopg.connect(autocommit=True, **{k: v for k, v in params.items() if v}) as conn:
-    if "--fresh" in sys.argv[1:]:
+    if {"--fresh", "--drop"} & set(sys.argv[1:]):
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
+        if "--drop" in sys.argv[1:]:
+            sys.exit(0)
     exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
     if not exists:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

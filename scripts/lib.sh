@@ -72,6 +72,59 @@ ensure_nginx() {  # serve --hubs N balances with it; tests/e2e/test_proxy.py run
   command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_install --no-install-recommends nginx
 }
 
+ensure_podman() {  # scripts/container-smoke builds and runs the images with podman
+  local missing=()
+  command -v podman >/dev/null || missing+=(podman)
+  command -v runc >/dev/null || [ -x /usr/sbin/runc ] || missing+=(runc)
+  [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+  ensure_podman_config
+}
+
+# What podman needs on this kind of machine: default ulimits within the machine's hard
+# limits (podman's own defaults are refused), and runc (crun refuses its hybrid cgroups).
+# Written only where the machine's containers.conf does not say so already: the file
+# itself when there is none, else a drop-in beside it (the operator's file stays as it is).
+ensure_podman_config() {
+  local conf=/etc/containers/containers.conf dropins=/etc/containers/containers.conf.d
+  local files=("$conf" "$dropins"/*.conf) target nofile nproc
+  if grep -qs '^[[:space:]]*default_ulimits[[:space:]]*=' "${files[@]}" &&
+    grep -qs '^[[:space:]]*runtime[[:space:]]*=[[:space:]]*"runc"' "${files[@]}"; then
+    return 0
+  fi
+  nofile=$(ulimit -Hn)
+  nproc=$(ulimit -Hu)
+  [ "$nofile" = unlimited ] && nofile=1048576
+  { [ "$nproc" = unlimited ] || (( nproc > 32768 )); } && nproc=32768
+  target=$conf
+  [ -e "$conf" ] && target=$dropins/50-messenger-realtime.conf
+  if [ "$(id -u)" != 0 ]; then
+    log "podman needs $target (default_ulimits, runtime = runc): write it as root"
+    return 1
+  fi
+  mkdir -p "$(dirname "$target")"
+  cat >"$target" <<EOF
+# Written by the messenger realtime project's scripts (lib.sh, ensure_podman_config):
+# podman's default ulimits exceed this machine's hard limits, and crun refuses its hybrid
+# cgroups.
+[containers]
+default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
+
+[engine]
+runtime = "runc"
+EOF
+  log "wrote $target for podman: default_ulimits nofile=$nofile nproc=$nproc, runtime runc"
+}
+
+run_logged() {  # run_logged LOG CMD...: CMD's output to LOG; on failure its end, and where
+  local log_file=$1
+  shift
+  if ! "$@" >"$log_file" 2>&1; then
+    log "failed: $* (the end of its output below; all of it: $log_file)"
+    tail -n 25 "$log_file" >&2
+    return 1
+  fi
+}
+
 port_open() {  # host port
   python3 -c 'import socket,sys; s=socket.socket(); s.settimeout(0.5); sys.exit(s.connect_ex((sys.argv[1], int(sys.argv[2]))))' "$1" "$2"
 }

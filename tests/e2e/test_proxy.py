@@ -13,6 +13,7 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
@@ -75,65 +76,75 @@ def self_signed(tmp: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-@pytest.fixture
-def hub_behind_proxy(worker_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[Hub, Proxy]]:
+@contextmanager
+def nginx_serving(directory: Path, values: dict[str, str], env: dict[str, str]) -> Iterator[None]:
+    """Debian's nginx with the template rendered from `values`, its files in `directory`."""
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     if not Path(nginx).exists():
         pytest.fail("nginx is required (scripts/test installs Debian's nginx)", pytrace=False)
-    static = tmp_path / "static"
-    env = dict(worker_env, DJANGO_STATIC_ROOT=str(static), **SECURE)
-    subprocess.run(manage("collectstatic", "--noinput", "-v0"), env=env, check=True, timeout=120)
-    hub = Hub(env)
-    proxy: LoggedProcess | None = None
+    (directory / "messenger.conf").write_text(render(TEMPLATE.read_text(), values))
+    # Its includes (messenger/*.conf) resolve against nginx's config directory.
+    (directory / "messenger").symlink_to(TEMPLATE.parent / "messenger")
+    # The nginx image's main config, in miniature: everything in the test's directory.
+    (directory / "nginx.conf").write_text(
+        # As root nginx's worker would run as nobody, who cannot read the test's tmp dir.
+        ("user root;\n" if os.geteuid() == 0 else "")
+        + f"daemon off;\nworker_processes 1;\npid {directory}/nginx.pid;\n"
+        f"error_log {directory}/error.log warn;\nevents {{}}\n"
+        f"http {{\n  include /etc/nginx/mime.types;\n"
+        + "".join(f"  {k}_temp_path {directory}/{k};\n" for k in ("client_body", "proxy"))
+        + "".join(f"  {k}_temp_path {directory}/{k};\n" for k in ("fastcgi", "uwsgi", "scgi"))
+        + f"  include {directory}/messenger.conf;\n}}\n"
+    )
+    argv = [nginx, "-p", str(directory), "-c", str(directory / "nginx.conf")]
+    checked = subprocess.run([*argv, "-t"], capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stderr
+    proxy = LoggedProcess(argv, env)
     try:
-        cert, key = self_signed(tmp_path)
-        https_port, http_port = free_port(), free_port()
-        log = tmp_path / "access.log"
-        site = render(
-            TEMPLATE.read_text(),
-            {
-                "MESSENGER_UPSTREAM": f"127.0.0.1:{hub.daphne.port}",
-                "PROXY_HTTP_PORT": f"127.0.0.1:{http_port}",
-                "PROXY_HTTPS_PORT": f"127.0.0.1:{https_port}",
-                "SERVER_NAME": "localhost",
-                "TLS_CERT": str(cert),
-                "TLS_KEY": str(key),
-                "STATIC_ROOT": str(static),
-                "ACCESS_LOG": str(log),
-            },
-        )
-        (tmp_path / "messenger.conf").write_text(site)
-        # Its includes (messenger/*.conf) resolve against nginx's config directory.
-        (tmp_path / "messenger").symlink_to(TEMPLATE.parent / "messenger")
-        # The nginx image's main config, in miniature: everything in the test's directory.
-        (tmp_path / "nginx.conf").write_text(
-            # As root nginx's worker would run as nobody, who cannot read the test's tmp dir.
-            ("user root;\n" if os.geteuid() == 0 else "")
-            + f"daemon off;\nworker_processes 1;\npid {tmp_path}/nginx.pid;\n"
-            f"error_log {tmp_path}/error.log warn;\nevents {{}}\n"
-            f"http {{\n  include /etc/nginx/mime.types;\n"
-            + "".join(f"  {k}_temp_path {tmp_path}/{k};\n" for k in ("client_body", "proxy"))
-            + "".join(f"  {k}_temp_path {tmp_path}/{k};\n" for k in ("fastcgi", "uwsgi", "scgi"))
-            + f"  include {tmp_path}/messenger.conf;\n}}\n"
-        )
-        argv = [nginx, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")]
-        checked = subprocess.run([*argv, "-t"], capture_output=True, text=True, timeout=30)
-        assert checked.returncode == 0, checked.stderr
-        proxy = LoggedProcess(argv, env)
+        https_port = int(values["PROXY_HTTPS_PORT"].rsplit(":", 1)[-1])
 
         def listening() -> bool:
             with socket.socket() as probe:
                 return probe.connect_ex(("127.0.0.1", https_port)) == 0
 
         wait_until(listening, what="nginx")
-        urls = f"https://localhost:{https_port}", f"http://127.0.0.1:{http_port}"
-        yield hub, Proxy(*urls, cert, log)
+        yield
     finally:
-        if proxy is not None:
-            # SIGTERM: the master stops its worker, which holds our output pipe too.
-            proxy.signal(signal.SIGTERM)
-            proxy.wait(timeout=15)
-            proxy.kill()
+        # SIGTERM: the master stops its worker, which holds our output pipe too.
+        proxy.signal(signal.SIGTERM)
+        proxy.wait(timeout=15)
+        proxy.kill()
+
+
+def site_values(tmp: Path, upstream: str, http_port: int, https_port: int) -> dict[str, str]:
+    """The template's variables, as compose.yaml and the image set them, on loopback."""
+    cert, key = self_signed(tmp)
+    return {
+        "MESSENGER_UPSTREAM": upstream,
+        "PROXY_HTTP_PORT": f"127.0.0.1:{http_port}",
+        "PROXY_HTTPS_PORT": f"127.0.0.1:{https_port}",
+        "PUBLIC_HTTPS_PORT": str(https_port),
+        "SERVER_NAME": "localhost",
+        "TLS_CERT": str(cert),
+        "TLS_KEY": str(key),
+        "STATIC_ROOT": str(tmp / "static"),
+        "ACCESS_LOG": str(tmp / "access.log"),
+    }
+
+
+@pytest.fixture
+def hub_behind_proxy(worker_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[Hub, Proxy]]:
+    static = tmp_path / "static"
+    env = dict(worker_env, DJANGO_STATIC_ROOT=str(static), **SECURE)
+    subprocess.run(manage("collectstatic", "--noinput", "-v0"), env=env, check=True, timeout=120)
+    hub = Hub(env)
+    try:
+        https_port, http_port = free_port(), free_port()
+        values = site_values(tmp_path, f"127.0.0.1:{hub.daphne.port}", http_port, https_port)
+        with nginx_serving(tmp_path, values, env):
+            urls = f"https://localhost:{https_port}", f"http://127.0.0.1:{http_port}"
+            yield hub, Proxy(*urls, Path(values["TLS_CERT"]), Path(values["ACCESS_LOG"]))
+    finally:
         hub.close()
 
 
@@ -179,13 +190,36 @@ def test_metrics_stay_internal_static_comes_from_the_proxy_and_http_goes_to_http
     assert status == 200 and headers["Strict-Transport-Security"] == "max-age=3600"
     assert "Secure" in headers["Set-Cookie"]  # the CSRF cookie, over HTTPS only
 
-    request = urllib.request.Request(f"{proxy.http}/admin/login/")
+    # Plain HTTP: to HTTPS on its published port (PUBLIC_HTTPS_PORT), the path kept.
+    https_port = proxy.https.rsplit(":", 1)[1]
+    assert redirect_of(f"{proxy.http}/admin/login/?next=/") == (
+        301,
+        f"https://127.0.0.1:{https_port}/admin/login/?next=/",
+    )
+
+
+@pytest.mark.parametrize(("published", "port_in_url"), [("443", ""), ("8443", ":8443")])
+def test_plain_http_redirects_to_the_published_https_port_named_unless_it_is_443(
+    tmp_path: Path, published: str, port_in_url: str
+) -> None:
+    # compose.yaml publishes 443 as 8443 (PUBLIC_HTTPS_PORT); 443 itself goes unnamed.
+    values = site_values(tmp_path, "127.0.0.1:9", free_port(), free_port())
+    values["PUBLIC_HTTPS_PORT"] = published
+    with nginx_serving(tmp_path, values, dict(os.environ)):
+        http = "http://" + values["PROXY_HTTP_PORT"]
+        assert redirect_of(f"{http}/demo/?x=1") == (
+            301,
+            f"https://127.0.0.1{port_in_url}/demo/?x=1",
+        )
+
+
+def redirect_of(url: str) -> tuple[int, str]:
+    """The status and Location of `url`'s answer, the redirect not followed."""
     opener = urllib.request.build_opener(NoRedirect)
     with pytest.raises(urllib.error.HTTPError) as moved:
-        opener.open(request, timeout=10)
+        opener.open(urllib.request.Request(url), timeout=10)
     with moved.value as response:
-        assert response.code == 301
-        assert response.headers["Location"].startswith("https://")
+        return response.code, response.headers["Location"]
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):

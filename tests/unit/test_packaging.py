@@ -1,11 +1,15 @@
-"""The packaging files no CI machine can run (no Docker engine): exact base versions,
-healthchecks everywhere, the npm build stage and collected static files in the image,
-only the proxy published, the call reaper scheduled, a lean build context."""
+"""The packaging files, read as text (CI also builds and runs them with podman:
+scripts/container-smoke): exact base versions, each with a stand-in for machines that
+cannot pull it, no BuildKit frontend to fetch, healthchecks everywhere, the npm build stage
+and collected static files in the image, only the proxy published, its redirect to the
+published HTTPS port, the call reaper scheduled, a lean build context."""
 
 import os
 import re
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.support.runtime import ROOT
 
@@ -34,6 +38,25 @@ def test_every_base_image_is_an_exact_version() -> None:
         assert re.fullmatch(r"[\w./-]+:\d+\.\d+\.\d+(-[\w.-]+)?(@sha256:[0-9a-f]{64})?", base), base
     for image in re.findall(r"^\s+image: (\S+)$", COMPOSE, re.M):
         assert re.fullmatch(r"[\w./-]+:\d+\.\d+(\.\d+)?-[\w.]+", image), image
+
+
+def test_the_dockerfile_needs_no_buildkit_frontend_image() -> None:
+    # A `# syntax=` line makes BuildKit fetch a frontend image first: offline, no build.
+    assert not re.search(r"^#\s*syntax\s*=", DOCKERFILE, re.M | re.I)
+
+
+def test_every_base_image_has_a_stand_in() -> None:
+    # Where no registry answers, scripts/container-smoke builds each base from Debian's
+    # packages (scripts/standins/KIND.Containerfile) under the FROM line's exact name.
+    names = {name for _, name in stages() if name}
+    for base in (base for base, _ in stages() if base not in names):
+        kind = base.split(":")[0].rsplit("/", 1)[-1]
+        assert (ROOT / "scripts" / "standins" / f"{kind}.Containerfile").is_file(), base
+
+
+def test_ci_runs_the_readme_test_command_and_the_container_smoke() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash scripts/container-smoke" in ci and 'bash scripts/test "$@"' in ci
 
 
 def test_the_image_builds_signalr_with_npm_collects_static_runs_as_a_user_with_a_healthcheck() -> (
@@ -86,6 +109,45 @@ def test_the_proxy_makes_a_self_signed_certificate_only_when_none_is_mounted(
     again = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True)
     assert again.returncode == 0 and again.stdout == ""
     assert (tmp_path / "tls" / "tls.crt").read_bytes() == made
+
+
+def test_the_proxy_drops_the_nginx_images_own_site_and_redirects_to_the_published_port() -> None:
+    # Read before ours, the image's default.conf (listen 80, server_name localhost) would
+    # answer plain HTTP with its welcome page.
+    proxy_stage = DOCKERFILE[DOCKERFILE.index(" AS proxy") :]
+    assert "rm /etc/nginx/conf.d/default.conf" in proxy_stage
+    template = (ROOT / "ops" / "nginx" / "messenger.conf.template").read_text()
+    assert "return 301 https://$host$messenger_https_port$request_uri;" in template
+    proxy = services()["proxy"]
+    assert 'PUBLIC_HTTPS_PORT: "${HTTPS_PORT:-8443}"' in proxy
+    assert '"${HTTPS_PORT:-8443}:443"' in proxy
+    # The nginx image's entrypoint runs (*.sh) or sources (*.envsh) executable files only.
+    for script in ("05-self-signed-certificate.sh", "10-public-https-port.envsh"):
+        assert os.access(ROOT / "ops" / "nginx" / script, os.X_OK), script
+        assert f"ops/nginx/{script}" in DOCKERFILE
+
+
+@pytest.mark.parametrize(
+    ("environment", "public"),
+    [
+        ({"PROXY_HTTPS_PORT": "443"}, "443"),
+        ({"PROXY_HTTPS_PORT": "127.0.0.1:9443"}, "9443"),
+        ({"PROXY_HTTPS_PORT": "443", "PUBLIC_HTTPS_PORT": "8443"}, "8443"),
+    ],
+)
+def test_the_public_https_port_defaults_to_the_one_nginx_listens_on(
+    environment: dict[str, str], public: str
+) -> None:
+    script = ROOT / "ops" / "nginx" / "10-public-https-port.envsh"
+    env = {"PATH": os.environ["PATH"], **environment}
+    shown = subprocess.run(
+        ["sh", "-c", '. "$0"; echo "$PUBLIC_HTTPS_PORT"', str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert shown.stdout.strip() == public
 
 
 def test_the_proxy_balances_several_hub_processes_sticky_by_id_as_serve_does() -> None:
