@@ -19,8 +19,9 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from uuid import UUID
 
+from channels.db import database_sync_to_async
+
 from messenger_realtime.contracts.port import ChatRoster, get_domain_port
-from messenger_realtime.hub.reads import read
 
 CACHED_CHATS = 4096  # rosters kept per process (the least recently asked go first)
 Reader = Callable[[UUID], Awaitable[ChatRoster | None]]
@@ -71,7 +72,7 @@ class Rosters:
 
 
 async def _read_roster(chat: UUID) -> ChatRoster | None:
-    roster: ChatRoster | None = await read(get_domain_port().chat_roster)(chat)
+    roster: ChatRoster | None = await database_sync_to_async(get_domain_port().chat_roster)(chat)
     return roster
 
 

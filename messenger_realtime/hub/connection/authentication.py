@@ -12,8 +12,9 @@ import asyncio
 import time
 from uuid import UUID
 
+from channels.db import database_sync_to_async
+
 from messenger_realtime.hub.auth import Identity, session_holds
-from messenger_realtime.hub.reads import read
 
 SESSION_ENDED = "session ended (logout)"
 REVOKED = "credentials revoked"
@@ -45,4 +46,4 @@ class Authentication:
         """Whether the Django session it came with (if any) still exists and is still
         its user's."""
         key = self.session_key
-        return key is None or await read(session_holds)(key, user_id)
+        return key is None or await database_sync_to_async(session_holds)(key, user_id)

@@ -6,13 +6,14 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 from uuid import UUID
 
+from channels.db import database_sync_to_async
+
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.hub.auth import Identity, check_standing, session_holds
 from messenger_realtime.hub.connection.membership import ChatMemberships, Verdict
 from messenger_realtime.hub.fanout import Fanout, fanout_for
 from messenger_realtime.hub.inbox import Inbox
-from messenger_realtime.hub.reads import read
 from messenger_realtime.hub.rosters import rosters
 from messenger_realtime.transport.groups import layer_group
 
@@ -84,7 +85,8 @@ class Groups:
         handshake has been answered)."""
         fanout, inbox = self.fanout, self.inbox
         await fanout.join(layer_group(HubTarget.user(self.connection.user_id)), inbox)
-        current, self.session_lost = await read(_admission_reads)(identity, token)
+        read = database_sync_to_async(_admission_reads)
+        current, self.session_lost = await read(identity, token)
         self.memberships.update(current)
         await fanout.join_many([layer_group(HubTarget.chat(c)) for c in current], inbox)
         self.admitted = True
@@ -97,7 +99,7 @@ class Groups:
         user_id = connection.user_id
         if not connection.handshaken and not self.admitted:
             await fanout.join(layer_group(HubTarget.user(user_id)), inbox)
-        current = await read(get_domain_port().active_chats)(user_id)
+        current = await database_sync_to_async(get_domain_port().active_chats)(user_id)
         # Stop forwarding a left chat before anything else.
         left, joined = self.memberships.update(current)
         for chat_id in left:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from channels.consumer import AsyncConsumer, get_handler_name
+from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 
 from messenger_realtime.conf.settings import load_hub_options
@@ -21,7 +22,6 @@ from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub import registry
 from messenger_realtime.hub.auth import check_standing
 from messenger_realtime.hub.protocols.base import Frame
-from messenger_realtime.hub.reads import read
 from messenger_realtime.hub.transports import opening
 from messenger_realtime.hub.transports.base import WEBSOCKETS
 from messenger_realtime.hub.transports.credentials import identify_scope, query_of
@@ -134,7 +134,7 @@ class HubConsumer(AsyncConsumer):  # type: ignore[misc]
             identity, token = await identify_scope(self.scope, options, lookup=False)
             existing = opening.find(ids[0], identity.user_id)[1] if ids else None
             if existing is not None:
-                await read(check_standing)(identity, token)
+                await database_sync_to_async(check_standing)(identity, token)
                 await self._resume(existing, identity, token)
                 return
             transport = WebSocketTransport(self)
