@@ -9,10 +9,14 @@ with the limit; past it the application gets one `hub.send_overflow` message and
 connection is closed with allowReconnect, as on WebSockets (wsprotocol.py). Other
 responses are untouched.
 
-A request that upgrades to a WebSocket hands its TCP transport over, but Twisted's idle
-timeout of the HTTP channel it came on (a minute) stays armed, a timer that holds the
-channel for nothing and would fire on a channel without a transport: the upgrade
-cancels it (`process`).
+A request that upgrades to a WebSocket hands its TCP transport over, but the HTTP channel
+it came on stays alive for the connection's life, and the request with it: Twisted's
+idle timeout of the channel (a minute) stays armed, a timer that would fire on a channel
+without a transport, and the transport keeps the channel as its registered producer
+(for HTTP's flow control: pause reading while writes back up). The upgrade cancels the
+one and unregisters the other (`process`), as Twisted itself does when a connection
+switches to HTTP/2; the WebSocket's own send bound (wsprotocol.py) does the flow
+control from then on. Checked in a real Daphne by tests/e2e/test_upgrade_release.py.
 """
 
 from typing import Any
@@ -31,10 +35,14 @@ class HubWebRequest(WebRequest):  # type: ignore[misc]
     overflowed = False
 
     def process(self) -> None:
-        channel = self.channel
+        channel, transport = self.channel, self.transport  # the TCP transport
         super().process()
-        if channel is not None and channel.transport is None:  # upgraded: handed over
+        # Daphne's upgrade takes the transport from the request (not from the channel):
+        # that is the sign the connection is a WebSocket's now.
+        if channel is not None and transport is not None and self.transport is None:
             channel.setTimeout(None)
+            if getattr(transport, "producer", None) is channel:
+                transport.unregisterProducer()
 
     def handle_reply(self, message: dict[str, Any]) -> None:
         limit = self.hub_state.get("send_limit")

@@ -1,0 +1,61 @@
+"""A WebSocket upgrade hands its TCP transport over to the WebSocket protocol; the HTTP
+channel and request it came on must go with it, not stay alive for the connection's
+life (hub/httpprotocol.py). Counted in a real Daphne (tests/support/census)."""
+
+import contextlib
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.support.factories import UserFactory
+from tests.support.runtime import wait_until
+from tests.support.wire import joined
+from tests.support.workers import DaphneProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
+CENSUS = Path(__file__).resolve().parents[1] / "support" / "census"
+CONNECTIONS = 20
+
+
+class Census:
+    """Daphne's live objects of a few classes, counted on demand."""
+
+    def __init__(self, server: DaphneProcess, folder: Path) -> None:
+        self.server, self.folder, self.taken = server, folder, 0
+        self.last: dict[str, int] = {}
+
+    def take(self) -> dict[str, int]:
+        os.kill(self.server.proc.pid, signal.SIGUSR1)
+        path = self.folder / f"{self.taken}.json"
+        self.taken += 1
+        wait_until(path.exists, what=f"census {path.name}")
+        self.last = json.loads(path.read_text())
+        return self.last
+
+
+def test_an_upgraded_connection_holds_no_http_channel_or_request(
+    live_env: dict[str, str], tmp_path: Path
+) -> None:
+    path = os.pathsep.join(filter(None, [str(CENSUS), live_env.get("PYTHONPATH")]))
+    server = DaphneProcess({**live_env, "PYTHONPATH": path, "HUB_CENSUS": str(tmp_path)})
+    try:
+        users = [UserFactory() for _ in range(CONNECTIONS)]
+        census = Census(server, tmp_path)
+        with contextlib.ExitStack() as sockets:
+            for user in users:
+                sockets.enter_context(joined(server, user))
+            assert census.take()["HubWebSocketProtocol"] == CONNECTIONS  # it sees them
+            # Daphne forgets an upgraded request at its next application check (each
+            # second); from then on nothing may hold the channel and request.
+            released = wait_until(
+                lambda: census.take()["HTTPChannel"] < CONNECTIONS // 2,
+                timeout=10,
+                what="the upgraded connections' HTTP channels released",
+            )
+            assert released and census.last["HubWebRequest"] < CONNECTIONS // 2, census.last
+            assert census.last["HubWebSocketProtocol"] == CONNECTIONS
+    finally:
+        server.kill()
