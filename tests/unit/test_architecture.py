@@ -30,30 +30,12 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def type_only(tree: ast.Module) -> set[ast.AST]:
-    """The import statements under `if TYPE_CHECKING:`: never run, annotations only."""
-    found: set[ast.AST] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
-            found.update(n for s in node.body for n in ast.walk(s))
-    return found
-
-
-def imports_of(path: Path, *, annotations: bool = True) -> set[str]:
+def imports_of(path: Path) -> set[str]:
+    """Every module this file imports, at module level or inside functions."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    return imports_in(path.read_text(), package, annotations=annotations)
-
-
-def imports_in(source: str, package: str, *, annotations: bool = True) -> set[str]:
-    """Every module this source imports, at module level or inside functions, and
-    (unless `annotations` is False) under `if TYPE_CHECKING:`."""
     found: set[str] = set()
-    tree = ast.parse(source)
-    skipped = set() if annotations else type_only(tree)
-    for node in ast.walk(tree):
-        if node in skipped:
-            continue
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -66,12 +48,11 @@ def imports_in(source: str, package: str, *, annotations: bool = True) -> set[st
     return found
 
 
-def app_graph(*, annotations: bool = True) -> dict[str, set[str]]:
+def app_graph() -> dict[str, set[str]]:
     modules = {module_name(p): p for p in APP.rglob("*.py") if "migrations" not in p.parts}
     graph: dict[str, set[str]] = defaultdict(set)
     for name, path in modules.items():
-        found = imports_of(path, annotations=annotations)
-        graph[name] |= {m for m in found if m in modules and m != name}
+        graph[name] |= {m for m in imports_of(path) if m in modules and m != name}
     return graph
 
 
@@ -102,24 +83,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_app_has_no_import_cycle() -> None:
-    """Of what runs: a part of a hub connection names the HubConnection that owns it in
-    its annotations (`if TYPE_CHECKING:`), which imports nothing at run time. Every other
-    rule here counts those imports too."""
-    assert find_cycle(app_graph(annotations=False)) is None
-
-
-def test_only_imports_under_type_checking_are_left_out_of_the_run_time_graph() -> None:
-    source = (
-        "from typing import TYPE_CHECKING\n"
-        "import a\n"
-        "if TYPE_CHECKING:\n    import b\n"
-        "if typing.TYPE_CHECKING:\n    from c import d\n"
-        "if DEBUG:\n    import e\n"
-        "def f():\n    import g\n"
-    )
-    typing = {"typing", "typing.TYPE_CHECKING"}
-    assert imports_in(source, "p", annotations=False) - typing == {"a", "e", "g"}
-    assert imports_in(source, "p") - typing == {"a", "b", "c", "c.d", "e", "g"}
+    assert find_cycle(app_graph()) is None
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

@@ -13,6 +13,8 @@ state, and is reached through the connection's attribute of the same name:
 
 What arrives from the channel layer (events.py) and from the client (invocations.py) is
 handled by functions of the connection, not parts: they keep no state of their own.
+What a part may read or call of its connection and of the other parts is declared once,
+in state.py (`Connection`), which imports none of them: no import cycle.
 Process-wide things (the clock, the fanout, admission, the registry) stay in hub/.
 """
 

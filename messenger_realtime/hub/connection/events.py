@@ -6,21 +6,19 @@ acts on a control message by its Channels message type (HANDLERS).
 """
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from messenger_realtime.hub.connection.authentication import REVOKED
+from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.media import media_join
 from messenger_realtime.hub.protocols.base import Frame
-
-if TYPE_CHECKING:
-    from messenger_realtime.hub.connection.lifecycle import HubConnection
 
 OVERRUN = "events dropped (channel layer overrun)"
 EVENT_TYPE = "realtime.event"  # transport/publisher.py's dispatcher events
 _FRAMES = "_frames"  # a message's frames by protocol name, filled in by the first connection
 
 
-async def event_frame(connection: "HubConnection", message: dict[str, Any]) -> Frame | None:
+async def event_frame(connection: Connection, message: dict[str, Any]) -> Frame | None:
     """The frame of a dispatcher event for this connection, or None when it must not get
     it. One message object reaches every local connection of its group, so the frame is
     encoded once per protocol and process and kept on the message."""
@@ -59,7 +57,7 @@ async def event_frame(connection: "HubConnection", message: dict[str, Any]) -> F
     return frame
 
 
-async def dispatch(connection: "HubConnection", message: dict[str, Any]) -> None:
+async def dispatch(connection: Connection, message: dict[str, Any]) -> None:
     """Act on a message of the channel layer by its type."""
     handler = HANDLERS.get(message["type"])
     if handler is None:
@@ -67,43 +65,43 @@ async def dispatch(connection: "HubConnection", message: dict[str, Any]) -> None
     await handler(connection, message)
 
 
-async def _event(connection: "HubConnection", message: dict[str, Any]) -> None:
+async def _event(connection: Connection, message: dict[str, Any]) -> None:
     """A dispatcher event for one of this connection's groups, on its own."""
     frame = await event_frame(connection, message)
     if frame is not None:
         await connection.outbound.emit(frame)
 
 
-async def _membership(connection: "HubConnection", message: dict[str, Any]) -> None:
+async def _membership(connection: Connection, message: dict[str, Any]) -> None:
     """The user's chat memberships changed: rebuild the chat groups from the domain."""
     await connection.groups.sync()
 
 
-async def _disconnect(connection: "HubConnection", message: dict[str, Any]) -> None:
+async def _disconnect(connection: Connection, message: dict[str, Any]) -> None:
     """Ops asked this user's connections to reconnect (see control.disconnect_user)."""
     await connection.shutdown()
 
 
-async def _session_ended(connection: "HubConnection", message: dict[str, Any]) -> None:
+async def _session_ended(connection: Connection, message: dict[str, Any]) -> None:
     """The user logged out of the Django session this connection came with."""
     session = connection.auth.session
     if session is not None and message.get("session") == session:
         await connection.end_session()
 
 
-async def _revoked(connection: "HubConnection", message: dict[str, Any]) -> None:
+async def _revoked(connection: Connection, message: dict[str, Any]) -> None:
     """The user was deactivated or deleted, or their credentials revoked
     (control.credentials_revoked): Close for good, whatever the credentials."""
     await connection.end_session(REVOKED, metric="revoked")
 
 
-async def _overrun(connection: "HubConnection", message: dict[str, Any]) -> None:
+async def _overrun(connection: Connection, message: dict[str, Any]) -> None:
     """The channel layer dropped a message meant for this connection (transport/layer.py)."""
     await connection.drop(OVERRUN)
 
 
 # Channels message type -> what it does to a connection.
-HANDLERS: dict[str, Callable[["HubConnection", dict[str, Any]], Awaitable[None]]] = {
+HANDLERS: dict[str, Callable[[Connection, dict[str, Any]], Awaitable[None]]] = {
     EVENT_TYPE: _event,
     "realtime.membership": _membership,
     "realtime.disconnect": _disconnect,

@@ -3,7 +3,6 @@ A part of HubConnection; the membership rules themselves are in membership.py, a
 process (not the connection) is the layer's group member (hub/fanout.py)."""
 
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING
 from uuid import UUID
 
 from channels.db import database_sync_to_async
@@ -12,13 +11,11 @@ from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.hub.auth import Identity, check_standing, session_holds
 from messenger_realtime.hub.connection.membership import ChatMemberships, Verdict
+from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.fanout import Fanout, fanout_for
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.rosters import rosters
 from messenger_realtime.transport.groups import layer_group
-
-if TYPE_CHECKING:
-    from messenger_realtime.hub.connection.lifecycle import HubConnection
 
 
 class Groups:
@@ -27,7 +24,7 @@ class Groups:
 
     __slots__ = ("_inbox", "admitted", "connection", "memberships", "session_lost")
 
-    def __init__(self, connection: "HubConnection") -> None:
+    def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.memberships = ChatMemberships()
         self._inbox: Inbox | None = None

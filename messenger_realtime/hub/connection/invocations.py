@@ -7,19 +7,17 @@ SignalR, which clients may show or match.
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.hub import ratelimit
+from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import MessageType
-
-if TYPE_CHECKING:
-    from messenger_realtime.hub.connection.lifecycle import HubConnection
 
 logger = logging.getLogger(__name__)
 
 
-async def handle(connection: "HubConnection", message: dict[str, Any]) -> bool:
+async def handle(connection: Connection, message: dict[str, Any]) -> bool:
     """Act on one message from the client; False when the connection was closed."""
     kind = message["type"]
     if kind == MessageType.CLOSE:
@@ -39,7 +37,7 @@ async def handle(connection: "HubConnection", message: dict[str, Any]) -> bool:
     return True
 
 
-async def _invoke(connection: "HubConnection", message: dict[str, Any]) -> None:
+async def _invoke(connection: Connection, message: dict[str, Any]) -> None:
     target, arguments = message["target"], message.get("arguments", [])
     options = connection.options
     refusal = await ratelimit.acheck(ratelimit.INVOCATIONS, connection.user_id, options)
@@ -74,7 +72,7 @@ async def _invoke(connection: "HubConnection", message: dict[str, Any]) -> None:
 
 
 async def _reply(
-    connection: "HubConnection",
+    connection: Connection,
     message: dict[str, Any],
     *,
     result: Any = None,
@@ -93,13 +91,13 @@ async def _reply(
 # -- hub methods clients may call ---------------------------------------------------
 
 
-async def get_groups(connection: "HubConnection") -> list[str]:
+async def get_groups(connection: Connection) -> list[str]:
     """The hub groups this connection is in (decided by the server)."""
     chats = sorted(str(HubTarget.chat(c)) for c in connection.groups.chats)
     return [str(HubTarget.user(connection.user_id)), *chats]
 
 
-HUB_METHODS: dict[str, Callable[["HubConnection"], Awaitable[Any]]] = {"GetGroups": get_groups}
+HUB_METHODS: dict[str, Callable[[Connection], Awaitable[Any]]] = {"GetGroups": get_groups}
 
 
 def _failed(target: str) -> str:

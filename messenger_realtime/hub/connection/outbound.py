@@ -18,13 +18,10 @@ is how the client learns to resync.
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 from messenger_realtime.hub.connection.events import EVENT_TYPE, dispatch, event_frame
+from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import Frame, join_frames
-
-if TYPE_CHECKING:
-    from messenger_realtime.hub.connection.lifecycle import HubConnection
 
 logger = logging.getLogger(__name__)
 # Several events waiting for a connection go out in one frame (the protocols allow any
@@ -39,7 +36,7 @@ class Outbound:
 
     __slots__ = ("connection", "delivering", "task", "unsent")
 
-    def __init__(self, connection: "HubConnection") -> None:
+    def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.delivering = False  # its inbox's messages go out (handshake answered)
         self.task: asyncio.Task[None] | None = None  # while it forwards its inbox

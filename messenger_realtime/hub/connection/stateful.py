@@ -16,16 +16,14 @@ resume window passing. A refused resume makes the official client start afresh.
 """
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection.replay import InboundSequence, ReplayBuffer
+from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import SEQUENCED, Frame, MessageType, join_frames
 from messenger_realtime.hub.transports.base import Transport
 from messenger_realtime.ops.logging import Field
-
-if TYPE_CHECKING:
-    from messenger_realtime.hub.connection.lifecycle import HubConnection
 
 logger = logging.getLogger(__name__)
 ACK_INTERVAL = 1.0  # seconds between Acks at most, as ASP.NET and the official client
@@ -36,7 +34,7 @@ class StatefulReconnect:
 
     __slots__ = ("ack_at", "buffer", "connection", "detached_at", "inbound", "resuming")
 
-    def __init__(self, connection: "HubConnection") -> None:
+    def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.buffer = ReplayBuffer(connection.options.stateful_reconnect_buffer_size)
         self.inbound = InboundSequence()

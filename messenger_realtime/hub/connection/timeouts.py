@@ -12,14 +12,12 @@ close never holds up the others' deadlines.
 import asyncio
 import logging
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from messenger_realtime.hub import clock
+from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols import handshake
 from messenger_realtime.ops.logging import Field
-
-if TYPE_CHECKING:
-    from messenger_realtime.hub.connection.lifecycle import HubConnection
 
 logger = logging.getLogger(__name__)
 CLIENT_TIMEOUT = (
@@ -35,7 +33,7 @@ class Timeouts:
 
     __slots__ = ("connection", "ending", "entry")
 
-    def __init__(self, connection: "HubConnection") -> None:
+    def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.entry: clock.Entry | None = None
         self.ending: asyncio.Task[None] | None = None  # the close a deadline started

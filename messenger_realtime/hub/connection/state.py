@@ -1,0 +1,131 @@
+"""A hub connection as its parts see it: the explicit interface between them.
+
+Each part holds its HubConnection (lifecycle.py) and reads or calls only what is
+declared here: the connection's shared state, the ways it ends, and of each other part
+what another one uses. HubConnection satisfies `Connection` (mypy checks it where a
+part is made), and nothing here imports a part or the connection, so the package has no
+import cycle, not even one of annotations.
+"""
+
+import asyncio
+from typing import Any, Protocol
+from uuid import UUID
+
+from messenger_realtime.conf.settings import HubOptions
+from messenger_realtime.hub.auth import Identity
+from messenger_realtime.hub.connection.membership import ChatMemberships
+from messenger_realtime.hub.inbox import Inbox
+from messenger_realtime.hub.protocols.base import Frame, HubProtocol
+from messenger_realtime.hub.transports.base import Transport
+
+
+class AuthPart(Protocol):
+    """authentication.Authentication, as the other parts use it."""
+
+    session: str | None
+    expires_at: float
+    expiry_reason: str
+
+    def renew(
+        self, identity: Identity, token: str | None, loop: asyncio.AbstractEventLoop
+    ) -> None: ...
+
+    async def session_holds(self, user_id: UUID) -> bool: ...
+
+
+class GroupsPart(Protocol):
+    """groups.Groups, as the other parts use it."""
+
+    memberships: ChatMemberships
+
+    @property
+    def inbox(self) -> Inbox: ...
+
+    @property
+    def chats(self) -> frozenset[UUID]: ...
+
+    async def deliverable(self, chat: str, version: int | None) -> bool: ...
+
+    async def sync(self) -> None: ...
+
+
+class OutboundPart(Protocol):
+    """outbound.Outbound, as the other parts use it."""
+
+    delivering: bool
+
+    def take_pings(self) -> None: ...
+
+    def write_now(self, frame: Frame) -> None: ...
+
+    async def send(self, frame: Frame) -> None: ...
+
+    async def emit(self, frame: Frame) -> None: ...
+
+
+class StatefulPart(Protocol):
+    """stateful.StatefulReconnect, as the other parts use it."""
+
+    ack_at: float | None
+    detached_at: float | None
+
+    def send_ack_now(self) -> None: ...
+
+    async def emit(self, *frames: Frame) -> None: ...
+
+
+class TimeoutsPart(Protocol):
+    """timeouts.Timeouts, as the other parts use it."""
+
+    def moved(self, when: float) -> None: ...
+
+
+class Connection(Protocol):
+    """lifecycle.HubConnection, as its parts use it."""
+
+    connection_id: str
+    user_id: UUID
+    options: HubOptions
+    transport: Transport | None
+    channel_layer: Any
+    loop: asyncio.AbstractEventLoop
+    protocol: HubProtocol | None
+    handshaken: bool
+    closing: bool
+    ended: bool
+    opened_at: float
+    last_received: float
+    last_sent: float
+    refused_invocations: int
+
+    # Its parts: read-only here (a part never replaces another).
+    @property
+    def auth(self) -> AuthPart: ...
+
+    @property
+    def groups(self) -> GroupsPart: ...
+
+    @property
+    def outbound(self) -> OutboundPart: ...
+
+    @property
+    def stateful(self) -> StatefulPart | None: ...
+
+    @property
+    def timeouts(self) -> TimeoutsPart: ...
+
+    def pings(self) -> bool: ...
+
+    def unreachable_since(self) -> float | None: ...
+
+    def ids(self) -> dict[str, Any]: ...
+
+    async def finish(self) -> None: ...
+
+    async def drop(self, reason: str, **fields: Any) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+    async def close_with_error(self, reason: str, *, allow_reconnect: bool = False) -> None: ...
+
+    async def end_session(self, reason: str = ..., *, metric: str = ...) -> None: ...
