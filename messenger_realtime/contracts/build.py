@@ -20,7 +20,8 @@ CONTRACTS: Mapping[str, Contract] = {**chat.CONTRACTS, **people.CONTRACTS, **med
 
 def build_events(rows: Sequence[OutboxRow], port: DomainPort) -> list[OutgoingEvent | InvalidRow]:
     """One event, or the InvalidRow that quarantines the row, per row and in row order;
-    every event's payload is one both hub protocols carry (contracts/content.py).
+    every event's payload is one both hub protocols carry (contracts/content.py), and
+    names its stream and offset (`stream`, `offset`) when the row has one.
 
     Loads every entity the batch refers to with one DomainPort call per entity type.
     """
@@ -69,6 +70,9 @@ def _build(
         target = hub_target(row)
     except InvalidRow as exc:
         return exc
+    if row.stream_offset is not None:
+        # Its place in the group's stream: what a client recovers from (outbox/streams.py).
+        payload["stream"], payload["offset"] = str(target), row.stream_offset
     return OutgoingEvent(
         target,
         event_name(row.kind),

@@ -33,6 +33,7 @@ class ClaimedRow(NamedTuple):
     row_version: int
     created_at: datetime
     age: float  # seconds since created_at, by the database clock at claim
+    stream_offset: int | None = None  # its place in its target's stream (outbox/streams.py)
 
 
 class Fate(StrEnum):

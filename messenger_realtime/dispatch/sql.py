@@ -49,12 +49,13 @@ FROM due
 WHERE o.id = due.id{guard}
 RETURNING o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id,
           o.ref_id, o.session_kind, o.seq, o.status, o.attempts, o.row_version,
-          o.created_at, extract(epoch FROM now() - o.created_at)::float8 AS age
+          o.created_at, extract(epoch FROM now() - o.created_at)::float8 AS age,
+          o.stream_offset
 """
 
 
 _CLAIMED = _claimed()
-CLAIMED_COLUMNS = 14  # what its RETURNING lists (rows.ClaimedRow)
+CLAIMED_COLUMNS = 15  # what its RETURNING lists (rows.ClaimedRow)
 
 _DUE = f"o.status = {PENDING} AND o.next_attempt_at <= now()"
 _URGENT = ", ".join(f"'{kind}'" for kind in URGENT_KINDS)

@@ -20,6 +20,7 @@ from messenger_realtime.ops import tracing
 from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind, SessionKind
 from messenger_realtime.outbox.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.notify import notify
+from messenger_realtime.outbox.streams import stream_name, take_offsets
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ def enqueue_many(
 ) -> list[RealtimeOutboxEntry]:
     """Write several intents with one INSERT and one NOTIFY, in the current transaction.
 
+    Each entry gets the next offset of its stream (outbox/streams.py): the stream's
+    counter stays locked until the transaction ends, so enqueue late in it.
     Returns the new entries in order; raises as enqueue() does, before writing anything.
     """
     if not transaction.get_connection(using).in_atomic_block:
@@ -92,8 +95,13 @@ def enqueue_many(
         intent.validate()
     if not intents:
         return []
+    streams = [stream_name(i.target_kind, i.chat_id, i.target_user_id) for i in intents]
+    offsets = take_offsets(streams, using)  # locks each stream's counter to the commit
     entries = RealtimeOutboxEntry.objects.using(using).bulk_create(
-        [RealtimeOutboxEntry(**asdict(intent)) for intent in intents]
+        [
+            RealtimeOutboxEntry(**asdict(intent), stream_offset=offset)
+            for intent, offset in zip(intents, offsets, strict=True)
+        ]
     )
     notify(using)  # delivered at commit, dropped on rollback
     tracing.note_enqueued(entries)  # the owner's span names the rows (correlation)

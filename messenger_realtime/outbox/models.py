@@ -32,6 +32,10 @@ class RealtimeOutboxEntry(models.Model):
         max_length=12, choices=SessionKind.choices, null=True, blank=True
     )
     seq = models.BigIntegerField(null=True, blank=True)
+    # The row's place in its target's stream (outbox/streams.py): 1, 2, 3, ... per
+    # chat:{ChatId} or user:{UserId}, assigned at enqueue in the owner's transaction.
+    # NULL only for rows written before streams existed (never recovered).
+    stream_offset = models.BigIntegerField(null=True, blank=True)
     status = models.CharField(
         max_length=16,
         choices=RealtimeOutboxStatus.choices,
@@ -108,6 +112,14 @@ class RealtimeOutboxEntry(models.Model):
             ),
         ]
         constraints = [
+            # Recovery reads "stream X after offset N" (hub/recovery.py) through this
+            # index, from every row retention still keeps; unique, so no offset of a
+            # stream is ever taken twice.
+            models.UniqueConstraint(
+                fields=["target_key", "target_kind", "stream_offset"],
+                name="ux_rto_stream",
+                condition=Q(stream_offset__isnull=False),
+            ),
             models.CheckConstraint(
                 condition=_one_of("kind", RealtimeDispatchKind), name="ck_rto_kind"
             ),

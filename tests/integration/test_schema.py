@@ -21,6 +21,7 @@ EXPECTED_COLUMNS = {
     "ref_id": ("uuid", None, "YES"),
     "session_kind": ("character varying", 12, "YES"),
     "seq": ("bigint", None, "YES"),
+    "stream_offset": ("bigint", None, "YES"),  # recovery (outbox/streams.py), not the spec's
     "status": ("character varying", 16, "NO"),
     "attempts": ("integer", None, "NO"),
     "next_attempt_at": ("timestamp with time zone", None, "NO"),
