@@ -109,6 +109,9 @@ DEFAULTS: dict[str, Any] = {
     # reconnect storm is admitted at the process's full rate, not timed out.
     "ADMISSION_LIMIT": 200,
     "ADMISSION_WAIT": 30.0,
+    # The most events one stream's recovery sends (hub/recovery.py): a client further
+    # behind is told to resync over REST.
+    "RECOVERY_MAX_EVENTS": 1000,
 }
 _KINDS: dict[str, type] = {
     "BATCH_SIZE": int,
@@ -143,6 +146,7 @@ _KINDS: dict[str, type] = {
     "RATE_LIMIT_FLOOD": int,
     "RATE_LIMIT_REDIS_URL": str,
     "ADMISSION_LIMIT": int,
+    "RECOVERY_MAX_EVENTS": int,
 }  # every other key is a float (a duration in seconds, a factor or a fraction)
 ENV_PREFIX = "MESSENGER_REALTIME_"
 _BOOL_WORDS = {"true", "false", "1", "0", "yes", "no", "on", "off"}
@@ -211,6 +215,7 @@ class HubOptions:
     rate_limit_redis_url: str = ""
     admission_limit: int = 200
     admission_wait: float = 30.0
+    recovery_max_events: int = 1000
 
 
 def env_name(key: str) -> str:

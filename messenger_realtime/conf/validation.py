@@ -102,6 +102,7 @@ UPPER_BOUNDS: dict[str, tuple[float, str]] = {
     "TURN_TTL": (86_400.0, "seconds"),
     "RATE_LIMIT_WINDOW": (86_400.0, "seconds"),
     "ADMISSION_LIMIT": (100_000, "connects in progress per hub process"),
+    "RECOVERY_MAX_EVENTS": (100_000, "events per stream and recovery"),
 }
 # The official clients drop a connection after 30 s without a message from the server
 # (serverTimeoutInMilliseconds) and expect a keep-alive at half that.
@@ -175,6 +176,8 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
     wait = values.get("ADMISSION_WAIT", 0)
     ok = 0 <= wait <= MAX_ADMISSION_WAIT
     rule("E029", "ADMISSION_WAIT", ok, f"must be in [0, {MAX_ADMISSION_WAIT:g}] seconds (0: none)")
+    most = values.get("RECOVERY_MAX_EVENTS", 1)
+    rule("E030", "RECOVERY_MAX_EVENTS", most >= 1, "must be >= 1")
     url = str(values.get("RATE_LIMIT_REDIS_URL", ""))
     ok = not url or url.startswith(("redis://", "rediss://", "unix://"))
     rule(

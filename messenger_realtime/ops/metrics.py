@@ -117,6 +117,22 @@ hub_connects_waiting = Gauge(
     "Negotiate requests waiting in line for one of the process's ADMISSION_LIMIT connects "
     "in progress to finish (admission control).",
 )
+hub_recoveries = Counter(
+    "messenger_realtime_hub_recoveries",
+    "Streams a Recover invocation asked for, by outcome: recovered (every missed event "
+    "sent), resync (too far behind, past retention, or not buildable: the client resyncs "
+    "over REST), forbidden (the user may not read the stream now).",
+    ["outcome"],
+)
+hub_recovered_events = Counter(
+    "messenger_realtime_hub_recovered_events",
+    "Events a Recover invocation sent from the database (missed while away).",
+)
+hub_recovery_duration = Histogram(
+    "messenger_realtime_hub_recovery_duration_seconds",
+    "Time of one Recover invocation: the database read, the build and the sends.",
+    buckets=STAGE_BUCKETS,
+)
 
 
 def create_kind_series(kinds: Iterable[str]) -> None:
@@ -155,6 +171,9 @@ WEB_FAMILIES = (
     hub_rate_limited,
     hub_connects_shed,
     hub_connects_waiting,
+    hub_recoveries,
+    hub_recovered_events,
+    hub_recovery_duration,
 )
 # Counted by both: the worker's pushes drop at a full channel, Daphne's connections
 # overflow their in-process buffers; a query sums the two jobs.

@@ -10,42 +10,11 @@ import pytest
 from project.messenger import services
 from tests.support.balancer import Balancer
 from tests.support.factories import UserFactory
-from tests.support.hub_clients import HubClient
+from tests.support.hub_clients import HubClient, TwoHubs
 from tests.support.hub_helpers import token_for
 from tests.support.runtime import wait_until
-from tests.support.workers import DaphneProcess, WorkerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
-
-
-class TwoHubs:
-    """A worker and two Daphne processes on the same database and Redis."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env = env
-        self.worker = WorkerProcess(env, polling_interval=0.5)
-        self.daphnes = [DaphneProcess(env), DaphneProcess(env)]
-
-    def lines(self, index: int) -> str:
-        return "\n".join(self.daphnes[index].lines)
-
-    def holding(self, user: Any) -> int:
-        """Which process opened `user`'s connection. Its log line may come a moment after
-        the client saw the handshake (the line is read from Daphne's output): wait for it."""
-        marks = ["hub connected ConnectionId", f"UserId={user.id}"]
-
-        def holders() -> list[int]:
-            lines = [self.daphnes[i].lines for i in (0, 1)]
-            return [i for i in (0, 1) if any(all(m in x for m in marks) for x in lines[i])]
-
-        found = wait_until(holders, what=f"the connection log line of user {user.id}")
-        assert len(found) == 1, found
-        return int(found[0])
-
-    def close(self) -> None:
-        for daphne in self.daphnes:
-            daphne.kill()
-        self.worker.kill()
 
 
 @pytest.fixture

@@ -3,31 +3,30 @@ communicator) and a connection's membership check at delivery, against the real 
 and channel layer."""
 
 import asyncio
-import json
-import time
 import uuid
-from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import channels.db
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.db import connections
 
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.hub import registry
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection, events
 from messenger_realtime.hub.protocols import JsonProtocol
-from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.rosters import rosters
 from messenger_realtime.hub.transports.websocket import HubConsumer
 from project.messenger import services
 from project.messenger.realtime_port import HostDomainPort
 from tests.support.factories import UserFactory
 from tests.support.helpers import layer
+from tests.support.inprocess import (  # noqa: F401 (hub_thread_db: a fixture)
+    Recorder,
+    consumer_of,
+    hub_thread_db,
+)
 from tests.support.runtime import run
 
 
@@ -49,51 +48,6 @@ def test_a_refused_connection_disconnects_cleanly(
     assert run(scenario()) is False
 
 
-class Recorder:
-    """A transport that keeps what it is given (as parsed JSON)."""
-
-    name, binary_ok, inherent_keepalive = "WebSockets", True, False
-
-    def __init__(self) -> None:
-        self.sent: list[Any] = []
-
-    async def send(self, frame: Frame) -> None:
-        assert isinstance(frame, str)
-        self.sent.append(json.loads(frame.rstrip("\x1e")))
-
-    async def close(self) -> None: ...
-
-    def use_binary(self, binary: bool) -> None: ...
-
-    def idle_since(self) -> float | None:
-        return None
-
-    def lingers(self) -> bool:
-        return False
-
-
-def consumer_of(user_id: uuid.UUID, held: dict[uuid.UUID, int]) -> tuple[HubConnection, list[Any]]:
-    """A connection past its handshake that holds `held` (chat -> membership version), its
-    sent frames collected in the returned list."""
-    recorder = Recorder()
-
-    async def create() -> HubConnection:
-        return HubConnection(
-            connection_id=uuid.uuid4().hex,
-            identity=Identity(user_id, None),
-            token=None,
-            options=load_hub_options(),
-            transport=recorder,
-            channel_layer=None,
-        )
-
-    connection = run(create())
-    connection.handshaken, connection.protocol = True, JsonProtocol(32768)
-    connection.groups.memberships.update(held)
-    connection.loop = SimpleNamespace(time=time.monotonic)  # type: ignore[assignment]
-    return connection, recorder.sent
-
-
 def event(chat: uuid.UUID, seq: int, version: int | None) -> dict[str, Any]:
     message = {"type": "realtime.event", "chat": str(chat), "event": "message_received"}
     return {**message, "payload": {"seq": seq}, "membership_version": version}
@@ -112,14 +66,6 @@ def test_an_event_reaches_the_socket_without_a_database_round(
         run(events.dispatch(consumer, event(chat, seq, version)))
     assert hops == []
     assert [m["arguments"] for m in sent] == [[{"seq": 7}], [{"seq": 8}], [{"seq": 9}]]
-
-
-@pytest.fixture
-def hub_thread_db() -> Iterator[None]:
-    """The consumer reads the domain in asgiref's thread: close that thread's connection
-    afterwards, as Daphne's process end would (the test database is dropped later)."""
-    yield
-    run(sync_to_async(connections.close_all)())
 
 
 class CountingPort:

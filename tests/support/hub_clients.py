@@ -6,7 +6,7 @@ import signal
 import sys
 from typing import Any
 
-from tests.support.runtime import ROOT
+from tests.support.runtime import ROOT, wait_until
 from tests.support.workers import DaphneProcess, LoggedProcess, WorkerProcess
 
 CLIENTS = ROOT / "tests" / "support" / "clients"
@@ -32,6 +32,36 @@ class Hub:
 
     def close(self) -> None:
         self.daphne.kill()
+        self.worker.kill()
+
+
+class TwoHubs:
+    """A worker and two Daphne processes on the same database and Redis."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.worker = WorkerProcess(env, polling_interval=0.5)
+        self.daphnes = [DaphneProcess(env), DaphneProcess(env)]
+
+    def lines(self, index: int) -> str:
+        return "\n".join(self.daphnes[index].lines)
+
+    def holding(self, user: Any) -> int:
+        """Which process opened `user`'s connection. Its log line may come a moment after
+        the client saw the handshake (the line is read from Daphne's output): wait for it."""
+        marks = ["hub connected ConnectionId", f"UserId={user.id}"]
+
+        def holders() -> list[int]:
+            lines = [self.daphnes[i].lines for i in (0, 1)]
+            return [i for i in (0, 1) if any(all(m in x for m in marks) for x in lines[i])]
+
+        found = wait_until(holders, what=f"the connection log line of user {user.id}")
+        assert len(found) == 1, found
+        return int(found[0])
+
+    def close(self) -> None:
+        for daphne in self.daphnes:
+            daphne.kill()
         self.worker.kill()
 
 
@@ -70,6 +100,15 @@ class HubClient(LoggedProcess):
     def groups(self) -> list[str]:
         self.send_line("groups")
         return list(self.next("groups")["groups"])
+
+    def recover(self, offsets: dict[str, int], timeout: float = 15) -> dict[str, str]:
+        """Invoke Recover (stream -> last offset held); its result (node client only)."""
+        self.send_line("recover " + json.dumps(offsets))
+        return dict(self.next("recovered", timeout=timeout)["recovered"])
+
+    def stream_events(self, stream: str) -> list[dict[str, Any]]:
+        """Every event received so far on `stream`, as {"event", "payload"}, in order."""
+        return [e for e in self.outputs("event") if e["payload"].get("stream") == stream]
 
     def message(self) -> dict[str, Any]:
         return dict(self.next("event", "message_received")["payload"])

@@ -1,7 +1,7 @@
 """What the channel layer brings a connection: dispatcher events and control messages.
 
 Functions of a connection, not a part with state of its own: `event_frame` decides
-whether an event goes out and encodes it (once per protocol and process), `dispatch`
+whether an event goes out and `encode` encodes it (once per protocol and process), `dispatch`
 acts on a control message by its Channels message type (HANDLERS).
 """
 
@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from messenger_realtime.hub.connection.authentication import REVOKED
+from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.media import media_join
 from messenger_realtime.hub.protocols.base import Frame
@@ -18,10 +19,13 @@ EVENT_TYPE = "realtime.event"  # transport/publisher.py's dispatcher events
 _FRAMES = "_frames"  # a message's frames by protocol name, filled in by the first connection
 
 
-async def event_frame(connection: Connection, message: dict[str, Any]) -> Frame | None:
+async def event_frame(
+    connection: Connection, message: dict[str, Any], *, hold: bool = True
+) -> Frame | None:
     """The frame of a dispatcher event for this connection, or None when it must not get
-    it. One message object reaches every local connection of its group, so the frame is
-    encoded once per protocol and process and kept on the message."""
+    it (or not yet: `hold`, a recovery of its stream holds it; recovery.py). One message
+    object reaches every local connection of its group, so the frame is encoded once per
+    protocol and process and kept on the message."""
     auth = connection.auth
     if connection.closing or connection.loop.time() >= auth.expires_at:
         await connection.drop(auth.expiry_reason)  # no event once the credentials expired
@@ -40,6 +44,20 @@ async def event_frame(connection: Connection, message: dict[str, Any]) -> Frame 
         # This user's memberships may have changed: re-read them first, so a client
         # that sees the event finds its groups already rebuilt.
         await groups.sync()
+    if hold:
+        offset = message["payload"].get("offset")
+        if offset is not None:
+            marks = connection.marks
+            if marks is None:
+                marks = connection.marks = StreamMarks()
+            if not marks.admits(message["payload"]["stream"], offset, message):
+                return None
+    return encode(connection, message)
+
+
+def encode(connection: Connection, message: dict[str, Any]) -> Frame:
+    """An event's frame in the connection's protocol: once per protocol and message, or
+    once per recipient when its media credentials are minted at delivery."""
     protocol = connection.protocol
     assert protocol is not None
     payload = message["payload"]

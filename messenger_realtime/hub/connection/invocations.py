@@ -7,12 +7,14 @@ SignalR, which clients may show or match.
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.hub import ratelimit
+from messenger_realtime.hub.connection.recovery import recover
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import MessageType
+from messenger_realtime.hub.recovery import RecoverError
 
 logger = logging.getLogger(__name__)
 
@@ -54,15 +56,19 @@ async def _invoke(connection: Connection, message: dict[str, Any]) -> None:
         error = f"{_failed(target)} HubException: Method does not exist."
         await _reply(connection, message, error=error)
         return
-    if arguments:
+    if not isinstance(arguments, list) or len(arguments) != method.arity:
+        count = len(arguments) if isinstance(arguments, list) else 1
         error = (
             f"{_failed(target)} InvalidDataException: Invocation provides "
-            f"{len(arguments)} argument(s) but target expects 0."
+            f"{count} argument(s) but target expects {method.arity}."
         )
         await _reply(connection, message, error=error)
         return
     try:
-        result = await method(connection)
+        result = await method.call(connection, *arguments)
+    except RecoverError as exc:  # the client's argument: it is told what is wrong
+        await _reply(connection, message, error=f"{_failed(target)} HubException: {exc}")
+        return
     except Exception:
         logger.exception("hub method failed", extra={"action": "invoke", "target": target})
         error = f"An unexpected error occurred invoking '{target}' on the server."
@@ -97,7 +103,15 @@ async def get_groups(connection: Connection) -> list[str]:
     return [str(HubTarget.user(connection.user_id)), *chats]
 
 
-HUB_METHODS: dict[str, Callable[[Connection], Awaitable[Any]]] = {"GetGroups": get_groups}
+class HubMethod(NamedTuple):
+    arity: int  # how many arguments an invocation must give
+    call: Callable[..., Awaitable[Any]]  # (connection, *arguments) -> the result
+
+
+HUB_METHODS: dict[str, HubMethod] = {
+    "GetGroups": HubMethod(0, get_groups),
+    "Recover": HubMethod(1, recover),  # one object: stream -> last offset held
+}
 
 
 def _failed(target: str) -> str:

@@ -29,6 +29,7 @@ from messenger_realtime.hub.connection.authentication import SESSION_ENDED, Auth
 from messenger_realtime.hub.connection.events import OVERRUN
 from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.connection.invocations import handle
+from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.outbound import Outbound
 from messenger_realtime.hub.connection.stateful import REPLAY_OVERFLOW, StatefulReconnect
 from messenger_realtime.hub.connection.timeouts import Timeouts
@@ -61,6 +62,7 @@ class HubConnection:
         "last_received",
         "last_sent",
         "loop",
+        "marks",  # a StreamMarks from its first event with an offset (marks.py)
         "opened",  # registered and counted (open() ran)
         "opened_at",  # loop times of each
         "options",
@@ -104,6 +106,7 @@ class HubConnection:
         self.groups = Groups(self)
         self.outbound = Outbound(self)
         self.stateful: StatefulReconnect | None = None
+        self.marks: StreamMarks | None = None
         self.timeouts = Timeouts(self)  # its deadlines, on the process's one clock
 
     def receive_lock(self) -> asyncio.Lock:

@@ -101,15 +101,15 @@ class Outbound:
                             self.unsent.append(frame)
                             size += len(frame)
                         if size >= FRAME_BYTES:
-                            await self._flush_unsent()
+                            await self.flush()
                             size = 0
                     else:
-                        await self._flush_unsent()
+                        await self.flush()
                         size = 0
                         await dispatch(c, message)
                         if c.closing:
                             return
-                await self._flush_unsent()
+                await self.flush()
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -119,14 +119,15 @@ class Outbound:
             if self.task is asyncio.current_task():
                 self.task = None
 
-    async def _flush_unsent(self) -> None:
+    async def flush(self) -> None:
+        """Send the event frames built and not sent yet (a recovery sends them first)."""
         frames, self.unsent = self.unsent, []  # taken first: a Close meanwhile sends none twice
         await self.emit_many(frames)
 
     async def send_close(self, close: Frame) -> None:
         """The Close, after the frames built before it (whichever task closes)."""
         with contextlib.suppress(Exception):  # the socket may be gone already
-            await self._flush_unsent()
+            await self.flush()
         with contextlib.suppress(Exception):
             await self.send(close)
 

@@ -13,6 +13,7 @@ from uuid import UUID
 
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.hub.auth import Identity
+from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.membership import ChatMemberships
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.protocols.base import Frame, HubProtocol
@@ -62,6 +63,10 @@ class OutboundPart(Protocol):
 
     async def emit(self, frame: Frame) -> None: ...
 
+    async def emit_many(self, frames: list[Frame]) -> None: ...
+
+    async def flush(self) -> None: ...
+
 
 class StatefulPart(Protocol):
     """stateful.StatefulReconnect, as the other parts use it."""
@@ -97,6 +102,7 @@ class Connection(Protocol):
     last_received: float
     last_sent: float
     refused_invocations: int
+    marks: StreamMarks | None  # made at its first event with an offset (marks.py)
 
     # Its parts: read-only here (a part never replaces another).
     @property

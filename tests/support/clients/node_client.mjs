@@ -5,7 +5,7 @@
 // "LongPolling" (only that one), "messagepack": true (the MessagePack hub protocol).
 // Prints one JSON object per line (connection states, events, invocation results; a
 // Date in a payload prints as {"$date": ISO}); reads commands from stdin: "groups"
-// (invoke GetGroups), "token JWT" (the token the next (re)connect uses), "transport"
+// (invoke GetGroups), "recover JSON" (invoke Recover with that object), "token JWT" (the token the next (re)connect uses), "transport"
 // (print the transport in use), "drop" (destroy the WebSocket's TCP socket), "stop".
 import * as signalR from "@microsoft/signalr";
 import * as readline from "node:readline";
@@ -74,6 +74,12 @@ for await (const line of commands) {
   if (line === "groups") {
     try {
       print({ groups: await connection.invoke("GetGroups") });
+    } catch (error) {
+      print({ invokeError: String(error) });
+    }
+  } else if (line.startsWith("recover ")) {
+    try {
+      print({ recovered: await connection.invoke("Recover", JSON.parse(line.slice(8))) });
     } catch (error) {
       print({ invokeError: String(error) });
     }

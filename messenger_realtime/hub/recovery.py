@@ -1,0 +1,182 @@
+"""Recovery from the database: what a client missed on each stream it names, read in one
+snapshot and built as the worker builds it (the `Recover` hub method).
+
+A client that was away holds, for each stream (`chat:{ChatId}`, `user:{UserId}`), the
+last offset it received (outbox/streams.py). The outbox rows are the streams' entries
+until retention deletes them (RETENTION_DONE after they were pushed), so what came after
+that offset is read from PostgreSQL: on any hub process, after every hub process
+restarted, and while the worker is stopped (committed, not yet pushed rows count too).
+
+Each stream gets one outcome:
+- "recovered": every entry after the client's offset, up to the stream's offset at the
+  read, is here and was built (the events are sent, in offset order);
+- "resync": more than RECOVERY_MAX_EVENTS were missed, some are gone (retention), one
+  cannot be built any more, or the client claims an offset the stream never reached
+  (a database restored from a backup): nothing is sent, the client resyncs over REST;
+- "forbidden": the user may not read the stream now (not an active member of the chat,
+  or another user's stream): nothing of it is sent.
+Authorization is the REST API's, read at the moment of recovery: the chats the domain
+port says the user is an active member of.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+from uuid import UUID
+
+from django.db import connection as db
+
+from messenger_realtime.contracts.build import build_events
+from messenger_realtime.contracts.events import OutgoingEvent
+from messenger_realtime.contracts.port import get_domain_port
+from messenger_realtime.exceptions import InvalidRow
+from messenger_realtime.outbox.enums import RealtimeTargetKind
+from messenger_realtime.outbox.streams import CHAT_PREFIX, USER_PREFIX
+
+RECOVERED, RESYNC, FORBIDDEN = "recovered", "resync", "forbidden"
+MAX_STREAMS = 1000  # streams one Recover may name (a user in more chats recovers in parts)
+READ_CHUNK = 50  # streams per database read: bounds what one read holds in memory
+_TARGET_KINDS = {CHAT_PREFIX: RealtimeTargetKind.CHAT_GROUP, USER_PREFIX: RealtimeTargetKind.USER}
+
+# What each asked stream missed, in one statement and so one snapshot: the stream's
+# counter (its offset now) and its entries after the client's offset, up to that one, in
+# offset order. An entry committed after the snapshot is not read here and is pushed
+# live. The LATERAL read is a range scan of ux_rto_stream (target_key, target_kind,
+# stream_offset), and it is skipped (the LIMIT never reached) for a stream further behind
+# than %(most)s: such a client resyncs, so its entries are not worth reading.
+MISSED = """
+WITH asked AS (
+    SELECT * FROM unnest(%(streams)s::text[], %(kinds)s::text[], %(keys)s::uuid[],
+                         %(after)s::bigint[]) AS a(stream, target_kind, target_key, after)
+)
+SELECT a.stream, s.last_offset, o.stream_offset, o.kind, o.target_kind, o.chat_id,
+       o.target_user_id, o.message_id, o.ref_id, o.session_kind, o.seq
+FROM asked AS a
+LEFT JOIN messenger.realtime_stream AS s ON s.stream = a.stream
+LEFT JOIN LATERAL (
+    SELECT e.* FROM messenger.realtime_outbox AS e
+    WHERE e.target_key = a.target_key AND e.target_kind = a.target_kind
+      AND e.stream_offset > a.after AND e.stream_offset <= s.last_offset
+      AND s.last_offset - a.after <= %(most)s
+    ORDER BY e.stream_offset
+    LIMIT %(most)s
+) AS o ON true
+ORDER BY a.stream, o.stream_offset
+"""
+
+
+class RecoverError(ValueError):
+    """The Recover argument is not what the method takes (the client is told why)."""
+
+
+class StoredRow(NamedTuple):
+    """An entry as MISSED reads it: what the contracts build an event from."""
+
+    stream_offset: int
+    kind: str
+    target_kind: str
+    chat_id: UUID | None
+    target_user_id: UUID | None
+    message_id: UUID | None
+    ref_id: UUID | None
+    session_kind: str | None
+    seq: int | None
+
+
+@dataclass(slots=True)
+class StreamRecovery:
+    """One stream's outcome; `events` (in offset order) only when recovered, `offset`
+    the stream's offset at the read."""
+
+    stream: str
+    outcome: str
+    offset: int = 0
+    events: list[OutgoingEvent] = field(default_factory=list)
+
+
+def parse(argument: Any) -> dict[str, int]:
+    """The Recover argument: an object mapping stream names to the last offset held."""
+    if not isinstance(argument, dict):
+        raise RecoverError("Recover takes one object mapping streams to offsets.")
+    if len(argument) > MAX_STREAMS:
+        raise RecoverError(f"Recover takes at most {MAX_STREAMS} streams at once.")
+    asked: dict[str, int] = {}
+    for stream, offset in argument.items():
+        _stream_key(stream)  # raises for a malformed name
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise RecoverError(f"The offset of {stream!r} must be an integer >= 0.")
+        asked[stream] = offset
+    return asked
+
+
+def read_missed(user_id: UUID, asked: Mapping[str, int], most: int) -> list[StreamRecovery]:
+    """Each asked stream's outcome, with its missed events when recovered (synchronous:
+    the hub runs it on Django's database thread)."""
+    port = get_domain_port()
+    chats = port.active_chats(user_id)  # read at recovery, as a REST resync would check
+    readable: dict[str, int] = {}
+    results: dict[str, StreamRecovery] = {}
+    for stream, after in asked.items():
+        prefix, key = _stream_key(stream)
+        allowed = key == user_id if prefix == USER_PREFIX else key in chats
+        if allowed:
+            readable[stream] = after
+        else:
+            results[stream] = StreamRecovery(stream, FORBIDDEN)
+    names = list(readable)
+    for start in range(0, len(names), READ_CHUNK):
+        chunk = {name: readable[name] for name in names[start : start + READ_CHUNK]}
+        for recovery in _read(chunk, most, port):
+            results[recovery.stream] = recovery
+    return [results[stream] for stream in asked]
+
+
+def _read(asked: Mapping[str, int], most: int, port: Any) -> list[StreamRecovery]:
+    keys = [_stream_key(stream) for stream in asked]
+    params: dict[str, Any] = {
+        "streams": list(asked),
+        "kinds": [_TARGET_KINDS[prefix] for prefix, _ in keys],
+        "keys": [key for _, key in keys],
+        "after": list(asked.values()),
+        "most": most,
+    }
+    with db.cursor() as cursor:
+        cursor.execute(MISSED, params)
+        found = cursor.fetchall()
+    counters: dict[str, int | None] = {}
+    entries: dict[str, list[StoredRow]] = {stream: [] for stream in asked}
+    for stream, last_offset, *entry in found:
+        counters[stream] = last_offset
+        if entry[0] is not None:
+            entries[stream].append(StoredRow(*entry))
+    recoveries = []
+    for stream, after in asked.items():
+        last = counters.get(stream) or 0  # no counter yet: the stream never had an event
+        rows = entries[stream]
+        missed = last - after
+        # Every missed offset must be here: after+1 .. last, no more, no fewer.
+        whole = missed >= 0 and missed <= most and len(rows) == missed
+        if not whole:
+            recoveries.append(StreamRecovery(stream, RESYNC, last))
+            continue
+        built = build_events(rows, port) if rows else []
+        if any(isinstance(event, InvalidRow) for event in built):
+            recoveries.append(StreamRecovery(stream, RESYNC, last))
+            continue
+        events = [e for e in built if isinstance(e, OutgoingEvent)]
+        recoveries.append(StreamRecovery(stream, RECOVERED, last, events))
+    return recoveries
+
+
+def _stream_key(stream: Any) -> tuple[str, UUID]:
+    """(prefix, id) of a stream name; RecoverError when it is not one."""
+    if isinstance(stream, str):
+        for prefix in _TARGET_KINDS:
+            if stream.startswith(prefix):
+                try:
+                    key = UUID(stream[len(prefix) :])
+                except ValueError:
+                    break
+                if f"{prefix}{key}" == stream:  # the canonical spelling only
+                    return prefix, key
+    raise RecoverError(f"{str(stream)[:80]!r} is not a stream (chat:<id> or user:<id>).")

@@ -1,0 +1,175 @@
+"""Recovery in-process, against the real database: what the read decides per stream, and
+how a connection orders live events around a recovery (the order is forced here: the
+recovery's read waits on a table lock the test holds while live events arrive)."""
+
+import asyncio
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from messenger_realtime.dispatch import connections as db
+from messenger_realtime.hub.connection import events
+from messenger_realtime.hub.connection.marks import TRACKED
+from messenger_realtime.hub.connection.recovery import recover
+from messenger_realtime.hub.recovery import FORBIDDEN, RECOVERED, RESYNC, RecoverError, parse
+from messenger_realtime.hub.recovery import read_missed as read
+from messenger_realtime.models import RealtimeOutboxEntry
+from messenger_realtime.outbox.streams import current_offsets
+from project.messenger import services
+from project.messenger.realtime_port import HostDomainPort
+from tests.support.factories import UserFactory
+from tests.support.inprocess import consumer_of, hub_thread_db  # noqa: F401 (a fixture)
+from tests.support.runtime import run
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("hub_thread_db")]
+
+
+def team() -> tuple[Any, Any, Any, str]:
+    alice, bob = UserFactory(name="alice"), UserFactory(name="bob")
+    chat = services.create_chat(alice.id, [bob.id], title="team")
+    return alice, bob, chat, f"chat:{chat.id}"
+
+
+@pytest.mark.parametrize(
+    ("argument", "reason"),
+    [
+        ([1], "one object"),
+        ({"chat:not-a-uuid": 0}, "is not a stream"),
+        ({"room:0192d0c8-0000-7000-8000-000000000000": 0}, "is not a stream"),
+        ({"chat:0192D0C8-0000-7000-8000-000000000000": 0}, "is not a stream"),
+        ({"chat:0192d0c8-0000-7000-8000-000000000000": -1}, "integer >= 0"),
+        ({"chat:0192d0c8-0000-7000-8000-000000000000": "3"}, "integer >= 0"),
+        ({"chat:0192d0c8-0000-7000-8000-000000000000": True}, "integer >= 0"),
+        ({f"chat:{uuid.UUID(int=n)}": 0 for n in range(1001)}, "at most 1000"),
+    ],
+)
+def test_a_malformed_argument_is_refused_with_its_reason(argument: Any, reason: str) -> None:
+    with pytest.raises(RecoverError, match=reason):
+        parse(argument)
+
+
+def test_each_stream_gets_its_outcome() -> None:
+    alice, bob, chat, stream = team()
+    held = current_offsets([stream])[stream]
+    for n in range(3):
+        services.post_message(alice.id, chat.id, f"m{n}")
+    other = services.create_chat(alice.id, [UserFactory().id], title="not bob's")
+    never = f"chat:{uuid.uuid4()}"
+    asked = {
+        stream: held,
+        f"user:{bob.id}": 0,
+        f"user:{alice.id}": 0,
+        f"chat:{other.id}": 0,
+        never: 0,
+    }
+    results = {r.stream: r for r in read(bob.id, asked, 1000)}
+    assert [results[s].outcome for s in asked] == [
+        RECOVERED,
+        RECOVERED,
+        FORBIDDEN,
+        FORBIDDEN,
+        FORBIDDEN,  # not a chat bob is in (it does not exist): never readable
+    ]
+    mine = results[stream]
+    assert [e.payload["offset"] for e in mine.events] == [held + 1, held + 2, held + 3]
+    assert [e.payload["body"] for e in mine.events] == ["m0", "m1", "m2"]
+    assert mine.offset == held + 3
+    assert all(r.events == [] for r in results.values() if r.outcome == FORBIDDEN)
+    assert results[f"user:{bob.id}"].events  # the chat's creation, told to bob
+
+
+def test_resync_past_the_bound_past_retention_past_the_stream_or_when_unbuildable() -> None:
+    alice, bob, chat, stream = team()
+    held = current_offsets([stream])[stream]
+    sent = [services.post_message(alice.id, chat.id, f"m{n}") for n in range(4)]
+    assert read(bob.id, {stream: held}, 3)[0].outcome == RESYNC  # 4 missed, 3 allowed
+    assert read(bob.id, {stream: held + 1}, 3)[0].outcome == RECOVERED
+    assert read(bob.id, {stream: held + 4}, 3)[0].outcome == RECOVERED  # none missed
+    assert read(bob.id, {stream: held + 5}, 3)[0].outcome == RESYNC  # ahead of the db
+    # An entry whose event cannot be built any more (its message row is gone).
+    RealtimeOutboxEntry.objects.filter(message_id=sent[3].id).update(message_id=uuid.uuid4())
+    assert read(bob.id, {stream: held + 3}, 3)[0].outcome == RESYNC
+    # Retention deleted an entry: what is left has a gap, so no silent loss.
+    RealtimeOutboxEntry.objects.filter(message_id=sent[1].id).delete()
+    assert read(bob.id, {stream: held}, 10)[0].outcome == RESYNC
+    assert read(bob.id, {stream: held + 2}, 10)[0].outcome == RESYNC  # m3 unbuildable
+    assert read(bob.id, {stream: held + 4}, 10)[0].outcome == RECOVERED
+
+
+def live(chat: uuid.UUID, stream: str, offset: int, version: int) -> dict[str, Any]:
+    """A dispatcher event as the channel layer brings it (transport/publisher.py)."""
+    payload = {"chatId": str(chat), "body": f"live {offset}", "stream": stream, "offset": offset}
+    return {
+        "type": "realtime.event",
+        "event": "message_received",
+        "chat": str(chat),
+        "membership_version": version,
+        "payload": payload,
+    }
+
+
+def sent_offsets(sent: list[Any], stream: str) -> list[int]:
+    frames = [m for m in sent if m.get("type") == 1]
+    return [m["arguments"][0]["offset"] for m in frames if m["arguments"][0]["stream"] == stream]
+
+
+def test_live_events_wait_for_the_recovery_and_no_offset_goes_out_twice() -> None:
+    alice, bob, chat, stream = team()
+    other = services.create_chat(alice.id, [bob.id], title="other")
+    other_stream = f"chat:{other.id}"
+    held = current_offsets([stream])[stream]
+    for n in range(3):
+        services.post_message(alice.id, chat.id, f"m{n}")
+    last = held + 3
+    chats = dict(HostDomainPort().active_chats(bob.id))
+    connection, sent = consumer_of(bob.id, chats)
+    version = chats[chat.id]
+
+    async def scenario() -> dict[str, str]:
+        # Pushed live before the client asked: noted, not sent again by the recovery.
+        await events.dispatch(connection, live(chat.id, stream, held + 2, version))
+        with psycopg.connect(db.conninfo()) as lock, psycopg.connect(db.conninfo()) as watch:
+            lock.execute("LOCK TABLE messenger.realtime_stream IN ACCESS EXCLUSIVE MODE")
+            recovering = asyncio.create_task(recover(connection, {stream: held}))
+            await asyncio.to_thread(wait_for_a_lock_wait, watch)
+            # While the read waits: live events of the stream are held; another
+            # stream's go out at once.
+            for offset in (held + 3, last + 1, held + 1):
+                await events.dispatch(connection, live(chat.id, stream, offset, version))
+            await events.dispatch(connection, live(other.id, other_stream, 7, chats[other.id]))
+            assert sent_offsets(sent, stream) == [held + 2]
+            assert sent_offsets(sent, other_stream) == [7]
+            lock.rollback()  # the read goes on
+            result = await recovering
+        # Recovered up to `last`: an older live event is not sent again; newer ones are.
+        await events.dispatch(connection, live(chat.id, stream, held + 3, version))
+        await events.dispatch(connection, live(chat.id, stream, last + 2, version))
+        return result
+
+    assert run(scenario()) == {stream: RECOVERED}
+    assert sent_offsets(sent, stream) == [held + 2, held + 1, held + 3, last + 1, last + 2]
+
+
+def wait_for_a_lock_wait(watch: psycopg.Connection[Any]) -> None:
+    """Until a session of this database waits on a lock (the recovery's read)."""
+    query = (
+        "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND query LIKE '%%realtime_stream%%'"
+    )
+    while watch.execute(query).fetchone() is None:
+        watch.rollback()
+
+
+def test_the_notes_of_live_offsets_stop_at_their_bound() -> None:
+    _alice, bob, chat, stream = team()
+    chats = dict(HostDomainPort().active_chats(bob.id))
+    connection, _ = consumer_of(bob.id, chats)
+
+    async def scenario() -> None:
+        for offset in range(1, TRACKED + 2):
+            await events.dispatch(connection, live(chat.id, stream, offset, chats[chat.id]))
+
+    run(scenario())
+    assert connection.marks is not None and connection.marks.sent is None
