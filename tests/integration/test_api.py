@@ -10,6 +10,7 @@ from django.db.models.functions import Now
 from django.test import Client
 
 from messenger_realtime.models import RealtimeOutboxEntry
+from messenger_realtime.outbox.streams import current_offsets
 from project.messenger import services
 from project.messenger.api.base import STATUS_OF_ERROR, BadRequest, CsrfRefused, status_of
 from project.messenger.models import Chat, Message, Participant
@@ -213,17 +214,18 @@ def test_blocking_is_idempotent_and_an_empty_unblock_writes_nothing(people: Any)
     assert RealtimeOutboxEntry.objects.count() == 2
 
 
-def test_list_chats_takes_the_same_three_queries_for_one_chat_and_for_five(
+def test_list_chats_takes_the_same_five_queries_for_one_chat_and_for_five(
     django_assert_num_queries: Any,
 ) -> None:
     alice, bob, carol, dave = (UserFactory(name=n) for n in ("alice", "bob", "carol", "dave"))
     services.create_chat(alice.id, [bob.id])
     as_alice = As(alice)
-    with django_assert_num_queries(3):  # the caller, the chats, all their participants
+    # The caller, the chat ids, their streams' offsets, the chats, all their participants.
+    with django_assert_num_queries(5):
         assert len(as_alice("GET", "/api/chats")[1]["chats"]) == 1
     for n in range(4):
         services.create_chat(alice.id, [bob.id, carol.id, dave.id], title=f"team {n}")
-    with django_assert_num_queries(3):
+    with django_assert_num_queries(5):
         status, got = as_alice("GET", "/api/chats")
     assert status == 200
     assert sorted(
@@ -295,3 +297,19 @@ def test_the_status_table_maps_every_domain_error_class_and_nothing_else() -> No
     }
     with pytest.raises(TypeError, match="no HTTP status for DomainError"):
         status_of(errors.DomainError("unclassified"))
+
+
+def test_chat_payloads_carry_their_streams_offset_and_the_list_the_users(people: Any) -> None:
+    alice, bob, _eve, chat = people
+    stream = f"chat:{chat.id}"
+    before = current_offsets([stream])[stream]
+    services.post_message(alice.user.id, chat.id, "one")
+    services.post_message(alice.user.id, chat.id, "two")
+    status, got = alice("GET", f"/api/chats/{chat.id}")
+    assert status == 200
+    assert (got["stream"], got["offset"]) == (stream, before + 2)
+    status, listed = alice("GET", "/api/chats")
+    assert [(c["stream"], c["offset"]) for c in listed["chats"]] == [(stream, before + 2)]
+    own = f"user:{alice.user.id}"
+    assert listed["user"] == {"stream": own, "offset": current_offsets([own])[own]}
+    assert listed["user"]["offset"] >= 1  # the chat's creation was told to alice

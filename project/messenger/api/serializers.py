@@ -34,14 +34,21 @@ def participant(p: Participant) -> dict[str, Any]:
     }
 
 
-def chat(c: Chat, participants: list[Participant]) -> dict[str, Any]:
+def chat(c: Chat, participants: list[Participant], offset: int) -> dict[str, Any]:
+    """A chat, with its stream's offset: where a client that loaded it recovers from."""
     return {
         "chatId": str(c.id),
         "kind": c.kind,
         "title": c.title,
         "lastSeq": c.last_seq,
         "participants": [participant(p) for p in participants if p.is_active],
+        **stream(f"chat:{c.id}", offset),
     }
+
+
+def stream(name: str, offset: int) -> dict[str, Any]:
+    """A stream and its offset (hub `Recover`: docs/hub.md, "Recovery")."""
+    return {"stream": name, "offset": offset}
 
 
 def contact(c: Contact) -> dict[str, Any]:

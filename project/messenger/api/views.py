@@ -9,6 +9,8 @@ from uuid import UUID
 from django.db.models import Prefetch, QuerySet
 from django.http import HttpRequest, HttpResponse
 
+from messenger_realtime.outbox.streams import chat_stream, current_offsets, user_stream
+
 from .. import services
 from ..models import Chat, Message, Participant
 from . import serializers
@@ -40,15 +42,29 @@ def _chats_with_participants() -> QuerySet[Chat]:
 
 
 def _chat_out(chat_id: UUID) -> dict[str, Any]:
+    # The stream's offset is read before the chat: never newer than what the payload
+    # shows, so a client that recovers from it misses nothing (it may get an event twice).
+    offset = current_offsets([chat_stream(chat_id)])[chat_stream(chat_id)]
     chat = _chats_with_participants().get(id=chat_id)
-    return serializers.chat(chat, list(chat.participants.all()))
+    return serializers.chat(chat, list(chat.participants.all()), offset)
 
 
 def list_chats(user: UUID, request: HttpRequest) -> Any:
-    """The caller's chats in a fixed number of queries, however many there are."""
-    chat_ids = Participant.objects.filter(user_id=user, is_active=True).values("chat_id")
+    """The caller's chats in a fixed number of queries, however many there are, with the
+    offsets a client recovers from (chats' and its own user stream's, read first: see
+    _chat_out)."""
+    chat_ids = list(
+        Participant.objects.filter(user_id=user, is_active=True).values_list("chat_id", flat=True)
+    )
+    offsets = current_offsets([user_stream(user), *(chat_stream(c) for c in chat_ids)])
     chats = _chats_with_participants().filter(id__in=chat_ids)
-    return {"chats": [serializers.chat(c, list(c.participants.all())) for c in chats]}
+    return {
+        "chats": [
+            serializers.chat(c, list(c.participants.all()), offsets[chat_stream(c.id)])
+            for c in chats
+        ],
+        "user": serializers.stream(user_stream(user), offsets[user_stream(user)]),
+    }
 
 
 def create_chat(user: UUID, request: HttpRequest) -> Any:
