@@ -167,6 +167,12 @@ def test_every_kind_reaches_its_recipients_with_its_contract(hub: Hub, clients: 
     assert "protocol=messagepack" in "\n".join(hub.daphne.lines)
 
     # Pinned shapes --------------------------------------------------------------------
+    # Every event names its group's stream and its offset there (docs/hub.md, "Recovery").
+    for name, payload in seen.items():
+        stream, offset = payload.pop("stream"), payload.pop("offset")
+        assert stream.startswith(("chat:", "user:")) and offset >= 1, name
+        if stream.startswith("chat:") and "chatId" in payload:
+            assert stream == f"chat:{payload['chatId']}", name
     base_message = {"chatId", "messageId", "seq", "senderUserId", "kind", "sentAt"}
     assert keys(seen["message_received"]) == base_message | {"body"}
     assert seen["message_received"]["body"] == "hi bob"

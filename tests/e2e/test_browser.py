@@ -17,6 +17,7 @@ from tests.support.balancer import Balancer
 from tests.support.browser import off_loop, shot
 from tests.support.hub_clients import Hub
 from tests.support.runtime import wait_until
+from tests.support.workers import DaphneProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
 
@@ -27,9 +28,18 @@ def hub_env(worker_env: dict[str, str]) -> dict[str, str]:
 
 
 def sign_in(
-    browser: Browser, hub: Hub, name: str, chat: str = "Demo team", base: str | None = None
+    browser: Browser,
+    hub: Hub,
+    name: str,
+    chat: str = "Demo team",
+    base: str | None = None,
+    clock: bool = False,
 ) -> Page:
+    """The demo page signed in as `name` with `chat` open; `clock`: the page's timers run
+    on Playwright's clock (page.clock), which the test moves forward."""
     page = browser.new_context().new_page()
+    if clock:
+        page.clock.install()
     page.goto(f"{base or hub.daphne.http}/demo/")
     page.select_option("#username", f"demo-{name}")
     page.click("#sign-in")
@@ -212,3 +222,39 @@ def test_the_demo_is_off_unless_enabled_and_only_for_demo_users(
         client.post("/demo/sign-in", {"username": "demo-bob"})
         token = client.get("/demo/token").json()
         assert token["userId"] == str(user("bob").id)
+
+
+def test_a_page_offline_for_a_minute_with_the_hub_restarted_catches_up_with_no_rest_read(
+    hub: Hub, browser: Browser
+) -> None:
+    """Recovery over the hub (docs/hub.md, "Recovery"): after a minute offline, with the
+    only hub process restarted meanwhile (so no stateful resume can help), the page gets
+    every message it missed, an edit and a delete included, through one Recover, and
+    reads nothing over REST (it still marks what it shows as read: a write)."""
+    off_loop(call_command, "seed_demo")
+    bob = sign_in(browser, hub, "bob", clock=True)
+    chat = team()
+    post("alice", chat, "before")
+    bob.wait_for_selector("#messages li >> text=before")
+    requests: list[tuple[str, str]] = []
+    bob.on("request", lambda request: requests.append((request.method, request.url)))
+    bob.context.set_offline(True)
+    port = hub.daphne.port
+    hub.daphne.kill()  # the hub process dies: its connections and their buffers with it
+    bob.clock.fast_forward("01:00")  # a minute offline: the client's retries fail
+    bob.wait_for_selector("#connection.reconnecting")
+    sent = [post("alice", chat, f"while away {n}") for n in range(3)]
+    off_loop(services.edit_message, user("alice").id, chat.id, sent[0].id, "edited away")
+    off_loop(services.delete_message, user("alice").id, chat.id, sent[1].id)
+    hub.daphne = DaphneProcess(hub.env, port=port)
+    bob.context.set_offline(False)
+    bob.clock.fast_forward(6_000)  # past the client's next retry (at most 5 s apart)
+    bob.wait_for_selector("#connection.connected", timeout=30_000)
+    bob.wait_for_selector("#messages li >> text=while away 2")
+    bob.wait_for_selector("#messages li >> text=edited away")
+    assert texts(bob) == ["before", "edited away", "(deleted)", "while away 2"]
+    reads = [url for method, url in requests if method == "GET" and "/api/" in url]
+    assert reads == []
+    assert any(m == "POST" and "/hubs/messenger/negotiate" in u for m, u in requests)
+    hub.daphne.wait_for("recovered.*streams_recovered")
+    shot(bob, "offline-minute-recovered")

@@ -300,7 +300,7 @@ def test_the_status_table_maps_every_domain_error_class_and_nothing_else() -> No
 
 
 def test_chat_payloads_carry_their_streams_offset_and_the_list_the_users(people: Any) -> None:
-    alice, bob, _eve, chat = people
+    alice, _bob, _eve, chat = people
     stream = f"chat:{chat.id}"
     before = current_offsets([stream])[stream]
     services.post_message(alice.user.id, chat.id, "one")

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { ChatTimeline, RealtimeClient } from "../../messenger_realtime/static/messenger_realtime/realtime-client.js";
+import { ChatTimeline, RealtimeClient, StreamOffsets } from "../../messenger_realtime/static/messenger_realtime/realtime-client.js";
 
 const CHAT = "c1";
 const msg = (seq, extra = {}) => ({ chatId: CHAT, messageId: `m${seq}`, seq, body: `b${seq}`, ...extra });
@@ -70,10 +70,14 @@ function fakeSignalR(connection) {
   return { HubConnectionBuilder: function () { return builder; }, LogLevel: { Warning: 3 } };
 }
 
-function server(messages) {
+function server(messages, offset = 0) {
   const calls = [];
   const fetchImpl = async (url) => {
     calls.push(url);
+    if (!url.includes("/messages")) {
+      const chat = { chatId: CHAT, stream: `chat:${CHAT}`, offset };
+      return { ok: true, status: 200, json: async () => chat };
+    }
     const after = Number(new URL(url, "http://x").searchParams.get("afterSeq"));
     const page = messages.filter((m) => m.seq > after).slice(0, 200);
     return { ok: true, status: 200, json: async () => ({ messages: page }) };
@@ -140,4 +144,77 @@ test("a send the server refused is not retried", async () => {
   const client = new RealtimeClient({ signalR: fakeSignalR(new FakeConnection()), getToken: () => "t", fetchImpl });
   await assert.rejects(client.send(CHAT, "hi"), /blocked/);
   assert.equal(calls, 1);
+});
+
+test("a stream's offset is the contiguous one, whatever the arrival order", () => {
+  const offsets = new StreamOffsets();
+  offsets.start("chat:a", 4);
+  offsets.note("chat:a", 6); // 5 not yet here
+  assert.deepEqual(offsets.asked(), { "chat:a": 4 });
+  offsets.note("chat:a", 5);
+  assert.deepEqual(offsets.asked(), { "chat:a": 6 });
+  offsets.start("chat:a", 2); // an older REST load never moves it back
+  offsets.note("user:u", 9); // first heard of here: from here on
+  assert.deepEqual(offsets.asked(), { "chat:a": 6, "user:u": 9 });
+});
+
+/** A connection whose hub answers Recover: it sends `missed` first, as the hub does. */
+class RecoveringConnection extends FakeConnection {
+  constructor(answer) {
+    super();
+    this.answer = answer;
+    this.asked = [];
+  }
+  async invoke(method, argument) {
+    assert.equal(method, "Recover");
+    this.asked.push(argument);
+    return this.answer(this.handlers, argument);
+  }
+}
+
+const event = (seq, offset) => ({ ...msg(seq), stream: `chat:${CHAT}`, offset });
+
+test("after a reconnect what was missed comes through Recover, with no REST call", async () => {
+  let missed = [];
+  const connection = new RecoveringConnection((handlers, asked) => {
+    for (const e of missed) handlers.message_received(e);
+    return Object.fromEntries(Object.keys(asked).map((stream) => [stream, "recovered"]));
+  });
+  const { calls, fetchImpl } = server([msg(1)], 10);
+  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", fetchImpl });
+  await client.start();
+  await client.openChat(CHAT);
+  connection.handlers.message_received(event(2, 11)); // live
+  connection.reconnecting();
+  const before = calls.length;
+  missed = [event(3, 12), event(4, 13)]; // in offset order, as the hub sends
+  connection.handlers.message_received(event(5, 14)); // live, on the new connection, first
+  await connection.reconnected();
+  assert.deepEqual(connection.asked.at(-1), { [`chat:${CHAT}`]: 11 });
+  assert.deepEqual(client.timeline(CHAT).messages().map((m) => m.seq), [1, 2, 3, 4, 5]);
+  assert.equal(calls.length, before); // not one REST request
+  assert.deepEqual(client.offsets.asked(), { [`chat:${CHAT}`]: 14 });
+});
+
+test("only a chat the hub says to resync goes to REST; a forbidden one is closed", async () => {
+  const OTHER = "c2";
+  let outcomes = {};
+  const connection = new RecoveringConnection(() => outcomes);
+  const history = [msg(1)];
+  const { calls, fetchImpl } = server(history, 1);
+  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", fetchImpl });
+  const forbidden = [];
+  client.addEventListener("forbidden", (e) => forbidden.push(e.detail));
+  await client.start();
+  await client.openChat(CHAT);
+  client.offsets.start(`chat:${OTHER}`, 3);
+  history.push(msg(2));
+  outcomes = { [`chat:${CHAT}`]: "resync", [`chat:${OTHER}`]: "forbidden" };
+  connection.reconnecting();
+  const before = calls.length;
+  await connection.reconnected();
+  assert.deepEqual(calls.slice(before), [`/api/chats/${CHAT}`, `/api/chats/${CHAT}/messages?afterSeq=1&limit=200`]);
+  assert.deepEqual(client.timeline(CHAT).messages().map((m) => m.seq), [1, 2]);
+  assert.deepEqual(forbidden, [{ stream: `chat:${OTHER}`, chatId: OTHER }]);
+  assert.deepEqual(Object.keys(client.offsets.asked()), [`chat:${CHAT}`]);
 });

@@ -1,8 +1,11 @@
-// Messenger realtime web client: the hub's events plus REST resync, as the spec asks of
-// clients. Realtime is not the source of truth: delivery is at-least-once and unordered
-// across retries, so each chat's history is kept by Seq, duplicates are dropped by
-// (chatId, seq) and messageId, edits and deletes apply idempotently, gaps are filled from
-// list-messages, and every open chat is resynced on start and after each reconnect.
+// Messenger realtime web client: the hub's events, recovery over the hub, and REST resync
+// as the fallback. Delivery is at-least-once and unordered across retries, so each chat's
+// history is kept by Seq, duplicates are dropped by (chatId, seq) and messageId, edits and
+// deletes apply idempotently. Every event names its stream and offset: after each
+// (re)connect the client asks the hub to `Recover` what it missed since the offsets it
+// holds (one round trip, whichever hub process it reaches, however long it was away), and
+// resyncs a chat over REST only when the hub answers "resync" for it (docs/hub.md,
+// "Recovery"), or when a gap in Seq shows outside a recovery.
 //
 // The SignalR client is injected (`signalR`: the @microsoft/signalr namespace), so this
 // module runs in browsers (the package's browser build) and under Node (its npm import).
@@ -63,6 +66,58 @@ function sameMessage(a, b) {
   return JSON.stringify(a) === JSON.stringify(b);
 }
 
+/**
+ * Where the client stands on each stream (`chat:{chatId}`, `user:{userId}`): the offset up
+ * to which it holds every event, which is what `Recover` asks from. Events may arrive out
+ * of order (a retried push); an offset past a hole waits until the hole is filled.
+ */
+export class StreamOffsets {
+  constructor() {
+    this.held = new Map(); // stream -> contiguous offset
+    this.ahead = new Map(); // stream -> Set of offsets received past a hole
+  }
+
+  /** A complete state loaded at `offset` (a REST payload's): never moves back. */
+  start(stream, offset) {
+    if (!Number.isInteger(offset)) return;
+    if ((this.held.get(stream) ?? -1) < offset) this.held.set(stream, offset);
+    this.advance(stream);
+  }
+
+  /** An event of the stream arrived. A stream first heard of here starts at it. */
+  note(stream, offset) {
+    if (typeof stream !== "string" || !Number.isInteger(offset)) return;
+    if (!this.held.has(stream)) {
+      this.held.set(stream, offset);
+      return;
+    }
+    if (offset <= this.held.get(stream)) return;
+    if (!this.ahead.has(stream)) this.ahead.set(stream, new Set());
+    this.ahead.get(stream).add(offset);
+    this.advance(stream);
+  }
+
+  advance(stream) {
+    const ahead = this.ahead.get(stream);
+    if (!ahead) return;
+    let offset = this.held.get(stream);
+    for (const past of [...ahead]) if (past <= offset) ahead.delete(past);
+    while (ahead.delete(offset + 1)) offset += 1;
+    this.held.set(stream, offset);
+    if (ahead.size === 0) this.ahead.delete(stream);
+  }
+
+  forget(stream) {
+    this.held.delete(stream);
+    this.ahead.delete(stream);
+  }
+
+  /** What `Recover` takes: stream -> the offset held. */
+  asked() {
+    return Object.fromEntries(this.held);
+  }
+}
+
 const MESSAGE_EVENTS = ["message_received", "message_edited", "message_deleted"];
 const OTHER_EVENTS = [
   "read_receipt_updated", "chat_updated", "call_invited", "call_answered", "call_declined",
@@ -70,7 +125,6 @@ const OTHER_EVENTS = [
   "conference_ended", "contact_request_received", "blacklist_changed",
 ];
 
-/** Keeps one user's open chats in sync; dispatches "messages", "state" and hub events. */
 /** A request that got no answer (fetch itself failed): it may or may not have happened. */
 export class NetworkError extends Error {
   constructor(cause) {
@@ -89,6 +143,10 @@ function newId() {
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
 
+/**
+ * Keeps one user's open chats in sync; dispatches "messages", "state", "unread",
+ * "forbidden" (a chat it may not read any more) and the hub's other events.
+ */
 export class RealtimeClient extends EventTarget {
   constructor({ signalR, hubUrl = "/hubs/messenger", apiBase = "", getToken, fetchImpl }) {
     super();
@@ -98,6 +156,8 @@ export class RealtimeClient extends EventTarget {
     this.getToken = getToken;
     this.fetch = fetchImpl || globalThis.fetch.bind(globalThis);
     this.timelines = new Map();
+    this.offsets = new StreamOffsets();
+    this.recovering = false; // from a (re)connect until its recovery answered
     this.state = "disconnected";
   }
 
@@ -109,29 +169,88 @@ export class RealtimeClient extends EventTarget {
       .configureLogging(this.signalR.LogLevel.Warning)
       .build();
     for (const name of MESSAGE_EVENTS) {
-      this.connection.on(name, (payload) => this.receive(payload));
+      this.connection.on(name, (payload) => {
+        this.receive(payload);
+        this.offsets.note(payload.stream, payload.offset);
+      });
     }
     for (const name of OTHER_EVENTS) {
-      this.connection.on(name, (payload) => this.emit(name, payload));
+      this.connection.on(name, (payload) => {
+        this.emit(name, payload);
+        this.offsets.note(payload.stream, payload.offset);
+      });
     }
-    this.connection.onreconnecting(() => this.setState("reconnecting"));
+    this.connection.onreconnecting(() => {
+      this.recovering = true; // live events may come before the recovery fills the hole
+      this.setState("reconnecting");
+    });
     this.connection.onreconnected(async () => {
       this.setState("connected");
-      await this.resyncAll(); // groups are rebuilt server-side; what we missed comes by REST
+      await this.recover(); // groups are rebuilt server-side; what we missed comes now
     });
     this.connection.onclose(() => this.setState("disconnected"));
     this.setState("connecting");
+    this.recovering = true;
     await this.connection.start();
     this.setState("connected");
-    await this.resyncAll();
+    await this.recover();
+  }
+
+  /**
+   * Ask the hub for every event missed on the streams we hold, then resync over REST only
+   * the chats it cannot recover ("resync"); a stream we may not read any more
+   * ("forbidden") is forgotten and its chat closed (a "forbidden" event).
+   */
+  async recover() {
+    const asked = this.offsets.asked();
+    let outcomes = {};
+    try {
+      if (Object.keys(asked).length) outcomes = await this.connection.invoke("Recover", asked);
+    } catch (error) {
+      // A hub without Recover, or it failed: every open chat over REST, as before.
+      this.recovering = false;
+      await this.resyncAll();
+      return;
+    }
+    this.recovering = false;
+    const resyncs = [];
+    for (const [stream, outcome] of Object.entries(outcomes)) {
+      const chatId = stream.startsWith("chat:") ? stream.slice(5) : null;
+      if (outcome === "forbidden") {
+        this.offsets.forget(stream);
+        if (chatId) this.timelines.delete(chatId);
+        this.emit("forbidden", { stream, chatId });
+      } else if (outcome === "resync" && chatId && this.timelines.has(chatId)) {
+        this.offsets.forget(stream); // (even one ahead of the server: a restored database)
+        resyncs.push(this.openChat(chatId)); // its offset anew, then its messages
+      } else if (outcome === "resync") {
+        this.offsets.forget(stream); // not open here: start again from the next event
+      }
+    }
+    await Promise.all(resyncs);
+    // A gap left after the recovery (a chat opened meanwhile): fill it over REST.
+    for (const [chatId, timeline] of this.timelines) if (timeline.hasGap()) this.resync(chatId);
+  }
+
+  /** The caller's chats (REST); where each of its streams stands is noted for recovery. */
+  async chats() {
+    const listed = await this.api("GET", "/api/chats");
+    if (listed.user) this.offsets.start(listed.user.stream, listed.user.offset);
+    for (const chat of listed.chats) this.offsets.start(chat.stream, chat.offset);
+    return listed.chats;
   }
 
   async stop() {
     if (this.connection) await this.connection.stop();
   }
 
-  /** Start keeping a chat in sync (loads its history). */
+  /**
+   * Start keeping a chat in sync: its stream's offset first, then its history (so the
+   * offset is never newer than the history: a recovery from it misses nothing).
+   */
   async openChat(chatId) {
+    const chat = await this.api("GET", `/api/chats/${chatId}`);
+    this.offsets.start(chat.stream, chat.offset);
     if (!this.timelines.has(chatId)) this.timelines.set(chatId, new ChatTimeline(chatId));
     await this.resync(chatId);
     return this.timelines.get(chatId);
@@ -167,7 +286,8 @@ export class RealtimeClient extends EventTarget {
       return;
     }
     if (timeline.apply(payload)) this.emit("messages", { chatId: payload.chatId });
-    if (timeline.hasGap()) this.resync(payload.chatId); // something before it was missed
+    // Something before it was missed. During a recovery the hole is being filled.
+    if (timeline.hasGap() && !this.recovering) this.resync(payload.chatId);
   }
 
   /**

@@ -1,4 +1,5 @@
-// The demo page: a thin view over RealtimeClient (ordering, dedupe and resync live there).
+// The demo page: a thin view over RealtimeClient (ordering, dedupe, recovery and resync
+// live there).
 import { RealtimeClient } from "../messenger_realtime/realtime-client.js";
 
 const $ = (id) => document.getElementById(id);
@@ -33,6 +34,7 @@ client.addEventListener("read_receipt_updated", (e) => {
   $("read-receipts").textContent = `${who} has read up to #${e.detail.lastReadSeq}`;
 });
 client.addEventListener("chat_updated", () => loadChats());
+client.addEventListener("forbidden", () => loadChats()); // removed while away
 client.addEventListener("call_invited", (e) => {
   incomingCall = e.detail;
   $("call-text").textContent = `Incoming call from ${nameOf(e.detail.callerUserId)}`;
@@ -53,7 +55,7 @@ function nameOf(userId) {
 }
 
 async function loadChats() {
-  chats = (await client.api("GET", "/api/chats")).chats;
+  chats = await client.chats(); // notes where each stream stands, for recovery
   $("chats").replaceChildren(
     ...chats.map((chat) => {
       const li = document.createElement("li");
