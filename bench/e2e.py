@@ -52,18 +52,23 @@ DRAIN_LIMIT = 300.0  # and at most this long after the last send (bounds a satur
 PRODUCERS = 8  # owner connections: 4,000 commits/s at ~2 ms each; PostgreSQL is shared
 
 # What post_message() writes, as one autocommit statement (one transaction): bump the
-# chat's last_seq under its row lock, insert the message with that seq, insert the outbox
-# row with the columns enqueue() writes, and NOTIFY realtime_outbox (sent at commit).
+# chat's last_seq under its row lock, take the chat stream's next offset under its
+# counter's row lock (outbox/streams.py), insert the message with that seq, insert the
+# outbox row with the columns enqueue() writes, and NOTIFY realtime_outbox (at commit).
 SEND_SQL = """
 WITH c AS (UPDATE messenger_chat SET last_seq = last_seq + 1 WHERE id = %(chat)s
            RETURNING id, last_seq),
+s AS (INSERT INTO messenger.realtime_stream AS s (stream, last_offset)
+      SELECT 'chat:' || id, 1 FROM c
+      ON CONFLICT (stream) DO UPDATE SET last_offset = s.last_offset + 1
+      RETURNING last_offset),
 m AS (INSERT INTO messenger_message (id, chat_id, seq, sender_id, kind, body, card_text, sent_at)
       SELECT %(message)s, id, last_seq, %(sender)s, 'Text', %(body)s, '', now() FROM c
       RETURNING chat_id, seq),
 o AS (INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id, message_id, seq,
-        status, attempts, next_attempt_at, created_at, updated_at, row_version)
+        status, attempts, next_attempt_at, created_at, updated_at, row_version, stream_offset)
       SELECT %(entry)s, 'MessageReceived', 'ChatGroup', chat_id, %(message)s, seq, 'Pending',
-        0, now(), now(), now(), 0 FROM m RETURNING 1)
+        0, now(), now(), now(), 0, (SELECT last_offset FROM s) FROM m RETURNING 1)
 SELECT pg_notify('realtime_outbox', '') FROM o
 """
 

@@ -1,7 +1,7 @@
 """A reconnect storm (issue 27): one Daphne's clients all come back at once.
 
     .venv/bin/python bench/storm.py [--clients N] [--procs P] [--steady M] [--rate R]
-        [--members K] [--deadline S] [--plot PATH] [--profile PATH] [--quick]
+        [--members K] [--deadline S] [--plot PATH] [--profile PATH] [--recover] [--quick]
 
 Two Daphne processes (A and B) and the worker on one PostgreSQL and one Redis. N
 official @microsoft/signalr clients (bench/storm_clients.mjs, P Node processes, the
@@ -12,7 +12,8 @@ Then A is killed (SIGKILL: a crash, no goodbye) and started again on the same po
 once. Measured, second by second: how many of A's clients are connected, reconnecting,
 or gave up (their policy ran out); the p95 lag (commit -> receipt) of B's clients; the
 fraction of a core the restarted A used. Each client resyncs its chat over REST (from
-A) after it reconnected, as the web module does.
+A) after it reconnected, as the web module did, or with `--recover` recovers it over the
+hub in one `Recover` (REST only on "resync"), as the web module does now.
 After the storm and a quiet spell, every client's timelines are checked against the
 database: each message committed into its chat, before or during the storm, must be
 there (live, or by the REST resync the client does after reconnecting).
@@ -213,6 +214,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "members_per_chat": args.members,
         "client_processes_a": args.procs,
         "rate_per_hub": args.rate,
+        "catch_up": "Recover over the hub" if args.recover else "REST resync",
         "file_limit": limits,
     }
     async with contextlib.AsyncExitStack() as stack:
@@ -248,7 +250,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         def config(port: int, chats: list[e2e.Chat]) -> dict[str, Any]:
             clients = [{"token": tokens[u], "chats": [str(c.id)]} for c in chats for u in c.members]
-            return {"hub": f"http://127.0.0.1:{port}", "concurrency": 25, "clients": clients}
+            return {
+                "hub": f"http://127.0.0.1:{port}",
+                "concurrency": 25,
+                "recover": args.recover,
+                "clients": clients,
+            }
 
         procs_a: list[NodeClients] = []
         for i in range(args.procs):
@@ -346,6 +353,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "resyncs_a": sum(r["resyncs"] for r in reports[:-1]),
                 "resync_failures_a": sum(r["resyncFailures"] for r in reports[:-1]),
                 "resynced_messages_a": sum(r["resynced"] for r in reports[:-1]),
+                "rest_requests_a": sum(r["restRequests"] for r in reports[:-1]),
+                "recoveries_a": sum(r["recoveries"] for r in reports[:-1]),
+                "recovered_messages_a": sum(r["recovered"] for r in reports[:-1]),
                 "missing_a": sum(r["missing"] for r in reports[:-1]),
                 "missing_b": reports[-1]["missing"],
                 "client_exceptions": sum(r["unhandled"] for r in reports),
@@ -425,6 +435,9 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, help="where to draw the timeline (PNG)")
     parser.add_argument("--profile", type=Path, help="py-spy A after its restart (raw stacks)")
     parser.add_argument("--profile-seconds", type=float, default=40.0, help="for --profile")
+    parser.add_argument(
+        "--recover", action="store_true", help="clients Recover over the hub, not REST"
+    )
     parser.add_argument("--quick", action="store_true", help="a small run")
     args = parser.parse_args()
     if args.quick:

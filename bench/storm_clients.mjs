@@ -1,12 +1,15 @@
-// One client process of bench/storm.py: many official @microsoft/signalr clients, each
-// with the JavaScript client's DEFAULT reconnect policy (withAutomaticReconnect(): 0, 2,
-// 10 and 30 s, then it gives up), keeping its chats' timelines with the web module's
-// ChatTimeline and resyncing them over REST after every reconnect (and on a gap), as the
-// web module does.
+// One client process of bench/storm.py and bench/recovery.py: many official
+// @microsoft/signalr clients, each with the JavaScript client's DEFAULT reconnect policy
+// (withAutomaticReconnect(): 0, 2, 10 and 30 s, then it gives up) or, with
+// "retryForever", the web module's (1, 2, ... 5 s, forever), keeping its chats' timelines
+// with the web module's ChatTimeline. After every reconnect it either resyncs each chat
+// over REST (and on a gap), as the web module did before recovery, or, with "recover",
+// does what the web module does now: one `Recover` for every chat's stream from the
+// offset it holds (StreamOffsets), and REST only for a chat the hub answers "resync".
 //
 // Usage: node bench/storm_clients.mjs CONFIG_JSON_FILE
-//   {"hub": "http://127.0.0.1:PORT", "concurrency": 50,
-//    "clients": [{"token": "...", "chats": ["chat id", ...]}, ...]}
+//   {"hub": "http://127.0.0.1:PORT", "concurrency": 50, "recover": false,
+//    "retryForever": false, "clients": [{"token": "...", "chats": ["chat id", ...]}, ...]}
 // Prints one JSON object per line: {"type": "started", ...} once every client's first
 // start settled, then {"type": "tick", ...} every second (states, the lags of the
 // message_received events heard since the last tick). Reads commands from stdin:
@@ -16,32 +19,44 @@ import * as signalR from "@microsoft/signalr";
 import { readFileSync } from "node:fs";
 import * as readline from "node:readline";
 
-import { ChatTimeline } from "../messenger_realtime/static/messenger_realtime/realtime-client.js";
+import { ChatTimeline, StreamOffsets } from "../messenger_realtime/static/messenger_realtime/realtime-client.js";
 
 const config = JSON.parse(readFileSync(process.argv[2], "utf8"));
 const print = (obj) => process.stdout.write(JSON.stringify(obj) + "\n");
-const counts = { reconnects: 0, resyncs: 0, resyncFailures: 0, resynced: 0, events: 0, unhandled: 0 };
+const counts = {
+  reconnects: 0, resyncs: 0, resyncFailures: 0, resynced: 0, events: 0, unhandled: 0,
+  restRequests: 0, recoveries: 0, recoverFailures: 0, recoverResyncs: 0, recovered: 0,
+};
 let lags = []; // ms from the message's sentAt to its receipt, since the last tick
+let recoverMs = []; // ms each Recover took (invoke to completion), since the last tick
+const retryForever = { nextRetryDelayInMilliseconds: (ctx) => Math.min(1000 * (ctx.previousRetryCount + 1), 5000) };
 
 class Client {
   constructor({ token, chats }) {
     this.token = token;
     this.state = "connecting";
     this.timelines = new Map(chats.map((id) => [id, new ChatTimeline(id)]));
+    this.offsets = new StreamOffsets();
+    for (const id of chats) this.offsets.start(`chat:${id}`, 0); // fresh chats
+    this.recovering = false;
     this.resyncing = new Map(); // chat -> a resync in flight (one at a time per chat)
-    this.connection = new signalR.HubConnectionBuilder()
-      .withUrl(`${config.hub}/hubs/messenger`, { accessTokenFactory: () => token })
-      .withAutomaticReconnect() // the default policy: [0, 2000, 10000, 30000], then null
+    const builder = new signalR.HubConnectionBuilder()
+      .withUrl(`${config.hub}/hubs/messenger`, { accessTokenFactory: () => token });
+    this.connection = (config.retryForever
+      ? builder.withAutomaticReconnect(retryForever)
+      : builder.withAutomaticReconnect()) // the default policy: [0, 2000, 10000, 30000], then null
       .configureLogging(signalR.LogLevel.None)
       .build();
     this.connection.on("message_received", (payload) => this.receive(payload));
     this.connection.onreconnecting(() => {
       this.state = "reconnecting";
+      this.recovering = Boolean(config.recover);
     });
     this.connection.onreconnected(() => {
       this.state = "connected";
       counts.reconnects += 1;
-      for (const chat of this.timelines.keys()) this.resync(chat);
+      if (config.recover) this.recover();
+      else for (const chat of this.timelines.keys()) this.resync(chat);
     });
     this.connection.onclose(() => {
       this.state = "closed"; // the policy ran out: it gave up
@@ -61,10 +76,33 @@ class Client {
   receive(payload) {
     counts.events += 1;
     if (payload.sentAt) lags.push(Date.now() - Date.parse(payload.sentAt));
+    this.offsets.note(payload.stream, payload.offset);
     const timeline = this.timelines.get(payload.chatId);
     if (!timeline) return;
-    timeline.apply(payload);
-    if (timeline.hasGap()) this.resync(payload.chatId);
+    if (timeline.apply(payload) && this.recovering) counts.recovered += 1;
+    if (timeline.hasGap() && !this.recovering) this.resync(payload.chatId);
+  }
+
+  async recover() {
+    const began = Date.now();
+    let outcomes;
+    try {
+      outcomes = await this.connection.invoke("Recover", this.offsets.asked());
+    } catch {
+      counts.recoverFailures += 1;
+      this.recovering = false;
+      for (const chat of this.timelines.keys()) this.resync(chat);
+      return;
+    }
+    this.recovering = false;
+    counts.recoveries += 1;
+    recoverMs.push(Date.now() - began);
+    for (const [stream, outcome] of Object.entries(outcomes)) {
+      if (outcome === "recovered") continue;
+      counts.recoverResyncs += 1;
+      this.resync(stream.slice("chat:".length));
+    }
+    for (const [chat, timeline] of this.timelines) if (timeline.hasGap()) this.resync(chat);
   }
 
   resync(chat) {
@@ -93,6 +131,7 @@ class Client {
     const timeline = this.timelines.get(chat);
     let after = timeline.contiguousSeq();
     for (;;) {
+      counts.restRequests += 1;
       const response = await fetch(`${config.hub}/api/chats/${chat}/messages?afterSeq=${after}&limit=200`, {
         headers: { Authorization: `Bearer ${this.token}` },
       });
@@ -137,8 +176,9 @@ function census() {
 }
 
 setInterval(() => {
-  print({ type: "tick", t: Date.now() / 1000, ...census(), ...counts, lags });
+  print({ type: "tick", t: Date.now() / 1000, ...census(), ...counts, lags, recoverMs });
   lags = [];
+  recoverMs = [];
 }, 1000);
 
 // Every client's first start, `concurrency` at a time.
