@@ -27,14 +27,15 @@ _CONNECTION_SALT = "messenger_realtime.hub.connection"
 
 def mint_access_token(user_id: UUID, options: HubOptions, lifetime: float | None = None) -> str:
     """An HS256 JWT for a user (the `realtime_token` command and tests). `iat` to the
-    millisecond, so a token minted just after a revocation is not mistaken for one
-    from before it."""
+    microsecond, as the revocation stamp it is compared with: a token minted just after
+    a revocation is not mistaken for one from before it, nor the reverse (milliseconds
+    rounded up let a token minted half a millisecond before a revocation outlive it)."""
     now = time.time()
     claims = {
         "sub": str(user_id),
         "iss": options.jwt_issuer,
         "aud": options.jwt_audience,
-        "iat": round(now, 3),
+        "iat": round(now, 6),
         "exp": int(now) + int(lifetime if lifetime is not None else options.jwt_lifetime),
     }
     return jwt.encode(claims, options.jwt_signing_key, algorithm="HS256")

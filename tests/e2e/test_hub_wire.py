@@ -11,6 +11,7 @@ from django.conf import settings
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.transport.publisher import ChannelLayerPublisher
 from project.messenger import services
 from tests.support.dispatch import one_pass
@@ -310,6 +311,8 @@ def test_server_events_are_invocations_without_an_id_carrying_one_payload(
                 "kind": "Text",
                 "sentAt": message.sent_at.isoformat(),
                 "body": "hello",
+                "stream": f"chat:{chat.id}",
+                "offset": RealtimeOutboxEntry.objects.get(message_id=message.id).stream_offset,
             }
         ],
     }
