@@ -211,6 +211,7 @@ async def catch_up(args: argparse.Namespace, mode: str) -> dict[str, Any]:
                 "postgres_cpu_s": round(pg_cpu, 1),
                 "hub_cpu_ms_per_client": round(hub_cpu / args.clients * 1000, 2),
                 "rest_requests": sum(r["restRequests"] for r in reports),
+                "rest_resync_failures": sum(r["resyncFailures"] for r in reports),
                 "recoveries": sum(r["recoveries"] for r in reports),
                 "recover_failures": sum(r["recoverFailures"] for r in reports),
                 "streams_told_to_resync": sum(r["recoverResyncs"] for r in reports),

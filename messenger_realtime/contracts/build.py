@@ -18,12 +18,16 @@ from messenger_realtime.outbox.enums import RealtimeTargetKind, event_name
 CONTRACTS: Mapping[str, Contract] = {**chat.CONTRACTS, **people.CONTRACTS, **media.CONTRACTS}
 
 
-def build_events(rows: Sequence[OutboxRow], port: DomainPort) -> list[OutgoingEvent | InvalidRow]:
+def build_events(
+    rows: Sequence[OutboxRow], port: DomainPort, *, versions: bool = True
+) -> list[OutgoingEvent | InvalidRow]:
     """One event, or the InvalidRow that quarantines the row, per row and in row order;
     every event's payload is one both hub protocols carry (contracts/content.py), and
     names its stream and offset (`stream`, `offset`) when the row has one.
 
-    Loads every entity the batch refers to with one DomainPort call per entity type.
+    Loads every entity the batch refers to with one DomainPort call per entity type,
+    and (`versions`) the chats' membership versions, which only a push needs (the hub
+    checks a live event's recipients against them; a recovery checked them itself).
     """
     wanted: dict[str, set[UUID]] = defaultdict(set)
     for row in rows:
@@ -35,9 +39,13 @@ def build_events(rows: Sequence[OutboxRow], port: DomainPort) -> list[OutgoingEv
         entity: getattr(port, entity)(refs) for entity, refs in wanted.items()
     }
     # Read after the entities: a version is never older than what the events show.
-    chats = {row.chat_id for row in rows if row.target_kind == RealtimeTargetKind.CHAT_GROUP}
-    versions = port.membership_versions({c for c in chats if c is not None}) if chats else {}
-    return [_build(row, loaded, versions) for row in rows]
+    chats = {
+        row.chat_id
+        for row in rows
+        if row.target_kind == RealtimeTargetKind.CHAT_GROUP and row.chat_id is not None
+    }
+    read = port.membership_versions(chats) if chats and versions else {}
+    return [_build(row, loaded, read) for row in rows]
 
 
 def hub_target(row: OutboxRow) -> HubTarget:

@@ -149,22 +149,29 @@ def _read(asked: Mapping[str, int], most: int, port: Any) -> list[StreamRecovery
         counters[stream] = last_offset
         if entry[0] is not None:
             entries[stream].append(StoredRow(*entry))
-    recoveries = []
+    # The streams whose every missed entry is here: built together (one domain read per
+    # entity type for all of them); the others resync without a read.
+    whole: dict[str, list[StoredRow]] = {}
     for stream, after in asked.items():
-        last = counters.get(stream) or 0  # no counter yet: the stream never had an event
+        missed = (counters.get(stream) or 0) - after  # no counter: the stream never had one
         rows = entries[stream]
-        missed = last - after
         # Every missed offset must be here: after+1 .. last, no more, no fewer.
-        whole = missed >= 0 and missed <= most and len(rows) == missed
-        if not whole:
+        if 0 <= missed <= most and len(rows) == missed:
+            whole[stream] = rows
+    everything = [row for rows in whole.values() for row in rows]
+    built = iter(build_events(everything, port, versions=False) if everything else [])
+    recoveries = []
+    for stream in asked:
+        last = counters.get(stream) or 0
+        if stream not in whole:
             recoveries.append(StreamRecovery(stream, RESYNC, last))
             continue
-        built = build_events(rows, port) if rows else []
-        if any(isinstance(event, InvalidRow) for event in built):
+        events = [next(built) for _ in whole[stream]]
+        if any(isinstance(event, InvalidRow) for event in events):
             recoveries.append(StreamRecovery(stream, RESYNC, last))
             continue
-        events = [e for e in built if isinstance(e, OutgoingEvent)]
-        recoveries.append(StreamRecovery(stream, RECOVERED, last, events))
+        sent = [e for e in events if isinstance(e, OutgoingEvent)]
+        recoveries.append(StreamRecovery(stream, RECOVERED, last, sent))
     return recoveries
 
 

@@ -173,3 +173,22 @@ def test_the_notes_of_live_offsets_stop_at_their_bound() -> None:
 
     run(scenario())
     assert connection.marks is not None and connection.marks.sent is None
+
+
+def test_a_recovery_reads_the_same_three_times_for_one_stream_and_for_six(
+    django_assert_num_queries: Any,
+) -> None:
+    """The chats the user may read, the missed entries, the messages they refer to: one
+    read each however many streams (each stream's build used to cost two reads)."""
+    alice, bob = UserFactory(name="alice"), UserFactory(name="bob")
+    chats = [services.create_chat(alice.id, [bob.id], title=f"t{n}") for n in range(6)]
+    streams = [f"chat:{chat.id}" for chat in chats]
+    held = current_offsets(streams)
+    for chat in chats:
+        services.post_message(alice.id, chat.id, "missed")
+    with django_assert_num_queries(3):
+        (one,) = read(bob.id, {streams[0]: held[streams[0]]}, 1000)
+    with django_assert_num_queries(3):
+        six = read(bob.id, held, 1000)
+    assert [r.outcome for r in [one, *six]] == [RECOVERED] * 7
+    assert [len(r.events) for r in six] == [1] * 6
