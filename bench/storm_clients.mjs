@@ -28,7 +28,8 @@ const counts = {
   restRequests: 0, recoveries: 0, recoverFailures: 0, recoverResyncs: 0, recovered: 0,
 };
 let lags = []; // ms from the message's sentAt to its receipt, since the last tick
-let recoverMs = []; // ms each Recover took (invoke to completion), since the last tick
+let recoverMs = [];
+const failuresSeen = new Set(); // each kind of REST failure, said once on stderr // ms each Recover took (invoke to completion), since the last tick
 const retryForever = { nextRetryDelayInMilliseconds: (ctx) => Math.min(1000 * (ctx.previousRetryCount + 1), 5000) };
 
 class Client {
@@ -119,8 +120,11 @@ class Client {
         counts.resyncs += 1;
         try {
           await this.fetchAfter(chat);
-        } catch {
+        } catch (error) {
           counts.resyncFailures += 1;
+          const text = String(error?.cause ?? error);
+          if (!failuresSeen.has(text)) process.stderr.write(`resync failed: ${text}\n`);
+          failuresSeen.add(text);
         }
       } while (job.again);
       this.resyncing.delete(chat);
