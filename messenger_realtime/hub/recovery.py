@@ -19,6 +19,9 @@ Authorization is the REST API's, read at the moment of recovery: the chats the d
 port says the user is an active member of.
 """
 
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -29,9 +32,9 @@ from django.db import connection as db
 from messenger_realtime.contracts.build import build_events
 from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.contracts.port import get_domain_port
-from messenger_realtime.exceptions import InvalidRow
 from messenger_realtime.outbox.enums import RealtimeTargetKind
 from messenger_realtime.outbox.streams import CHAT_PREFIX, USER_PREFIX
+from messenger_realtime.transport.publisher import layer_message
 
 RECOVERED, RESYNC, FORBIDDEN = "recovered", "resync", "forbidden"
 MAX_STREAMS = 1000  # streams one Recover may name (a user in more chats recovers in parts)
@@ -85,13 +88,69 @@ class StoredRow(NamedTuple):
 
 @dataclass(slots=True)
 class StreamRecovery:
-    """One stream's outcome; `events` (in offset order) only when recovered, `offset`
-    the stream's offset at the read."""
+    """One stream's outcome; `events` (in offset order, as the channel layer would bring
+    them: transport/publisher.py layer_message) only when recovered, `offset` the
+    stream's offset at the read."""
 
     stream: str
     outcome: str
     offset: int = 0
-    events: list[OutgoingEvent] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+class BuiltEvents:
+    """The events recoveries in this process built, shared by the next ones while their
+    stream has not moved: after a hub restart a chat's members all recover the same
+    entries, and each is then built (and encoded, once per protocol: the message keeps
+    its frames) once, not once per member.
+
+    An entry is kept under its stream's last offset at the read: any later event of the
+    stream (an edit, a delete, a read receipt) moves that offset, and the next recovery
+    builds afresh, so a cached event is never older than what a fresh build would show
+    after the events that follow it. At most MAX_AGE seconds old all the same (an entity
+    may change without an event of this stream), and at most MAX_EVENTS events in all
+    (the least recently used streams go first). Used from the hub's database thread."""
+
+    MAX_AGE = 10.0
+    MAX_EVENTS = 50_000
+
+    def __init__(self) -> None:
+        # stream -> (its last offset, built at (monotonic), offset -> message or None:
+        # an entry that could not be built)
+        self._streams: OrderedDict[str, tuple[int, float, dict[int, dict[str, Any] | None]]]
+        self._streams = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def take(self, stream: str, last: int) -> dict[int, dict[str, Any] | None]:
+        """What is kept of `stream` at its `last` offset (empty when nothing is)."""
+        with self._lock:
+            kept = self._streams.get(stream)
+            if kept is None or kept[0] != last or time.monotonic() - kept[1] > self.MAX_AGE:
+                return {}
+            self._streams.move_to_end(stream)
+            return kept[2]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._streams.clear()
+            self._size = 0
+
+    def keep(self, stream: str, last: int, built: dict[int, dict[str, Any] | None]) -> None:
+        with self._lock:
+            kept = self._streams.pop(stream, None)
+            if kept is not None:
+                self._size -= len(kept[2])
+                if kept[0] == last:
+                    built = {**kept[2], **built}
+            self._streams[stream] = (last, time.monotonic(), built)
+            self._size += len(built)
+            while self._size > self.MAX_EVENTS and self._streams:
+                _, (_, _, dropped) = self._streams.popitem(last=False)
+                self._size -= len(dropped)
+
+
+BUILT = BuiltEvents()
 
 
 def parse(argument: Any) -> dict[str, int]:
@@ -158,20 +217,38 @@ def _read(asked: Mapping[str, int], most: int, port: Any) -> list[StreamRecovery
         # Every missed offset must be here: after+1 .. last, no more, no fewer.
         if 0 <= missed <= most and len(rows) == missed:
             whole[stream] = rows
-    everything = [row for rows in whole.values() for row in rows]
-    built = iter(build_events(everything, port, versions=False) if everything else [])
+    # Build what no recovery of this process built at the same stream offset, together
+    # (one domain read per entity type for all of it); the rest is taken as built.
+    kept = {stream: BUILT.take(stream, counters.get(stream) or 0) for stream in whole}
+    todo = [
+        row
+        for stream, rows in whole.items()
+        for row in rows
+        if row.stream_offset not in kept[stream]
+    ]
+    built = iter(build_events(todo, port, versions=False) if todo else [])
     recoveries = []
     for stream in asked:
         last = counters.get(stream) or 0
         if stream not in whole:
             recoveries.append(StreamRecovery(stream, RESYNC, last))
             continue
-        events = [next(built) for _ in whole[stream]]
-        if any(isinstance(event, InvalidRow) for event in events):
+        fresh: dict[int, dict[str, Any] | None] = {}
+        for row in whole[stream]:
+            if row.stream_offset not in kept[stream]:
+                event = next(built)
+                fresh[row.stream_offset] = (
+                    layer_message(event) if isinstance(event, OutgoingEvent) else None
+                )
+        if fresh:
+            BUILT.keep(stream, last, fresh)
+        have = {**kept[stream], **fresh}
+        events = [have[row.stream_offset] for row in whole[stream]]
+        ready = [event for event in events if event is not None]
+        if len(ready) < len(events):  # one can no longer be built
             recoveries.append(StreamRecovery(stream, RESYNC, last))
             continue
-        sent = [e for e in events if isinstance(e, OutgoingEvent)]
-        recoveries.append(StreamRecovery(stream, RECOVERED, last, sent))
+        recoveries.append(StreamRecovery(stream, RECOVERED, last, ready))
     return recoveries
 
 

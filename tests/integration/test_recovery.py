@@ -4,6 +4,7 @@ recovery's read waits on a table lock the test holds while live events arrive)."
 
 import asyncio
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -13,7 +14,14 @@ from messenger_realtime.dispatch import connections as db
 from messenger_realtime.hub.connection import events
 from messenger_realtime.hub.connection.marks import TRACKED
 from messenger_realtime.hub.connection.recovery import recover
-from messenger_realtime.hub.recovery import FORBIDDEN, RECOVERED, RESYNC, RecoverError, parse
+from messenger_realtime.hub.recovery import (
+    BUILT,
+    FORBIDDEN,
+    RECOVERED,
+    RESYNC,
+    RecoverError,
+    parse,
+)
 from messenger_realtime.hub.recovery import read_missed as read
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.streams import current_offsets
@@ -23,7 +31,18 @@ from tests.support.factories import UserFactory
 from tests.support.inprocess import consumer_of, hub_thread_db  # noqa: F401 (a fixture)
 from tests.support.runtime import run
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("hub_thread_db")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("hub_thread_db", "fresh_builds"),
+]
+
+
+@pytest.fixture
+def fresh_builds() -> Iterator[None]:
+    """No test sees another's built events (BUILT is the process's)."""
+    BUILT.clear()
+    yield
+    BUILT.clear()
 
 
 def team() -> tuple[Any, Any, Any, str]:
@@ -73,8 +92,8 @@ def test_each_stream_gets_its_outcome() -> None:
         FORBIDDEN,  # not a chat bob is in (it does not exist): never readable
     ]
     mine = results[stream]
-    assert [e.payload["offset"] for e in mine.events] == [held + 1, held + 2, held + 3]
-    assert [e.payload["body"] for e in mine.events] == ["m0", "m1", "m2"]
+    assert [e["payload"]["offset"] for e in mine.events] == [held + 1, held + 2, held + 3]
+    assert [e["payload"]["body"] for e in mine.events] == ["m0", "m1", "m2"]
     assert mine.offset == held + 3
     assert all(r.events == [] for r in results.values() if r.outcome == FORBIDDEN)
     assert results[f"user:{bob.id}"].events  # the chat's creation, told to bob
@@ -90,6 +109,7 @@ def test_resync_past_the_bound_past_retention_past_the_stream_or_when_unbuildabl
     assert read(bob.id, {stream: held + 5}, 3)[0].outcome == RESYNC  # ahead of the db
     # An entry whose event cannot be built any more (its message row is gone).
     RealtimeOutboxEntry.objects.filter(message_id=sent[3].id).update(message_id=uuid.uuid4())
+    BUILT.clear()  # (what was built before it went stays valid for MAX_AGE: below)
     assert read(bob.id, {stream: held + 3}, 3)[0].outcome == RESYNC
     # Retention deleted an entry: what is left has a gap, so no silent loss.
     RealtimeOutboxEntry.objects.filter(message_id=sent[1].id).delete()
@@ -192,3 +212,24 @@ def test_a_recovery_reads_the_same_three_times_for_one_stream_and_for_six(
         six = read(bob.id, held, 1000)
     assert [r.outcome for r in [one, *six]] == [RECOVERED] * 7
     assert [len(r.events) for r in six] == [1] * 6
+
+
+def test_recoveries_of_a_stream_that_has_not_moved_share_its_built_events(
+    django_assert_num_queries: Any,
+) -> None:
+    """After a restart a chat's members all recover the same entries: built once, the
+    next recoveries read no message (two reads: the chats, the entries). An edit moves
+    the stream, and the next recovery builds afresh."""
+    alice, bob, chat, stream = team()
+    carol = UserFactory(name="carol")
+    services.add_participant(alice.id, chat.id, carol.id)
+    held = current_offsets([stream])[stream]
+    sent = services.post_message(alice.id, chat.id, "first words")
+    (first,) = read(bob.id, {stream: held}, 1000)
+    with django_assert_num_queries(2):
+        (second,) = read(carol.id, {stream: held}, 1000)
+    assert second.events == first.events and second.events[0] is first.events[0]
+    services.edit_message(alice.id, chat.id, sent.id, "better words")
+    (third,) = read(carol.id, {stream: held}, 1000)
+    assert [e["event"] for e in third.events] == ["message_received", "message_edited"]
+    assert [e["payload"]["body"] for e in third.events] == ["better words"] * 2

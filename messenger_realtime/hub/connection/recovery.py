@@ -13,7 +13,6 @@ from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.recovery import RECOVERED, StreamRecovery, parse, read_missed
 from messenger_realtime.ops import metrics
-from messenger_realtime.transport.publisher import layer_message
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +53,9 @@ async def _send(connection: Connection, marks: StreamMarks, result: StreamRecove
         return 0
     already = marks.sent_live(result.stream)
     frames = [
-        encode(connection, layer_message(event))
-        for event in result.events
-        if event.payload.get("offset") not in already
+        encode(connection, message)
+        for message in result.events
+        if message["payload"].get("offset") not in already
     ]
     await connection.outbound.emit_many(frames)
     marks.recovered[result.stream] = max(marks.recovered.get(result.stream, 0), result.offset)
