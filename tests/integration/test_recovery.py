@@ -7,9 +7,12 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import jwt
 import psycopg
 import pytest
+from prometheus_client import REGISTRY
 
+from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.hub.connection import events
 from messenger_realtime.hub.connection.marks import TRACKED
@@ -233,3 +236,40 @@ def test_recoveries_of_a_stream_that_has_not_moved_share_its_built_events(
     (third,) = read(carol.id, {stream: held}, 1000)
     assert [e["event"] for e in third.events] == ["message_received", "message_edited"]
     assert [e["payload"]["body"] for e in third.events] == ["better words"] * 2
+
+
+def counted(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_a_recovered_invitation_carries_media_minted_for_its_recipient_and_is_counted() -> None:
+    alice, bob = UserFactory(name="alice"), UserFactory(name="bob")
+    chat = services.create_chat(alice.id, [bob.id])
+    mine = f"user:{bob.id}"
+    held = current_offsets([mine])[mine]
+    services.start_call(alice.id, chat.id)  # call_invited to bob's stream
+    connection, sent = consumer_of(bob.id, dict(HostDomainPort().active_chats(bob.id)))
+    before = {
+        outcome: counted("messenger_realtime_hub_recoveries_total", outcome=outcome)
+        for outcome in (RECOVERED, FORBIDDEN)
+    }
+    events_before = counted("messenger_realtime_hub_recovered_events_total")
+    result = run(recover(connection, {mine: held, f"user:{alice.id}": 0}))
+    assert result == {mine: RECOVERED, f"user:{alice.id}": FORBIDDEN}
+    (invited,) = [m for m in sent if m.get("target") == "call_invited"]
+    media = invited["arguments"][0]["media"]
+    options = load_hub_options()
+    claims = jwt.decode(
+        media["accessToken"],
+        options.media_jwt_signing_key,
+        algorithms=["HS256"],
+        audience=options.media_jwt_audience,
+    )
+    assert claims["sub"] == str(bob.id)  # minted for the one recovering, at recovery
+    assert counted("messenger_realtime_hub_recoveries_total", outcome=RECOVERED) == (
+        before[RECOVERED] + 1
+    )
+    assert counted("messenger_realtime_hub_recoveries_total", outcome=FORBIDDEN) == (
+        before[FORBIDDEN] + 1
+    )
+    assert counted("messenger_realtime_hub_recovered_events_total") == events_before + 1
