@@ -1,17 +1,26 @@
 """A wrong DATABASE_URL is named at once: management commands fail with PostgreSQL's own
 reason in seconds (no pool to time out first), and the worker names the reason on every
-reconnect, or exits non-zero when retrying cannot help (the database does not exist)."""
+reconnect, or exits non-zero when retrying cannot help (the database does not exist). A
+REST request that finds the pool exhausted is answered 503 with Retry-After."""
 
+import json
 import os
 import subprocess
+import threading
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection
 
+from messenger_realtime.dispatch.connections import conninfo
+from tests.support.factories import UserFactory
+from tests.support.hub_helpers import token_for
 from tests.support.runtime import free_port, manage
-from tests.support.workers import WorkerProcess
+from tests.support.workers import DaphneProcess, WorkerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -59,3 +68,49 @@ def test_the_worker_exits_non_zero_naming_a_database_that_does_not_exist() -> No
         assert worker.proc.wait(timeout=30) != 0
     finally:
         worker.kill()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_that_finds_every_pooled_connection_busy_gets_503_with_retry_after(
+    worker_env: dict[str, str],
+) -> None:
+    """Under a load the pool cannot serve in DATABASE_POOL_TIMEOUT, a REST request is told
+    so (503, Retry-After, the setting named) instead of a bare 500, and did nothing."""
+    bob = UserFactory(name="bob")
+    pool = {"DATABASE_POOL_MAX_SIZE": "1", "DATABASE_POOL_MIN_SIZE": "1"}
+    daphne = DaphneProcess({**worker_env, **pool, "DATABASE_POOL_TIMEOUT": "0.5"})
+    api = f"{daphne.http}/api/chats"
+
+    def get() -> tuple[int, str, dict[str, Any]]:
+        request = urllib.request.Request(api, headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, "", json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers.get("Retry-After", ""), json.loads(error.read())
+
+    token = token_for(bob.id)
+    try:
+        assert get()[0] == 200  # the pool's one connection is made
+        with psycopg.connect(conninfo()) as lock, psycopg.connect(conninfo()) as watch:
+            # The request's first read (the caller's standing) waits on this lock.
+            lock.execute("LOCK TABLE messenger_user IN ACCESS EXCLUSIVE MODE")
+            first: list[tuple[int, str, dict[str, Any]]] = []
+            holder = threading.Thread(target=lambda: first.append(get()))
+            holder.start()  # it waits on the lock, holding the pool's only connection
+            waiting = (
+                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND query LIKE '%%messenger_user%%'"
+            )
+            deadline = time.monotonic() + 20
+            while watch.execute(waiting).fetchone() is None:
+                watch.rollback()
+                assert time.monotonic() < deadline, f"the first request never waited: {first}"
+            status, retry_after, answer = get()
+            assert (status, retry_after) == (503, "1")
+            assert "DATABASE_POOL_TIMEOUT" in answer["error"]
+            lock.rollback()
+            holder.join(timeout=30)
+        assert first[0][0] == 200  # the request that held the connection went on
+    finally:
+        daphne.kill()

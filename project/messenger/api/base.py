@@ -7,9 +7,11 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
+from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
+from psycopg_pool import PoolTimeout
 
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts import content
@@ -20,6 +22,10 @@ from messenger_realtime.hub.auth import authenticate, bearer_token
 from ..services.errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
 
 MAX_BODY_BYTES = 64 * 1024
+POOL_BUSY = (
+    "Service Unavailable: no database connection free within DATABASE_POOL_TIMEOUT; "
+    "nothing was done, retry"
+)
 WRITES = frozenset({"POST", "PATCH", "PUT", "DELETE"})  # what the writes rate limit counts
 
 
@@ -184,6 +190,18 @@ def endpoint(**methods: Handler) -> Callable[..., HttpResponse]:
 
     @csrf_exempt
     def view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        try:
+            return answer(request, **kwargs)
+        except OperationalError as exc:
+            if not isinstance(exc.__cause__, PoolTimeout):
+                raise
+            # Every connection of the process's pool stayed busy for DATABASE_POOL_TIMEOUT:
+            # the request did nothing; say so and when to come back, not a bare 500.
+            response = JsonResponse({"error": POOL_BUSY}, status=503)
+            response["Retry-After"] = "1"
+            return response
+
+    def answer(request: HttpRequest, **kwargs: Any) -> HttpResponse:
         handler = methods.get(request.method.lower() if request.method else "")
         if handler is None:
             allowed = ", ".join(m.upper() for m in methods)
