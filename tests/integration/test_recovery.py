@@ -10,6 +10,7 @@ from typing import Any
 import jwt
 import psycopg
 import pytest
+from django.db import connection
 from prometheus_client import REGISTRY
 
 from messenger_realtime.conf.settings import load_hub_options
@@ -20,6 +21,7 @@ from messenger_realtime.hub.connection.recovery import recover
 from messenger_realtime.hub.recovery import (
     BUILT,
     FORBIDDEN,
+    MISSED,
     RECOVERED,
     RESYNC,
     RecoverError,
@@ -273,3 +275,34 @@ def test_a_recovered_invitation_carries_media_minted_for_its_recipient_and_is_co
         before[FORBIDDEN] + 1
     )
     assert counted("messenger_realtime_hub_recovered_events_total") == events_before + 1
+
+
+def test_the_missed_read_is_a_range_scan_of_the_stream_index_on_a_filled_table() -> None:
+    """20,000 entries over 200 streams: "stream X after N" reads ux_rto_stream, never
+    the whole outbox (hub/recovery.py MISSED)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id, status,"
+            " stream_offset) SELECT gen_random_uuid(), 'ChatUpdated', 'ChatGroup',"
+            " ('00000000-0000-7000-8000-' || lpad((g % 200)::text, 12, '0'))::uuid, 'Done',"
+            " g / 200 + 1 FROM generate_series(0, 19999) g"
+        )
+        cursor.execute(
+            "INSERT INTO messenger.realtime_stream (stream, last_offset) SELECT 'chat:"
+            "00000000-0000-7000-8000-' || lpad(g::text, 12, '0'), 100"
+            " FROM generate_series(0, 199) g"
+        )
+        cursor.execute("ANALYZE messenger.realtime_outbox")
+        cursor.execute("ANALYZE messenger.realtime_stream")
+        key = uuid.UUID("00000000-0000-7000-8000-000000000007")
+        params = {
+            "streams": [f"chat:{key}"],
+            "kinds": ["ChatGroup"],
+            "keys": [key],
+            "after": [90],
+            "most": 1000,
+        }
+        cursor.execute("EXPLAIN " + MISSED, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "ux_rto_stream" in plan, plan
+    assert "Seq Scan on realtime_outbox" not in plan, plan
