@@ -1,6 +1,9 @@
-"""The environment variables the docs name are the ones the code reads."""
+"""The environment variables the docs name are the ones the code reads, and the files,
+modules, classes and functions they name exist."""
 
+import ast
 import re
+from pathlib import Path
 
 from messenger_realtime.conf.settings import DEFAULTS, env_name
 from tests.support.runtime import ROOT
@@ -28,3 +31,91 @@ def test_operations_names_the_metrics_port_by_the_variable_that_sets_it() -> Non
     text = (ROOT / "docs" / "operations.md").read_text()
     assert "MESSENGER_REALTIME_METRICS_PORT" in text
     assert re.findall(r"(?<!MESSENGER_REALTIME_)\bMETRICS_PORT\b", text) == []
+
+
+# -- the code the docs name exists ---------------------------------------------------
+
+APP = ROOT / "messenger_realtime"
+SKIPPED_DIRS = {".venv", "node_modules", ".git", "test-artifacts", ".mypy_cache"}
+FILE = re.compile(r"[\w./-]+\.(?:py|js|mjs|md|sql|yaml|yml|toml|json|sh|png|conf|template)")
+# `module.name` where module is one of the app's module files (`store.claim_fair`,
+# `building.Builder.build`), or a whole dotted path (`messenger_realtime.uuid7.uuid7`).
+DOTTED = re.compile(r"([a-z_]\w*)\.([A-Za-z_][\w.]*)")
+# Backticked names that look like code paths and are not: what they are instead.
+NOT_CODE = {
+    "settings.MESSENGER_REALTIME": "Django's setting (the dict)",
+    "media.expiresAt": "a payload field",
+    "realtime_outbox.enqueued": "the owner's span event",
+    "messenger_realtime.dispatch.outcomes.dispatched": "a logger's name",
+}
+# System check ids (`messenger_realtime.E016`) and migrations (`messenger_realtime.0006`).
+NOT_CODE_PATTERN = re.compile(r"messenger_realtime\.(?:E\d+|E0xx|\d{4})")
+# Paths outside the repository (the spec beside it, the system's), or made at run time.
+ELSEWHERE = ("shared/", "../", ".local/", "/")
+
+
+def repository_files() -> list[str]:
+    return [
+        str(p.relative_to(ROOT))
+        for p in ROOT.rglob("*")
+        if p.is_file() and not SKIPPED_DIRS & set(p.relative_to(ROOT).parts)
+    ]
+
+
+def defined_in(path: Path) -> set[str]:
+    """Top-level names of a module, and `Class.method` for its classes' methods."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                        names.add(f"{node.name}.{item.name}")
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def module_path(dotted: str) -> tuple[Path, str] | None:
+    """(module file, the rest) for the longest module prefix of a dotted path."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:cut])
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate, ".".join(parts[cut:])
+    return None
+
+
+def test_every_file_module_class_and_function_the_docs_name_exists() -> None:
+    files = repository_files()
+    modules: dict[str, list[Path]] = {}
+    for path in APP.rglob("*.py"):
+        modules.setdefault(path.stem, []).append(path)
+    missing = []
+    for doc in DOCS:
+        for number, line in enumerate(doc.read_text().splitlines(), 1):
+            for token in re.findall(r"`([^`\s]+)`", line):
+                token = re.sub(r"\(.*\)$", "", token.rstrip(",.;:"))  # a call's arguments
+                where = f"{doc.relative_to(ROOT)}:{number} `{token}`"
+                if token in NOT_CODE or token.startswith(ELSEWHERE):
+                    continue
+                if NOT_CODE_PATTERN.fullmatch(token):
+                    continue
+                if FILE.fullmatch(token):
+                    if not any(f == token or f.endswith("/" + token) for f in files):
+                        missing.append(where)
+                    continue
+                if token.startswith(("messenger_realtime.", "project.")):
+                    found = module_path(token)
+                    if found is None or (found[1] and found[1] not in defined_in(found[0])):
+                        missing.append(where)
+                    continue
+                dotted = DOTTED.fullmatch(token)
+                if dotted and dotted.group(1) in modules:
+                    name = dotted.group(2)
+                    if not any(name in defined_in(p) for p in modules[dotted.group(1)]):
+                        missing.append(where)
+    assert not missing, "\n".join(missing)
