@@ -4,7 +4,10 @@ channels-redis' group_send costs four round trips per event (expire the group, r
 members, expire each channel, a Lua EVAL), which caps a worker near 0.5k events/s. Here a
 chunk costs two: (1) one Lua script that expires and reads each distinct group once, (2)
 one Lua script that inserts every event into its member channels, in event order. This relies
-on channels-redis' key layout and message format (pinned: 4.3.0). With several Redis
+on channels-redis' key layout and message format, copied from channels-redis 4.3.0
+(`RedisChannelLayer._group_key`, `_map_channel_keys_to_connection`, its group_send script;
+pinned in requirements.txt, and tests/integration/test_channels_redis_copy.py fails on a
+real Redis when the installed version no longer behaves so). With several Redis
 hosts each host runs its own share of both steps (the groups it holds, then the channel
 keys it holds), concurrently across hosts: still two round trips per host
 (transport/shards.py says which host holds what).
