@@ -58,11 +58,6 @@ class Identity:
     issued_at: float | None = None
 
 
-def verify_access_token(token: str, options: HubOptions) -> UUID:
-    """The user id of a valid token: HS256 only, issuer, audience and expiry checked."""
-    return read_access_token(token, options).user_id
-
-
 # Tokens whose signature and claims were checked, with what they said: a client
 # presents its token at negotiate and again at the upgrade (and again at every reconnect),
 # and PyJWT's HS256 check re-examines the key (PEM, SSH and JWK shapes) on every call,
@@ -163,11 +158,6 @@ def read_connection_token(token: str, user_id: UUID, max_age: float | None) -> C
     if not isinstance(data, dict) or data.get("u") != str(user_id):
         raise InvalidToken("connection id belongs to another user")
     return ConnectionGrant(str(data["c"]), bool(data.get("s")))
-
-
-def check_connection_token(token: str, user_id: UUID, max_age: float) -> str:
-    """The connectionId of a fresh token issued to this user; InvalidToken otherwise."""
-    return read_connection_token(token, user_id, max_age).connection_id
 
 
 def authenticate(token: str | None, session_user: Any, options: HubOptions) -> UUID:
