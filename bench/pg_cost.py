@@ -1,0 +1,136 @@
+"""PostgreSQL's CPU per message: the outbox's share against the owner's own write (issue 29).
+`python bench/pg_cost.py [--messages N] [--rate R]`.
+
+On a fresh scratch database, N messages are committed at R per second, twice:
+- the owner's own write only (the chat's `last_seq`, the message row): what the product
+  would cost PostgreSQL without realtime;
+- the owner's transaction as it is (plus the stream offset, the outbox row and NOTIFY:
+  bench/e2e.py SEND_SQL), with the worker running (its claims and outcomes; its pushes go
+  to a Redis no hub reads), until every row is Done; then those rows' retention (the
+  worker's own DELETE, dispatch/sql.py, in RETENTION_BATCH batches).
+PostgreSQL's CPU is that of every `postgres` process of the machine (so run it on a quiet
+machine), from just before the first commit to just after the last row is settled.
+Prints JSON: CPU-ms per message of each part, and the ratio.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+
+from bench import e2e, hubclients  # noqa: E402
+from bench.recovery import postgres_cpu  # noqa: E402
+from messenger_realtime.uuid7 import uuid7  # noqa: E402
+
+DATABASE_URL = os.environ.get("PGCOST_DATABASE_URL") or hubclients.sibling_url(
+    "DATABASE_URL", "postgres://postgres@127.0.0.1:5432/messenger", "/messenger_bench_pgcost"
+)
+REDIS_URL = os.environ.get("PGCOST_REDIS_URL") or hubclients.sibling_url(
+    "REDIS_URL", "redis://127.0.0.1:6379/0", "/13"
+)
+
+# The owner's own write, without realtime: SEND_SQL without its stream and outbox parts.
+OWNER_ONLY_SQL = """
+WITH c AS (UPDATE messenger_chat SET last_seq = last_seq + 1 WHERE id = %(chat)s
+           RETURNING id, last_seq)
+INSERT INTO messenger_message (id, chat_id, seq, sender_id, kind, body, card_text, sent_at)
+SELECT %(message)s, id, last_seq, %(sender)s, 'Text', %(body)s, '', now() FROM c
+"""
+PENDING = "SELECT count(*) FROM messenger.realtime_outbox WHERE status = 'Pending'"
+
+
+async def commit_all(conn: Any, statement: str, chats: list[Any], count: int, rate: float) -> None:
+    for _ in range(count):
+        chat = random.choice(chats)
+        params = {"chat": chat.id, "message": uuid7(), "sender": chat.members[0]}
+        await conn.execute(statement, {**params, "entry": uuid7(), "body": "hello"})
+        await asyncio.sleep(1 / rate)  # the commit rate (a bench, not a test)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    import psycopg
+
+    env = {**os.environ, "DATABASE_URL": DATABASE_URL, "REDIS_URL": REDIS_URL}
+    env.update(DJANGO_SETTINGS_MODULE="project.settings", PYTHONUNBUFFERED="1")
+    await e2e.check_call(sys.executable, "scripts/ensure_database.py", "--fresh", env=env)
+    await e2e.check_call(sys.executable, "manage.py", "migrate", "--noinput", "-v0", env=env)
+    n = args.messages
+    result: dict[str, Any] = {"messages": n, "rate_per_s": args.rate}
+    async with contextlib.AsyncExitStack() as stack:
+        conn = await psycopg.AsyncConnection.connect(DATABASE_URL, autocommit=True)
+        stack.push_async_callback(conn.close)
+        chats = await e2e.seed(conn, 50, 2, 1)
+        await conn.execute("VACUUM ANALYZE")
+
+        before = postgres_cpu()
+        await commit_all(conn, OWNER_ONLY_SQL, chats, n, args.rate)
+        owner_only = postgres_cpu() - before
+
+        worker = await hubclients.Service.start(
+            "pgcost-worker",
+            [sys.executable, "manage.py", "dispatch_realtime"],
+            {**env, "MESSENGER_REALTIME_METRICS_PORT": "0"},
+            r"\bdispatching\b",
+        )
+        stack.push_async_callback(worker.stop)
+        await asyncio.sleep(2)  # the worker's start-up reads settle (a bench, not a test)
+        before = postgres_cpu()
+        await commit_all(conn, e2e.SEND_SQL, chats, n, args.rate)
+        while True:
+            row = await (await conn.execute(PENDING)).fetchone()
+            if row is None or row[0] == 0:
+                break
+            await asyncio.sleep(0.2)
+        with_outbox = postgres_cpu() - before
+        await worker.stop()
+
+        import django
+
+        django.setup()
+        from messenger_realtime.dispatch import sql
+
+        before = postgres_cpu()
+        deleted = 0
+        while True:
+            cursor = await conn.execute(sql.DELETE_DONE, {"older_than": 0, "limit": 1000})
+            if cursor.rowcount <= 0:
+                break
+            deleted += cursor.rowcount
+        retention = postgres_cpu() - before
+    result.update(
+        {
+            "owner_only_cpu_ms_per_message": round(owner_only / n * 1000, 3),
+            "with_outbox_cpu_ms_per_message": round(with_outbox / n * 1000, 3),
+            "retention_cpu_ms_per_row": round(retention / max(deleted, 1) * 1000, 3),
+            "rows_deleted": deleted,
+            "outbox_share": round(
+                (with_outbox + retention - owner_only) / (with_outbox + retention), 3
+            ),
+            "ratio_all_to_owner_only": round((with_outbox + retention) / owner_only, 2),
+            "host_load": os.getloadavg()[0],
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+    )
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=4000)
+    parser.add_argument("--rate", type=float, default=200.0, help="commits per second")
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(run(args)), indent=2))
+
+
+if __name__ == "__main__":
+    main()
