@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from tests.support.browser import browser  # noqa: F401  (the fixture, for every e2e test)
-from tests.support.hub_clients import Hub, HubClient
+from tests.support.hub_clients import Hub, HubClient, TwoHubs
 from tests.support.hub_helpers import token_for
 
 
@@ -21,6 +21,14 @@ def hub(hub_env: dict[str, str]) -> Iterator[Hub]:
     server = Hub(hub_env)
     yield server
     server.close()
+
+
+@pytest.fixture
+def hubs(worker_env: dict[str, str]) -> Iterator[TwoHubs]:
+    """The worker and two Daphne processes on the same database and Redis."""
+    pair = TwoHubs(worker_env)
+    yield pair
+    pair.close()
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 connection only in the process that holds it. Routed by `id` (docs/hub.md) it resumes;
 routed elsewhere it is refused cleanly and the official client starts afresh."""
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,13 +14,6 @@ from tests.support.hub_helpers import token_for
 from tests.support.runtime import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
-
-
-@pytest.fixture
-def hubs(worker_env: dict[str, str]) -> Iterator[TwoHubs]:
-    pair = TwoHubs(worker_env)
-    yield pair
-    pair.close()
 
 
 def connect(hubs: TwoHubs, balancer: Balancer, user: Any, **options: Any) -> HubClient:

@@ -6,7 +6,6 @@ missed event of each stream before the completion, which says per stream "recove
 "resync" or "forbidden" (docs/hub.md, "Recovery")."""
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,13 +19,6 @@ from tests.support.runtime import wait_until
 from tests.support.workers import DaphneProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
-
-
-@pytest.fixture
-def hubs(worker_env: dict[str, str]) -> Iterator[TwoHubs]:
-    pair = TwoHubs(worker_env)
-    yield pair
-    pair.close()
 
 
 def connect(daphne: DaphneProcess, user: Any, env: dict[str, str]) -> HubClient:

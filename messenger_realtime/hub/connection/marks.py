@@ -24,11 +24,12 @@ TRACKED = 64  # offsets sent live before the first recovery that are noted
 class StreamMarks:
     """What this connection sent of each stream, as far as recovery needs to know."""
 
-    __slots__ = ("held", "recovered", "sent")
+    __slots__ = ("held", "noted", "recovered", "sent")
 
     def __init__(self) -> None:
         # Before the first recovery: stream -> offsets sent live (None once over).
         self.sent: dict[str, set[int]] | None = {}
+        self.noted = 0  # offsets in `sent`
         self.held: dict[str, list[dict[str, Any]]] = {}  # streams being recovered
         self.recovered: dict[str, int] = {}  # stream -> offset it was recovered up to
 
@@ -42,9 +43,9 @@ class StreamMarks:
             return False
         sent = self.sent
         if sent is not None:
-            offsets = sent.setdefault(stream, set())
-            offsets.add(offset)
-            if sum(map(len, sent.values())) > TRACKED:  # cheap: TRACKED bounds it
+            sent.setdefault(stream, set()).add(offset)
+            self.noted += 1
+            if self.noted > TRACKED:  # past the bound: no more notes, and none kept
                 self.sent = None
         return True
 
