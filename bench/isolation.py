@@ -3,7 +3,10 @@
 - fairness: a 10,000-message burst committed at once into one chat while another chat
   gets 10 msg/s; the quiet chat's commit -> hub client latency, and the burst's drain time;
 - priority: call invitations committed every 0.5 s during a 100,000-row backlog; each
-  invitation's commit -> callee latency.
+  invitation's commit -> callee latency;
+- urgent: 20,000 ConferenceEnded rows of one conference committed at once (urgent kinds
+  are claimed ahead of a backlog) while another chat gets 10 msg/s; that chat's commit ->
+  client latency, and the flood's drain time.
 
     .venv/bin/python bench/isolation.py [--repo PATH] [--quick]
 
@@ -64,6 +67,20 @@ o AS (INSERT INTO messenger.realtime_outbox (id, kind, target_kind, target_user_
       SELECT gen_random_uuid(), 'CallInvited', 'User', %(callee)s, id, 'Direct', 'Pending', 0,
              now(), now(), now(), 0 FROM s RETURNING 1)
 SELECT pg_notify('realtime_outbox', '') FROM o
+"""
+
+
+# A conference that ended, and `n` ConferenceEnded rows of it for its chat (one flood).
+FLOOD_SQL = """
+WITH s AS (INSERT INTO messenger_callsession (id, session_kind, room_name, status, created_at,
+             ended_at, initiator_id, chat_id)
+           VALUES (%(call)s, 'Conference', %(room)s, 'Ended', now(), now(), %(user)s, %(chat)s)
+           RETURNING id),
+o AS (INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id, ref_id,
+        session_kind, status, attempts, next_attempt_at, created_at, updated_at, row_version)
+      SELECT gen_random_uuid(), 'ConferenceEnded', 'ChatGroup', %(chat)s, s.id, 'Conference',
+             'Pending', 0, now(), now(), now(), 0 FROM s, generate_series(1, %(n)s) RETURNING 1)
+SELECT count(*), pg_notify('realtime_outbox', '') FROM o
 """
 
 
@@ -235,6 +252,38 @@ async def fairness(stack: Stack, ids: dict[str, Any], burst: int, quiet_rate: fl
     }
 
 
+async def urgent(stack: Stack, ids: dict[str, Any], flood: int, quiet_rate: float) -> Any:
+    users, chats = ids["users"], ids["chats"]
+    (alice, bob), tasks = await connect(stack, users["alice"], users["bob"])
+    sent: dict[int, float] = {}
+    with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
+        call = uuid.uuid4()
+        params = {"call": call, "room": f"room-{call}", "user": users["alice"]}
+        sql(conn, FLOOD_SQL, {**params, "chat": chats["burst"], "n": flood})
+        committed = time.time()
+        seq = 0
+        while len(alice.events) < flood and time.time() - committed < 120:
+            seq += 1
+            sql(conn, SEND_SQL, {"n": 1, "chat": chats["quiet"], "sender": users["carol"]})
+            sent[seq] = time.time()
+            await asyncio.sleep(1 / quiet_rate)
+    await asyncio.sleep(2)  # the quiet chat's last events
+    for task in tasks:
+        task.cancel()
+    lag = [t - sent[e["seq"]] for t, _, e in bob.events if e["seq"] in sent]
+    drained = max((t for t, _, _ in alice.events), default=float("nan")) - committed
+    return {
+        "flood": flood,
+        "flood_received": len(alice.events),
+        "flood_drain_s": round(drained, 3),
+        "quiet_sent": len(sent),
+        "quiet_received": len(lag),
+        "quiet_p50_ms": pctl(lag, 50),
+        "quiet_p95_ms": pctl(lag, 95),
+        "quiet_max_ms": round(max(lag) * 1000, 1),
+    }
+
+
 async def priority(stack: Stack, ids: dict[str, Any], backlog: int, invites: int) -> Any:
     users, chats = ids["users"], ids["chats"]
     (callee,), tasks = await connect(stack, users["callee"])
@@ -269,13 +318,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repo", type=Path, default=ROOT, help="checkout to run the stack from")
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-    parser.add_argument("--only", choices=["fairness", "priority"], help="run one scenario")
+    parser.add_argument(
+        "--only", choices=["fairness", "priority", "urgent"], help="run one scenario"
+    )
     args = parser.parse_args()
     burst, backlog, invites = (1000, 5000, 4) if args.quick else (10_000, 100_000, 20)
+    flood = 1000 if args.quick else 20_000
     results: dict[str, Any] = {"repo": str(args.repo)}
     for name, run in (
         ("fairness", lambda s, i: fairness(s, i, burst, 10.0)),
         ("priority", lambda s, i: priority(s, i, backlog, invites)),
+        ("urgent", lambda s, i: urgent(s, i, flood, 10.0)),
     ):
         if args.only not in (None, name):
             continue

@@ -89,7 +89,12 @@ WALK = f"""walk(key, depth, wrapped) AS (
 
 
 # A fair claim of up to %(limit)s due rows that no attempt holds (claimed_at IS NULL):
-# - urgent kinds first (ix_rto_pending_urgent): an invitation never waits behind a backlog;
+# - urgent kinds first (ix_rto_pending_urgent): an invitation never waits behind a
+#   backlog. Weighted, not absolute: they take at most all but a quarter of the batch
+#   (rounded down), so a flood of them in one chat (a conference's 20,000 ConferenceEnded
+#   rows) leaves every batch's last quarter to the round-robin below and cannot hold the
+#   other chats' rows until it has drained; alone, the flood still fills whole batches
+#   (its target tops them up);
 # - then round-robin over the walked targets: each target's oldest rows, an equal quota
 #   each, so one chat's burst cannot hold the other chats' rows; targets that filled their
 #   quota then fill what the others left, so a burst alone still fills whole batches;
@@ -133,7 +138,7 @@ topped AS (
 urgent AS (
     SELECT o.id, 0::bigint AS rn FROM messenger.realtime_outbox AS o
     WHERE o.kind IN ({_URGENT}) AND {_DUE} AND o.claimed_at IS NULL{in_partition}
-    ORDER BY o.id LIMIT %(limit)s
+    ORDER BY o.id LIMIT %(limit)s - %(limit)s / 4  -- integer division
     FOR UPDATE SKIP LOCKED
 ),
 due AS (

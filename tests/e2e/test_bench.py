@@ -60,6 +60,9 @@ def test_isolation_bench_smoke_delivers_every_event(worker_env: dict[str, str]) 
     assert fairness["quiet_received"] == fairness["quiet_sent"] > 0
     assert priority["received"] == priority["invites"]
     assert fairness["quiet_p95_ms"] > 0 and priority["invite_p95_ms"] > 0
+    urgent = results["urgent"]
+    assert urgent["flood_received"] == urgent["flood"]
+    assert urgent["quiet_received"] == urgent["quiet_sent"] > 0
 
 
 def test_hub_bench_smoke_delivers_every_event_to_every_member(worker_env: dict[str, str]) -> None:

@@ -145,6 +145,39 @@ def test_an_invitation_behind_a_20000_row_backlog_is_claimed_in_the_first_batch(
     assert claimed[0] == invite.id  # claimed, and pushed first
 
 
+def test_an_urgent_flood_in_one_chat_leaves_a_share_of_each_batch_to_the_others() -> None:
+    # 20,000 ConferenceEnded rows of one conference chat, then 20 messages of another
+    # chat: urgent kinds used to take every batch whole, so the other chat waited for the
+    # whole flood (5.7-8.4 s). Urgent rows are weighted now, not absolute.
+    flood, other = uuid.uuid4(), uuid.uuid4()
+    with connection.cursor() as cur:  # the rows' shape only: the claim reads no domain
+        cur.execute(
+            "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id, ref_id,"
+            " session_kind) SELECT gen_random_uuid(), 'ConferenceEnded', 'ChatGroup', %s,"
+            " gen_random_uuid(), 'Conference' FROM generate_series(1, 20000)",
+            [flood],
+        )
+        cur.execute(
+            "INSERT INTO messenger.realtime_outbox (id, kind, target_kind, chat_id, seq)"
+            " SELECT gen_random_uuid(), 'MessageReceived', 'ChatGroup', %s, g"
+            " FROM generate_series(1, 20) AS g",
+            [other],
+        )
+
+    async def first_claim() -> list[Any]:
+        conn = await db.connect()
+        outcomes, _ = await store.claim_fair(conn, store.Claim(200, [1.0], 0.0, 8), NO_TARGET)
+        await conn.close()
+        return [o.row for o in outcomes]
+
+    claimed = run(first_claim())
+    assert len(claimed) == 200
+    by_chat = {chat: [r for r in claimed if r.chat_id == chat] for chat in (flood, other)}
+    assert len(by_chat[other]) == 20  # every row of the other chat, in the first batch
+    assert len(by_chat[flood]) == 180  # the flood fills the rest: no batch goes short
+    assert {r.kind for r in claimed[:180]} == {Kind.CONFERENCE_ENDED}  # pushed first
+
+
 def expired_total(kind: str) -> float:
     value = REGISTRY.get_sample_value("messenger_realtime_expired_total", {"kind": kind})
     return value or 0.0
