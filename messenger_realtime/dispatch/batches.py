@@ -34,6 +34,11 @@ from messenger_realtime.transport.publisher import Publisher
 
 logger = logging.getLogger(__name__)
 
+# The suspects' own time per pass, as a share of MAX_RUN_DURATION (1.25 s by default):
+# after a crash a backlog of suspects gets a fifth of the worker's time while a fair
+# backlog takes the rest, and all of it once the fair backlog has drained.
+SUSPECT_SHARE = 0.25
+
 Conn = psycopg.AsyncConnection[Any]
 Claim = Callable[[], Coroutine[Any, Any, list[RowOutcome]]]
 Guard = Callable[[], Coroutine[Any, Any, None]]
@@ -66,24 +71,30 @@ class Batch:
 
 
 async def run_pass(ctx: PassContext, work_conn: Conn, result: PassResult) -> None:
-    """Batches while they come back full, then suspects alone (when due: wakes.py), up to
-    MAX_RUN_DURATION."""
+    """Batches while they come back full, up to MAX_RUN_DURATION, then suspects alone
+    (when due: wakes.py) for their own share of it."""
     started = time.monotonic()
     await run_batches(ctx, work_conn, result, started)
     if ctx.suspects_due is None or ctx.suspects_due(result.retried):
-        await run_suspects(ctx, work_conn, result, started)
+        await run_suspects(ctx, work_conn, result)
 
 
-async def run_suspects(
-    ctx: PassContext, work_conn: Conn, result: PassResult, started: float
-) -> None:
-    """Each due suspect on its own: claim one, build it, push it, record it; next. At
-    least one per probing pass (wakes.py: at least once per POLLING_INTERVAL), so a long
-    backlog cannot keep suspects waiting for ever."""
+async def run_suspects(ctx: PassContext, work_conn: Conn, result: PassResult) -> None:
+    """Each due suspect on its own: claim one, build it, push it, record it; next.
+
+    Suspects have a budget of their own, SUSPECT_SHARE of MAX_RUN_DURATION from their
+    first claim (at least one suspect), whatever the batches before them took: they
+    used to get only what was left of the pass's time, one suspect per pass behind a
+    backlog. A budget that runs out leaves `suspects_left` set, and the next pass follows
+    at once and probes again (wakes.py), so N suspects drain in about N alone-trips
+    however long the fair backlog beside them is."""
+    started = time.monotonic()
+    budget = ctx.options.max_run_duration * SUSPECT_SHARE
     first = True
-    while not ctx.stop.is_set() and (
-        first or time.monotonic() - started < ctx.options.max_run_duration
-    ):
+    while not ctx.stop.is_set():
+        if not first and time.monotonic() - started >= budget:
+            result.suspects_left = True  # maybe: the next pass's probe finds out
+            return
         first = False
         outcomes = await ctx.claim_suspect()
         if not outcomes:

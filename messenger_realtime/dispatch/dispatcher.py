@@ -175,7 +175,7 @@ class Dispatcher:
         self._leading(True)
         while not self.stop.is_set():
             result = await self.run_pass()  # after (re)connecting this is the catch-up pass
-            self.wakes.pass_ended(rows=result.claimed)
+            self.wakes.pass_ended(rows=result.claimed, suspects_left=result.suspects_left)
             self.liveness.beat()
             metrics.last_pass.set(time.time())
             first = self.partition is None or self.partition.index == 0  # gauges are global
@@ -191,8 +191,8 @@ class Dispatcher:
                 await self.retention.step(await self._work_connection())
             if once:
                 return
-            if result.more_due or self.retention.left:  # the rest is due now: no idle wait
-                continue
+            if result.more_due or result.suspects_left or self.retention.left:
+                continue  # the rest is due now: no idle wait
             logger.debug("idle; waiting for NOTIFY or the next poll", extra={"action": "idle"})
             wake = await self.leader.wait_for_wake(
                 self.options.polling_interval, self.stop, self.wakes

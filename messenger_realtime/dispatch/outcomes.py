@@ -44,6 +44,7 @@ class PassResult:
     batches: int = 0
     claimed: int = 0  # rows the pass's batches claimed
     more_due: bool = False  # its last batch came back full (MAX_RUN_DURATION ended it)
+    suspects_left: bool = False  # its suspects' budget ran out with suspects still due
     duration_ms: float = 0.0
 
     def log_fields(self) -> dict[str, Any]:

@@ -13,8 +13,10 @@ spent more CPU per message at 500 msg/s than at 1,000 (docs/performance.md). Two
   commits) wakes a pass at once, so light traffic pays no extra latency; during a stream
   an event waits at most WAKE_COALESCE more. WAKE_COALESCE = 0 turns coalescing off.
 - The suspect probe (batches.run_suspects) runs at most once per POLLING_INTERVAL, and
-  in every pass whose batches isolated or retried rows (those are retried alone at once).
-  Suspects otherwise come due only after a backoff of seconds, so they wait at most one
+  in every pass whose batches isolated or retried rows (those are retried alone at once),
+  and in the pass after one whose suspects' budget ran out with suspects still due (a
+  crashed worker's batches: they drain pass after pass, not one per poll). Suspects
+  otherwise come due only after a backoff of seconds, so they wait at most one
   POLLING_INTERVAL more; the first pass after (re)connecting always probes.
 
 The wait itself (wait_for_wake) reads the leader's LISTEN connection (leader.py).
@@ -58,11 +60,13 @@ class WakePolicy:
         self.last_pass_ended = float("-inf")
         self.last_pass_rows = 0
         self.last_probe = float("-inf")
+        self.suspects_left = False
 
-    def pass_ended(self, rows: int) -> None:
-        """A pass ended, having claimed `rows` rows."""
+    def pass_ended(self, rows: int, suspects_left: bool = False) -> None:
+        """A pass ended, having claimed `rows` rows, and maybe left suspects due."""
         self.last_pass_ended = time.monotonic()
         self.last_pass_rows = rows
+        self.suspects_left = suspects_left
 
     def hold_until(self) -> float | None:
         """The monotonic time a NOTIFY arriving now should wait for, or None: wake now."""
@@ -74,7 +78,7 @@ class WakePolicy:
     def suspects_due(self, retried: int) -> bool:
         """Probe for suspects in this pass (which retried `retried` rows)?"""
         now = time.monotonic()
-        if retried or now - self.last_probe >= self.probe_every:
+        if retried or self.suspects_left or now - self.last_probe >= self.probe_every:
             self.last_probe = now
             return True
         return False

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.db.models.functions import Now
 
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch.dispatcher import Dispatcher, PassResult
@@ -19,7 +20,7 @@ from messenger_realtime.dispatch.leader import Leader
 from messenger_realtime.dispatch.wakes import STREAM_ROWS, Wake, WakePolicy
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.notify import NOTIFY_CHANNEL
-from tests.support.factories import ChatFactory, MessageFactory
+from tests.support.factories import ChatFactory, MessageFactory, OutboxEntryFactory
 from tests.support.helpers import RecordingPublisher, commit_message_received, options
 from tests.support.runtime import run, wait_until
 
@@ -159,6 +160,24 @@ def test_a_pass_cut_short_by_max_run_duration_goes_on_without_a_notify(running: 
     wait_until(all_done, what="the backlog drained without a NOTIFY or a poll")
     assert dispatcher.passes[:3] == [10, 10, 10]
     assert not any(wake.notified for wake in dispatcher.wake_log[:2])
+
+
+def test_a_backlog_of_suspects_drains_beside_a_backlog_without_waiting_for_polls(
+    running: Any,
+) -> None:
+    # Suspects (a crashed worker's batch) used to get one claim per pass once the batches
+    # had used the pass's MAX_RUN_DURATION, and a probe only once per POLLING_INTERVAL
+    # (30 s here): twenty suspects next to a backlog waited twenty polls. Now suspects
+    # get a budget of their own in every pass, and a pass that ran out of it with
+    # suspects still due is followed by another that probes again at once.
+    chat = ChatFactory()
+    for message in [MessageFactory(chat=chat) for _ in range(40)]:
+        commit_message_received(message)
+    suspects = [OutboxEntryFactory(attempts=1, claimed_at=Now()) for _ in range(20)]
+    dispatcher = running(batch_size=10, max_run_duration=1e-6)
+    wait_until(all_done, what="the backlog and every suspect Done, with no poll")
+    assert not dispatcher.wake_log  # no idle wait came between the passes
+    assert sum(dispatcher.passes) == 40 + len(suspects)
 
 
 def test_a_wake_reads_every_notify_already_waiting_not_one_socket_read() -> None:
