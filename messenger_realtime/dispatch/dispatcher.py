@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -81,8 +82,10 @@ class Dispatcher:
         partition: Partition | None = None,
         gate: PartitionGate | None = None,
         stop: asyncio.Event | None = None,
+        on_lock_busy: Callable[[], None] | None = None,
     ) -> None:
         self.options = options
+        self.on_lock_busy = on_lock_busy  # another process leads (in_process.py cares)
         self.publisher = publisher
         self.alias = alias
         self.use_lock = use_lock
@@ -127,8 +130,10 @@ class Dispatcher:
                 self.liveness.beat()
                 try:
                     await self._connect()
-                    self.liveness.connected = True
+                    self.liveness.connected, self.liveness.cause = True, None
                     if self.use_lock and not await self._acquire():
+                        if self.on_lock_busy is not None:
+                            self.on_lock_busy()
                         level = logging.DEBUG if standing_by else logging.INFO
                         fields = {"action": "skip", **self.log_fields}
                         logger.log(level, "dispatch lock busy; skipping run", extra=fields)
@@ -142,6 +147,7 @@ class Dispatcher:
                     await self._lead(once)
                     return
                 except (psycopg.OperationalError, LeadershipLost) as exc:
+                    self.liveness.cause = database_cause(exc)  # /health/ready says it
                     if unrecoverable(exc):  # wrong credentials or database: say so, stop
                         raise DatabaseUnusable(database_cause(exc)) from exc
                     logger.warning(

@@ -3,6 +3,13 @@
 The in-memory channel layer cannot leave its process, so the worker runs on Daphne's
 own event loop instead of as a process of its own. project/asgi.py starts it and hands
 its stop() to the hub's shutdown sequence (hub/daphne.py).
+
+This mode is one process by definition. Finding the dispatch lock held by another
+process is therefore a contradiction in the configuration (several hub processes, or a
+worker, without the Redis backplane): the leader's pushes never leave its own process,
+so this process's clients would get nothing. It says so (an ERROR naming the setting,
+once) and answers 503 on /health/ready from then on, so an orchestrator stops routing
+clients to it, instead of standing by in silence.
 """
 
 import asyncio
@@ -12,9 +19,17 @@ from channels.layers import get_channel_layer
 
 from messenger_realtime.conf.settings import load_options
 from messenger_realtime.dispatch.partitioned import build_runner
+from messenger_realtime.ops import webhealth
 from messenger_realtime.transport.publisher import ChannelLayerPublisher
 
 logger = logging.getLogger(__name__)
+
+ANOTHER_LEADER = (
+    "REALTIME_BACKPLANE_ENABLED is false (one process dispatches inside Daphne), but "
+    "another process holds the dispatch lock: several hub processes or a worker run "
+    "without the Redis backplane, and this process's clients would get no events. "
+    "Enable the backplane, or run one Daphne process."
+)
 
 
 class InProcessDispatcher:
@@ -24,13 +39,19 @@ class InProcessDispatcher:
         from twisted.internet import reactor
 
         publisher = ChannelLayerPublisher(get_channel_layer())
-        self.dispatcher = build_runner(load_options(), publisher)
+        self.dispatcher = build_runner(load_options(), publisher, on_lock_busy=self._not_alone)
         self.task: asyncio.Task[None] | None = None
         reactor.callWhenRunning(self._start)
 
     def _start(self) -> None:
         self.task = asyncio.ensure_future(self.dispatcher.run())
         logger.info("dispatcher running inside Daphne", extra={"action": "in_process"})
+
+    def _not_alone(self) -> None:
+        """The lock is busy: another process dispatches (see the module's docstring)."""
+        if "dispatch" not in webhealth.refusals():
+            logger.error(ANOTHER_LEADER, extra={"action": "contradiction"})
+        webhealth.refuse("dispatch", ANOTHER_LEADER)
 
     async def stop(self) -> None:
         """Stop between rows; the dispatcher records outcomes and releases its lock."""

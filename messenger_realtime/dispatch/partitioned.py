@@ -9,6 +9,7 @@ standby like the single runner's lease is. Entry points build the runner here.
 """
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
@@ -39,6 +40,7 @@ class PartitionedRunner:
         *,
         alias: str = "default",
         port: DomainPort | None = None,
+        on_lock_busy: Callable[[], None] | None = None,
     ) -> None:
         self.stop = asyncio.Event()
         count = options.dispatch_partitions
@@ -52,6 +54,7 @@ class PartitionedRunner:
                 partition=Partition(index, count),
                 gate=self.gate,
                 stop=self.stop,
+                on_lock_busy=on_lock_busy,
             )
             for index in range(count)
         ]

@@ -30,6 +30,7 @@ class Liveness:
     stopping: Callable[[], bool] = lambda: False
     leading: bool = False
     connected: bool = False  # a working database session (leading or standing by)
+    cause: str | None = None  # why not, psycopg's words (database_cause: no password)
     heartbeat: float = field(default_factory=time.monotonic)
 
     def beat(self) -> None:
@@ -40,11 +41,13 @@ class Liveness:
         age = time.monotonic() - self.heartbeat
         live = age <= self.stale_after
         ready = live and self.connected and not self.stopping()
-        details = {
+        details: dict[str, Any] = {
             "leading": self.leading,
             "database": self.connected,
             "heartbeatAgeSeconds": round(age, 3),
         }
+        if not self.connected and self.cause:
+            details["databaseError"] = self.cause
         return live, ready, details
 
 
@@ -64,6 +67,9 @@ class LivenessGroup(Liveness):
             "database": all(d["database"] for _, _, d in states),
             "heartbeatAgeSeconds": max(d["heartbeatAgeSeconds"] for _, _, d in states),
         }
+        causes = [d["databaseError"] for _, _, d in states if "databaseError" in d]
+        if causes:
+            details["databaseError"] = causes[0]
         return all(s[0] for s in states), all(s[1] for s in states), details
 
 

@@ -1,18 +1,45 @@
 """Liveness and readiness of a web (Daphne) process, for Kubernetes probes.
 
 /health/live  -> 200 while the process serves requests.
-/health/ready -> 200 when PostgreSQL answers and the channel layer (Redis) does; 503 with
-                 the failing dependency otherwise.
+/health/ready -> 200 when PostgreSQL answers and the channel layer (Redis) does; 503
+                 otherwise, with each failing dependency's cause in "errors" (psycopg's
+                 or redis-py's own words, which name the host and port but never a
+                 password), logged once when it appears. Also 503 while the process
+                 refuses to serve for a reason of its own (refuse(): a single-process
+                 hub that finds another process dispatching, dispatch/in_process.py).
+
+The probes answer on the pod's own port; the public proxy keeps /health/ready internal
+(ops/nginx), since its causes name internal hosts.
 """
 
+import logging
 from typing import Any
 
+import psycopg
 from channels.layers import get_channel_layer
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
-PROBE_TIMEOUT = 3.0  # seconds to get a pooled connection before answering 503
+from messenger_realtime.exceptions import database_cause
+
+logger = logging.getLogger(__name__)
+
+PROBE_TIMEOUT = 2.0  # seconds to get a pooled connection before asking libpq why not
+CONNECT_TIMEOUT = 2  # seconds for that direct attempt: the probe answers within ~4 s
+
+_refusals: dict[str, str] = {}  # check name -> why this process is not ready
+_logged: dict[str, str | None] = {}  # check name -> the cause last logged
+
+
+def refuse(check: str, reason: str) -> None:
+    """Keep answering 503 on /health/ready, naming `check` and `reason`."""
+    _refusals[check] = reason
+
+
+def refusals() -> dict[str, str]:
+    """What refuse() was told so far."""
+    return dict(_refusals)
 
 
 @require_GET
@@ -22,17 +49,33 @@ def live(request: HttpRequest) -> JsonResponse:
 
 @require_GET
 async def ready(request: HttpRequest) -> JsonResponse:
-    checks = {"database": await _database(), "channelLayer": await _channel_layer()}
-    ok = all(checks.values())
-    return JsonResponse(
-        {"status": "ok" if ok else "unavailable", **checks}, status=200 if ok else 503
-    )
+    causes = {"database": await _database(), "channelLayer": await _channel_layer()}
+    for check, cause in causes.items():
+        _log_change(check, cause)
+    causes.update(_refusals)
+    errors = {check: cause for check, cause in causes.items() if cause is not None}
+    body: dict[str, Any] = {"status": "unavailable" if errors else "ok"}
+    body.update({check: cause is None for check, cause in causes.items()})
+    if errors:
+        body["errors"] = errors
+    return JsonResponse(body, status=503 if errors else 200)
 
 
-async def _database() -> bool:
+def _log_change(check: str, cause: str | None) -> None:
+    """One log line when a dependency fails (with its cause) or recovers, not one per probe."""
+    if _logged.get(check) == cause:
+        return
+    _logged[check] = cause
+    if cause is not None:
+        logger.warning("not ready: %s unavailable: %s", check, cause, extra={"action": "ready"})
+    else:
+        logger.info("ready: %s reachable again", check, extra={"action": "ready"})
+
+
+async def _database() -> str | None:
     from asgiref.sync import sync_to_async
 
-    def probe() -> bool:
+    def probe() -> str | None:
         pool: Any = getattr(connection, "pool", None)  # Django's psycopg pool, if configured
         try:
             if pool is not None:
@@ -41,23 +84,40 @@ async def _database() -> bool:
                 pool.open()
                 with pool.connection(timeout=PROBE_TIMEOUT) as conn:
                     conn.execute("SELECT 1")
-                return True
+                return None
             connection.close_if_unusable_or_obsolete()
             with connection.cursor() as cursor:
                 cursor.execute("SELECT 1")
-            return True
-        except Exception:
+            return None
+        except Exception as exc:
             connection.close()
-            return False
+            if pool is None:
+                return database_cause(exc.__cause__ or exc)
+            return _why_not(pool, exc)
 
-    return bool(await sync_to_async(probe)())
+    return await sync_to_async(probe)()
 
 
-async def _channel_layer() -> bool:
+def _why_not(pool: Any, exc: Exception) -> str:
+    """The pool only says it waited ("couldn't get a connection after 2.00 sec"); libpq
+    says why (refused, authentication, an unknown database): ask it once, directly."""
+    try:
+        kwargs = {**pool.kwargs, "connect_timeout": CONNECT_TIMEOUT}
+        with psycopg.connect(pool.conninfo, **kwargs) as conn:
+            conn.execute("SELECT 1")
+    except Exception as direct:
+        return database_cause(direct)
+    # The server answers: every pooled connection is busy (the pool's own words then).
+    return database_cause(exc)
+
+
+async def _channel_layer() -> str | None:
     layer: Any = get_channel_layer()
     if not hasattr(layer, "connection"):  # in-memory: nothing to reach
-        return True
+        return None
     try:  # every Redis server of a sharded layer: each holds some groups and queues
-        return all([await layer.connection(index).ping() for index in range(layer.ring_size)])
-    except Exception:
-        return False
+        for index in range(layer.ring_size):
+            await layer.connection(index).ping()
+    except Exception as exc:
+        return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    return None

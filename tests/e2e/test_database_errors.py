@@ -1,7 +1,10 @@
 """A wrong DATABASE_URL is named at once: management commands fail with PostgreSQL's own
 reason in seconds (no pool to time out first), and the worker names the reason on every
-reconnect, or exits non-zero when retrying cannot help (the database does not exist). A
-REST request that finds the pool exhausted is answered 503 with Retry-After."""
+reconnect, or exits non-zero when retrying cannot help (the database does not exist).
+Daphne's and the worker's /health/ready name the cause (and an unreachable Redis), never
+the password. A REST request that finds the pool exhausted is answered 503 with
+Retry-After. A single-process hub (no backplane) that finds another process dispatching
+says so and stops being ready."""
 
 import json
 import os
@@ -17,9 +20,10 @@ import pytest
 from django.db import connection
 
 from messenger_realtime.dispatch.connections import conninfo
+from tests.support.api_client import http_get
 from tests.support.factories import UserFactory
 from tests.support.hub_helpers import token_for
-from tests.support.runtime import free_port, manage
+from tests.support.runtime import free_port, manage, wait_until
 from tests.support.workers import DaphneProcess, WorkerProcess
 
 pytestmark = pytest.mark.slow
@@ -68,6 +72,81 @@ def test_the_worker_exits_non_zero_naming_a_database_that_does_not_exist() -> No
         assert worker.proc.wait(timeout=30) != 0
     finally:
         worker.kill()
+
+
+@pytest.mark.django_db
+def test_daphne_readiness_names_each_cause_within_seconds_without_the_password() -> None:
+    secret = "hunter2-not-logged"
+    refused_db = url(PORT=free_port()).replace("://postgres@", f"://postgres:{secret}@")
+    redis_port = free_port()
+    env = dict(env_with(refused_db), REDIS_URL=f"redis://:{secret}@127.0.0.1:{redis_port}/5")
+    env.pop("CHANNEL_REDIS_URLS", None)
+    daphne = DaphneProcess(env)
+    try:
+        began = time.monotonic()
+        status, text = http_get(f"{daphne.http}/health/ready", timeout=10)
+        assert time.monotonic() - began < 5
+        assert status == 503
+        answer = json.loads(text)
+        assert answer["database"] is False and answer["channelLayer"] is False
+        assert "Connection refused" in answer["errors"]["database"]
+        assert str(redis_port) in answer["errors"]["channelLayer"]
+        line = daphne.wait_for("not ready: database unavailable", timeout=10)
+        assert "Connection refused" in line
+        assert secret not in text and secret not in daphne.log()
+    finally:
+        daphne.kill()
+
+
+@pytest.mark.django_db
+def test_daphne_readiness_names_a_role_that_does_not_exist() -> None:
+    daphne = DaphneProcess(env_with(url(USER="no_such_role_here")))
+    try:
+        status, text = http_get(f"{daphne.http}/health/ready", timeout=10)
+        assert status == 503
+        assert 'role "no_such_role_here" does not exist' in json.loads(text)["errors"]["database"]
+    finally:
+        daphne.kill()
+
+
+@pytest.mark.django_db
+def test_the_workers_readiness_names_the_database_cause() -> None:
+    port = free_port()  # (WorkerProcess turns the probes' port off; this test reads it)
+    env = dict(env_with(url(PORT=free_port())), MESSENGER_REALTIME_METRICS_PORT=str(port))
+    proc = subprocess.Popen(
+        manage("dispatch_realtime"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        ready = f"http://127.0.0.1:{port}/health/ready"
+        text = wait_until(lambda: http_get(ready)[1], timeout=30, what="the worker's probe")
+        answer = json.loads(text)
+        assert answer["database"] is False
+        assert "Connection refused" in answer["databaseError"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_single_process_hub_that_finds_another_dispatching_says_so(
+    worker_env: dict[str, str],
+) -> None:
+    env = dict(worker_env, REALTIME_BACKPLANE_ENABLED="false", LOG_LEVEL="INFO")
+    first = DaphneProcess(env)
+    second: DaphneProcess | None = None
+    try:
+        first.wait_for("dispatching", timeout=30)  # it leads
+        second = DaphneProcess(env)
+        line = second.wait_for("another process holds the dispatch lock", timeout=30)
+        assert "REALTIME_BACKPLANE_ENABLED" in line and "ERROR" in line
+        status, text = http_get(f"{second.http}/health/ready", timeout=10)
+        assert status == 503
+        assert "Redis backplane" in json.loads(text)["errors"]["dispatch"]
+        assert http_get(f"{first.http}/health/ready", timeout=10)[0] == 200
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,7 +1,7 @@
 """The reverse proxy config (ops/nginx/) for real: Debian's nginx, rendered as the nginx
 image renders it, with TLS in front of Daphne (production security settings) and the
 worker. The official client negotiates, upgrades and receives an event through it;
-/metrics stays internal; static files come from collectstatic's output."""
+/metrics and /health/ready stay internal; static files come from collectstatic's output."""
 
 import os
 import re
@@ -178,6 +178,8 @@ def test_metrics_stay_internal_static_comes_from_the_proxy_and_http_goes_to_http
 ) -> None:
     hub, proxy = hub_behind_proxy
     assert proxy.get("/metrics")[0] == 404
+    assert proxy.get("/health/ready")[0] == 404  # its causes name internal hosts
+    assert proxy.get("/health/live")[0] == 200  # the proxy's own health check
     assert http_get(f"{hub.daphne.http}/metrics")[0] == 200  # Prometheus scrapes Daphne
     assert http_get(f"{hub.daphne.http}/health/ready")[0] == 200  # probes: no redirect
 

@@ -59,7 +59,7 @@ class Served:
                 wait_until(lambda i=index: self.ready(i), what=f"hub {index}")
             # nginx writes its pid file once it listens (the same caution as above).
             wait_until((local / "nginx" / "nginx.pid").exists, what="nginx listening")
-            wait_until(lambda: http_get(f"{self.url}/health/ready")[0] == 200, what="nginx")
+            wait_until(lambda: http_get(f"{self.url}/health/live")[0] == 200, what="nginx")
         except BaseException:
             self.kill()  # the fixture's teardown never sees an object that failed to start
             raise
