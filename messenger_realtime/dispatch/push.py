@@ -14,6 +14,7 @@ answered by a bound when it can be (ChannelLayerPublisher.hub_backlog's `within`
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,41 @@ class Pace:
     behind the burst, where a quiet chat's newer row could no longer overtake them."""
 
     hub_behind: bool = False
+
+
+class LayerTrouble:
+    """Says in words why the channel layer cannot be reached, once per outage (and again
+    when the cause changes, or every REPEAT seconds while it lasts): each row's retry line
+    carries only the error's class and errno (`last_error` must hold no message text), so
+    without this an operator reading "redis.exceptions.ConnectionError (code 111)" never
+    learns which server refused. redis-py's text names the host and port, not a password.
+    """
+
+    REPEAT = 60.0
+
+    def __init__(self) -> None:
+        self.cause: str | None = None
+        self.logged_at = float("-inf")
+
+    def noted(self, exc: BaseException) -> None:
+        text = str(exc).strip()
+        cause = (text.splitlines()[0] if text else type(exc).__name__)[:300]
+        now = time.monotonic()
+        if cause != self.cause or now - self.logged_at >= self.REPEAT:
+            logger.warning(
+                "channel layer unreachable: %s",
+                cause,
+                extra={"action": "push", Field.ERROR_CODE: describe_error(exc)},
+            )
+            self.cause, self.logged_at = cause, now
+
+    def cleared(self) -> None:
+        if self.cause is not None:
+            logger.info("channel layer reachable again", extra={"action": "push"})
+            self.cause = None
+
+
+LAYER = LayerTrouble()  # one per process: the layer is
 
 
 async def push(
@@ -85,6 +121,7 @@ async def push(
             except Exception as exc:
                 _failed(chunk, exc)
                 continue
+        LAYER.cleared()
         for outcome, result in zip(chunk, results, strict=True):
             if result is None:
                 outcome.decide(Fate.DONE)
@@ -104,6 +141,7 @@ def _failed(chunk: Sequence[RowOutcome], exc: BaseException) -> None:
     backoff, as a suspect."""
     error = describe_error(exc)
     if transient(exc):
+        LAYER.noted(exc)
         for outcome in chunk:
             outcome.decide(Fate.RETRY, error)
         return

@@ -21,7 +21,7 @@ from django.db import connection
 
 from messenger_realtime.dispatch.connections import conninfo
 from tests.support.api_client import http_get
-from tests.support.factories import UserFactory
+from tests.support.factories import OutboxEntryFactory, UserFactory
 from tests.support.hub_helpers import token_for
 from tests.support.runtime import free_port, manage, wait_until
 from tests.support.workers import DaphneProcess, WorkerProcess
@@ -125,6 +125,20 @@ def test_the_workers_readiness_names_the_database_cause() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_names_an_unreachable_redis_in_words(worker_env: dict[str, str]) -> None:
+    OutboxEntryFactory()  # a row to push
+    redis_port = free_port()
+    env = dict(worker_env, REDIS_URL=f"redis://127.0.0.1:{redis_port}/5")
+    env.pop("CHANNEL_REDIS_URLS", None)
+    worker = WorkerProcess(env)
+    try:
+        line = worker.wait_for("channel layer unreachable", timeout=30)
+        assert f"127.0.0.1:{redis_port}" in line and "111" in line
+    finally:
+        worker.kill()
 
 
 @pytest.mark.django_db(transaction=True)
