@@ -10,7 +10,10 @@ On a fresh scratch database, N messages are committed at R per second, twice:
   worker's own DELETE, dispatch/sql.py, in RETENTION_BATCH batches).
 PostgreSQL's CPU is that of every `postgres` process of the machine (so run it on a quiet
 machine), from just before the first commit to just after the last row is settled.
-Prints JSON: CPU-ms per message of each part, and the ratio.
+Prints JSON: CPU-ms per message of each part, and the ratio. With `--statements`, on a
+server that preloads pg_stat_statements (`shared_preload_libraries`; the machine's own
+does not, so start a private one), also the with-outbox phase's statements by total
+execution time: calls, rows, ms per message.
 """
 
 import argparse
@@ -47,6 +50,12 @@ INSERT INTO messenger_message (id, chat_id, seq, sender_id, kind, body, card_tex
 SELECT %(message)s, id, last_seq, %(sender)s, 'Text', %(body)s, '', now() FROM c
 """
 PENDING = "SELECT count(*) FROM messenger.realtime_outbox WHERE status = 'Pending'"
+TOP_STATEMENTS = """
+SELECT calls, rows, total_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 90)
+FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY total_exec_time DESC LIMIT 15
+"""
 
 
 async def commit_all(conn: Any, statement: str, chats: list[Any], count: int, rate: float) -> None:
@@ -84,6 +93,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         stack.push_async_callback(worker.stop)
         await asyncio.sleep(2)  # the worker's start-up reads settle (a bench, not a test)
+        if args.statements:
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            await conn.execute("SELECT pg_stat_statements_reset()")
         before = postgres_cpu()
         await commit_all(conn, e2e.SEND_SQL, chats, n, args.rate)
         while True:
@@ -93,6 +105,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.sleep(0.2)
         with_outbox = postgres_cpu() - before
         await worker.stop()
+        if args.statements:
+            rows = await (await conn.execute(TOP_STATEMENTS)).fetchall()
+            result["statements"] = [
+                {"calls": c, "rows": r, "ms_per_message": round(t / n, 4), "query": q}
+                for c, r, t, q in rows
+            ]
 
         import django
 
@@ -128,6 +146,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=4000)
     parser.add_argument("--rate", type=float, default=200.0, help="commits per second")
+    parser.add_argument(
+        "--statements", action="store_true", help="per statement (pg_stat_statements)"
+    )
     args = parser.parse_args()
     print(json.dumps(asyncio.run(run(args)), indent=2))
 

@@ -274,6 +274,7 @@ class Dispatcher:
     async def _claim_connection(self) -> psycopg.AsyncConnection[Any]:
         if self.claim_conn is None or self.claim_conn.closed:
             self.claim_conn = await db.connect(self.alias, **self.session)
+            await store.prepare_claim_session(self.claim_conn)
         return self.claim_conn
 
     async def close(self) -> None:

@@ -187,6 +187,17 @@ FROM walked
 
 WALK_AND_CLAIM = walk_and_claim_statement(WALK)
 
+# The claim session's planner never takes a sequential scan where an index can serve.
+# The claims' plans otherwise follow the table's statistics, which lag the churn: planned
+# while the outbox was small (a new deployment, a quiet spell after retention), the
+# walk's probes were sequential scans, and the session kept that plan (psycopg prepares
+# a statement after five runs; its generic plan lives until the next ANALYZE) while the
+# heap filled with Done rows: 14.6 ms of PostgreSQL per claim at 200 msg/s, two thirds of
+# the database's CPU (bench/pg_cost.py --statements). Every statement on this session is
+# a claim below, each meant as index probes (tests/integration/test_claim_plans.py
+# EXPLAINs them on a small table and a filled one).
+CLAIM_SESSION = "SET enable_seqscan = off"
+
 
 # One suspect: a due row whose last attempt never got an outcome (claimed_at still set:
 # its worker died or hung on it). Claimed, built and pushed alone, so a row that crashes

@@ -37,6 +37,11 @@ class Claim:
     max_attempts: int
 
 
+async def prepare_claim_session(conn: Conn) -> None:
+    """Pin the claim session's plans to the indexes (sql.CLAIM_SESSION says why)."""
+    await conn.execute(sql.CLAIM_SESSION)
+
+
 async def claim_fair(
     conn: Conn,
     shape: Claim,
