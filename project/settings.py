@@ -8,6 +8,7 @@ from pathlib import Path
 
 import environ
 
+from messenger_realtime.conf.numbers import env_number
 from project.devkeys import dev_keys
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -75,15 +76,17 @@ TEMPLATES = [
 # DATABASE_POOL_MAX_SIZE=0 turns the pool off (behind PgBouncer): a connection per request,
 # or kept DATABASE_CONN_MAX_AGE seconds. The dispatch worker opts out of the pool and keeps
 # one persistent connection for its domain reads (dispatch/connections.py).
-_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=10)
+# Numbers are parsed exactly or refused naming the variable (env_number: django-environ's
+# int() read "1e12" as 112); the bounds only catch nonsense (a pool of a million).
+_POOL_MAX_SIZE = int(env_number("DATABASE_POOL_MAX_SIZE", int, 10, 0, 1000))
 _DATABASE_OPTIONS: dict[str, object] = {
     "application_name": env.str("DATABASE_APPLICATION_NAME", default="messenger-web"),
 }
 if _POOL_MAX_SIZE > 0:
     _DATABASE_OPTIONS["pool"] = {
-        "min_size": min(env.int("DATABASE_POOL_MIN_SIZE", default=1), _POOL_MAX_SIZE),
+        "min_size": min(int(env_number("DATABASE_POOL_MIN_SIZE", int, 1, 0, 1000)), _POOL_MAX_SIZE),
         "max_size": _POOL_MAX_SIZE,
-        "timeout": env.float("DATABASE_POOL_TIMEOUT", default=10.0),
+        "timeout": env_number("DATABASE_POOL_TIMEOUT", float, 10.0, 0.001, 600),
     }
 _database = env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/messenger")
 DATABASES = {
@@ -91,7 +94,9 @@ DATABASES = {
         **_database,
         "OPTIONS": {**_database.get("OPTIONS", {}), **_DATABASE_OPTIONS},
         # A pool needs 0 (Django returns the connection to it after each request).
-        "CONN_MAX_AGE": 0 if _POOL_MAX_SIZE > 0 else env.int("DATABASE_CONN_MAX_AGE", default=0),
+        "CONN_MAX_AGE": 0
+        if _POOL_MAX_SIZE > 0
+        else int(env_number("DATABASE_CONN_MAX_AGE", int, 0, 0, 86400)),
         "CONN_HEALTH_CHECKS": True,
     },
 }
@@ -139,7 +144,7 @@ if env.bool("REALTIME_BACKPLANE_ENABLED", default=True):
                 # of a process in one Redis key, so this bounds the whole process'
                 # backlog. Beyond it channels-redis drops (the worker counts overruns);
                 # leave room for bursts, so a burst is queued rather than lost.
-                "capacity": env.int("CHANNEL_CAPACITY", default=10_000),
+                "capacity": int(env_number("CHANNEL_CAPACITY", int, 10_000, 1, 10_000_000)),
             },
         }
     }
@@ -168,7 +173,7 @@ if env.bool("DJANGO_SECURE_PROXY_SSL_HEADER", default=False):
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=False)
 # Probes and Prometheus reach Daphne directly over plain HTTP inside the network.
 SECURE_REDIRECT_EXEMPT = [r"^health/", r"^metrics$"]
-SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_SECONDS = int(env_number("DJANGO_SECURE_HSTS_SECONDS", int, 0, 0, 63_072_000))
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
 SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("DJANGO_SECURE_COOKIES", default=False)

@@ -17,7 +17,6 @@ import dataclasses
 import functools
 import math
 import os
-import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -25,6 +24,8 @@ from typing import Any
 import environ
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+
+from messenger_realtime.conf.numbers import parse_number
 
 DEFAULTS: dict[str, Any] = {
     "POLLING_INTERVAL": 1.0,
@@ -239,7 +240,7 @@ def _coerce(key: str, value: Any) -> Any:
             raise TypeError("expected a list of strings")
         return list(value)
     if isinstance(value, str) and kind in (int, float):
-        value = _number(value, kind)
+        value = parse_number(value, kind)
     if kind is float and isinstance(value, timedelta):
         return value.total_seconds()
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -249,25 +250,6 @@ def _coerce(key: str, value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("not a finite number")
     return value
-
-
-def _number(text: str, kind: type) -> int | float:
-    """An environment value as exactly the number it spells, or ValueError: `1e3` is
-    1000.0 for a float and refused for an integer, `inf`, `nan` and `12abc` are refused
-    (django-environ's parse_value dropped the characters it did not expect: `1e12`
-    became 112.0)."""
-    text = text.strip()
-    if kind is int:
-        if not re.fullmatch(r"[+-]?\d+", text):
-            raise ValueError("not a whole number")
-        return int(text)
-    try:
-        number = float(text)
-    except ValueError as exc:
-        raise ValueError("not a number") from exc
-    if not math.isfinite(number):
-        raise ValueError("not a finite number")
-    return number
 
 
 def _deadlines(value: Any) -> dict[str, float]:

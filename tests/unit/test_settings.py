@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+import sys
 
 import psycopg
 import pytest
@@ -14,7 +15,7 @@ from messenger_realtime.conf.checks import HUB_TAG, WORKER_TAG
 from messenger_realtime.conf.settings import collect, load_hub_options, load_options
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import database_cause, unrecoverable
-from tests.support.runtime import manage, project_settings
+from tests.support.runtime import ROOT, manage, project_settings
 
 HUB_ONLY = {
     "JWT_SIGNING_KEY",
@@ -183,6 +184,40 @@ def test_numbers_in_the_environment_are_parsed_exactly_or_refused_by_name(
     else:
         assert problems == [] and values[variable] == parsed
         assert type(values[variable]) is type(parsed)
+
+
+@pytest.mark.parametrize(
+    ("variable", "text", "problem"),
+    [
+        ("DATABASE_POOL_MAX_SIZE", "1e3", "invalid value '1e3': not a whole number"),
+        ("DATABASE_POOL_TIMEOUT", "inf", "invalid value 'inf': not a finite number"),
+        ("DATABASE_POOL_TIMEOUT", "nan", "invalid value 'nan': not a finite number"),
+        ("CHANNEL_CAPACITY", "12abc", "invalid value '12abc': not a whole number"),
+        ("CHANNEL_CAPACITY", "1000000000000", "is outside [1, 1e+07]"),
+        ("DJANGO_SECURE_HSTS_SECONDS", "-1", "is outside [0, 6.3072e+07]"),
+    ],
+)
+def test_the_projects_own_numbers_are_parsed_exactly_or_refused_by_name(
+    variable: str, text: str, problem: str
+) -> None:
+    # django-environ's env.int("CHANNEL_CAPACITY") read "1e12" as 112; now the settings
+    # module refuses the value, naming the variable (the process does not start).
+    env = dict(os.environ, **{variable: text})
+    code = "import project.settings"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode != 0
+    assert f"${variable}: " in proc.stderr and problem in proc.stderr, proc.stderr[-500:]
+
+
+def test_a_float_of_the_projects_own_is_parsed_exactly() -> None:
+    env = dict(os.environ, DATABASE_POOL_TIMEOUT="2.5e0", DATABASE_POOL_MAX_SIZE="3")
+    code = "import project.settings as s; print(s.DATABASES['default']['OPTIONS']['pool'])"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert "'timeout': 2.5" in proc.stdout and "'max_size': 3" in proc.stdout, proc.stderr
 
 
 def test_invalid_environment_value_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
