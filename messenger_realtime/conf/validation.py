@@ -73,6 +73,8 @@ CONTENT_BOUNDS = {
 }
 # The official client abandons a poll after 100 s: the server must answer before.
 CLIENT_POLL_TIMEOUT = 100.0
+# The shortest lease (E031): three heartbeats of at least a second each.
+MIN_LOCK_TTL = 3.0
 
 
 # Upper bounds: a value past one is a typo (a unit slip, a stray digit), never a choice.
@@ -195,6 +197,17 @@ def validate(values: dict[str, Any]) -> list[tuple[str, str, str]]:
     timeout = values.get("CLIENT_TIMEOUT", CLIENT_SERVER_TIMEOUT)
     ok = timeout <= 0 or keepalive < timeout  # (a non-positive one is E007's)
     rule("E028", "CLIENT_TIMEOUT", ok, "must be longer than KEEPALIVE_INTERVAL")
+    # The lease against its own heartbeat: the leader stamps every LOCK_TTL/3, and the
+    # lease session's idle-in-transaction limit is LOCK_TTL/3 but at least 1 s
+    # (docs/dispatcher.md, The lease), so a shorter lease would be ended by a standby
+    # between two heartbeats of a healthy leader, or outlive a frozen one's transaction.
+    ttl = values.get("LOCK_TTL", MIN_LOCK_TTL)
+    ok = ttl <= 0 or ttl >= MIN_LOCK_TTL  # (a non-positive one is E007's)
+    problem = (
+        f"must be at least {MIN_LOCK_TTL:g} s: the leader's heartbeat runs every third of "
+        "it, and the lease session's idle-in-transaction limit is at least 1 s"
+    )
+    rule("E031", "LOCK_TTL", ok, problem)
     _hub_transport_rules(values, rule)
     return found
 

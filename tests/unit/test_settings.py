@@ -125,6 +125,7 @@ def test_environment_overrides_settings(monkeypatch: pytest.MonkeyPatch) -> None
         ({"WAKE_COALESCE": 0.1}, None),
         # Issue 29: absurd values and contradictions, refused by name.
         ({"LOCK_TTL": 10**12}, "messenger_realtime.E027"),
+        ({"LOCK_TTL": 2.5}, "messenger_realtime.E031"),
         ({"BATCH_SIZE": 10**12}, "messenger_realtime.E027"),
         ({"RETENTION_BATCH": 10**12}, "messenger_realtime.E027"),
         ({"CONNECTION_TOKEN_TTL": 10**12}, "messenger_realtime.E027"),
