@@ -10,9 +10,9 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, register
 
+from messenger_realtime.conf.declared import HUB, WORKER, role_keys, validate
 from messenger_realtime.conf.layer_hosts import SETTING, host_problems
-from messenger_realtime.conf.settings import DEFAULTS, HUB, WORKER, collect, env_name, role_keys
-from messenger_realtime.conf.validation import validate
+from messenger_realtime.conf.settings import DEFAULTS, collect, env_name
 
 WORKER_TAG = "messenger_realtime_worker"
 HUB_TAG = "messenger_realtime_hub"

@@ -9,8 +9,9 @@ RealtimeDispatchOptions, the hub (Daphne) its HubOptions, both the DOMAIN_PORT. 
 hub-only secret never stops the worker, and the reverse. The loaded options are cached
 (the hub reads them on every connect) and the cache is cleared when Django's
 `setting_changed` fires for MESSENGER_REALTIME (tests) or by `clear_cache()`.
-Problems are reported by the system checks in checks.py (rules in validation.py);
-the loaders refuse to build options from invalid settings.
+Every key, its type, default and rules are declared once in declared.py; problems are
+reported by the system checks in checks.py, and the loaders refuse to build options from
+invalid settings.
 """
 
 import dataclasses
@@ -25,130 +26,11 @@ import environ
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from messenger_realtime.conf.declared import BY_NAME, HUB, SETTINGS, WORKER, role_keys, validate
 from messenger_realtime.conf.numbers import parse_number
 
-DEFAULTS: dict[str, Any] = {
-    "POLLING_INTERVAL": 1.0,
-    "BATCH_SIZE": 200,
-    "MAX_RUN_DURATION": 5.0,
-    "MAX_ATTEMPTS": 8,
-    "BACKOFF_BASE": 2.0,
-    "BACKOFF_FACTOR": 2.0,
-    "BACKOFF_CAP": 120.0,
-    "BACKOFF_JITTER": 0.2,  # a retry is scheduled up to this fraction earlier than the cap
-    "RETENTION_DONE": 24 * 3600.0,
-    "RETENTION_BATCH": 1000,
-    "RETENTION_INTERVAL": 60.0,
-    "PUBLISH_TIMEOUT": 5.0,  # a push not accepted by then counts as a transient failure
-    "LOCK_TTL": 30.0,
-    "LOCK_KEY": "job:scheduled:messenger-realtime-dispatch",
-    "REALTIME_BACKPLANE_ENABLED": True,
-    "METRICS_PORT": 9108,  # the worker's /metrics and /health/*; 0 turns it off
-    "BUILD_TIMEOUT": 5.0,  # a batch's domain read not done by then: its rows retried alone
-    # Seconds after which a time-critical event is not pushed any more (kind -> seconds).
-    "DELIVERY_DEADLINES": {
-        "CallInvited": 45.0,
-        "ConferenceInvited": 300.0,
-        "ConferenceStarted": 300.0,
-    },
-    "HUB_BACKLOG_LIMIT": 200,  # messages queued for one hub process before pushes wait
-    "HUB_BACKLOG_WAIT": 1.0,  # the longest a push waits for a hub to catch up
-    "DISPATCHED_LOG_SAMPLE": 1.0,  # share of Done rows logged as `dispatched` (0 = none)
-    "DISPATCH_PARTITIONS": 1,  # K > 1: K leaders, each for the targets hashing to it
-    "WAKE_COALESCE": 0.02,  # a stream's NOTIFY waits this long to share a pass (wakes.py)
-    # The hub (/hubs/messenger) and the host's domain port.
-    "DOMAIN_PORT": "",  # dotted path of the host's DomainPort implementation
-    "JWT_SIGNING_KEY": "",  # HS256 key; a secret: never logged
-    "JWT_ISSUER": "messenger",
-    "JWT_AUDIENCE": "messenger-realtime",
-    "JWT_LIFETIME": 3600.0,  # tokens minted by `manage.py realtime_token`
-    "CORS_ALLOWED_ORIGINS": [],
-    "CONNECTION_TOKEN_TTL": 300.0,  # negotiate -> WebSocket connect
-    "KEEPALIVE_INTERVAL": 15.0,  # ping after this long without sending
-    "CLIENT_TIMEOUT": 30.0,  # close after this long without hearing from the client
-    "HANDSHAKE_TIMEOUT": 15.0,
-    "MAX_MESSAGE_SIZE": 32 * 1024,  # bytes per client message, as ASP.NET's default
-    # Unsent bytes a connection may have queued (Daphne's buffer plus the socket's
-    # unacknowledged bytes) before it is closed with allowReconnect: a client that
-    # stops reading costs at most this much memory.
-    "SEND_BUFFER_LIMIT": 1024 * 1024,
-    # Stateful reconnect: unacked bytes kept per connection for a resume (0: not offered).
-    "STATEFUL_RECONNECT_BUFFER_SIZE": 100_000,
-    # How long a connection without its transport is kept: a dropped stateful
-    # WebSocket awaiting its resume, a long-polling connection between polls.
-    "DISCONNECT_TIMEOUT": 15.0,
-    # Transports negotiate offers, in this order (docs/hub.md).
-    "TRANSPORTS": ["WebSockets", "ServerSentEvents", "LongPolling"],
-    "LONG_POLL_TIMEOUT": 90.0,  # a poll with nothing to deliver is answered empty after this
-    # Media credentials minted at delivery (messenger_realtime/media.py); secrets.
-    "MEDIA_JWT_SIGNING_KEY": "",
-    "MEDIA_JWT_ISSUER": "messenger",
-    "MEDIA_JWT_AUDIENCE": "media",
-    "MEDIA_TOKEN_TTL": 300.0,
-    "TURN_SHARED_SECRET": "",
-    "TURN_TTL": 600.0,
-    "ICE_SERVERS": ["stun:127.0.0.1:3478", "turn:127.0.0.1:3478?transport=udp"],
-    # User content the REST API accepts (contracts/content.py, docs/api.md): levels of
-    # nesting in `fileMeta`, keys per object or items per array, characters of a key and
-    # of any string (a message body, a card's text, a string inside `fileMeta`).
-    "CONTENT_MAX_DEPTH": 8,
-    "CONTENT_MAX_ENTRIES": 100,
-    "CONTENT_MAX_KEY_LENGTH": 128,
-    "CONTENT_MAX_STRING": 10_000,
-    # Per-user rate limits (hub/ratelimit.py): REST writes and hub invocations per
-    # RATE_LIMIT_WINDOW seconds (0: no limit), counted in the Redis at
-    # RATE_LIMIT_REDIS_URL ("": not counted); a connection that keeps invoking past its
-    # limit is closed after RATE_LIMIT_FLOOD refusals.
-    "RATE_LIMIT_WINDOW": 60.0,
-    "RATE_LIMIT_WRITES": 600,
-    "RATE_LIMIT_INVOCATIONS": 600,
-    "RATE_LIMIT_FLOOD": 20,
-    "RATE_LIMIT_REDIS_URL": "",
-    # Connects in progress in one hub process (negotiated or upgraded, not yet through
-    # their handshake) past which a negotiate waits in line, up to ADMISSION_WAIT
-    # seconds (0: not at all), then answers 503 with Retry-After (hub/admission.py): a
-    # reconnect storm is admitted at the process's full rate, not timed out.
-    "ADMISSION_LIMIT": 200,
-    "ADMISSION_WAIT": 30.0,
-    # The most events one stream's recovery sends (hub/recovery.py): a client further
-    # behind is told to resync over REST.
-    "RECOVERY_MAX_EVENTS": 1000,
-}
-_KINDS: dict[str, type] = {
-    "BATCH_SIZE": int,
-    "MAX_ATTEMPTS": int,
-    "RETENTION_BATCH": int,
-    "LOCK_KEY": str,
-    "REALTIME_BACKPLANE_ENABLED": bool,
-    "DOMAIN_PORT": str,
-    "JWT_SIGNING_KEY": str,
-    "JWT_ISSUER": str,
-    "JWT_AUDIENCE": str,
-    "CORS_ALLOWED_ORIGINS": list,
-    "MAX_MESSAGE_SIZE": int,
-    "SEND_BUFFER_LIMIT": int,
-    "STATEFUL_RECONNECT_BUFFER_SIZE": int,
-    "TRANSPORTS": list,
-    "METRICS_PORT": int,
-    "DELIVERY_DEADLINES": dict,
-    "HUB_BACKLOG_LIMIT": int,
-    "DISPATCH_PARTITIONS": int,
-    "MEDIA_JWT_SIGNING_KEY": str,
-    "MEDIA_JWT_ISSUER": str,
-    "MEDIA_JWT_AUDIENCE": str,
-    "TURN_SHARED_SECRET": str,
-    "ICE_SERVERS": list,
-    "CONTENT_MAX_DEPTH": int,
-    "CONTENT_MAX_ENTRIES": int,
-    "CONTENT_MAX_KEY_LENGTH": int,
-    "CONTENT_MAX_STRING": int,
-    "RATE_LIMIT_WRITES": int,
-    "RATE_LIMIT_INVOCATIONS": int,
-    "RATE_LIMIT_FLOOD": int,
-    "RATE_LIMIT_REDIS_URL": str,
-    "ADMISSION_LIMIT": int,
-    "RECOVERY_MAX_EVENTS": int,
-}  # every other key is a float (a duration in seconds, a factor or a fraction)
+DEFAULTS: dict[str, Any] = {s.name: s.default for s in SETTINGS}  # declared.py
+_KINDS: dict[str, type] = {s.name: s.kind for s in SETTINGS}
 ENV_PREFIX = "MESSENGER_REALTIME_"
 _BOOL_WORDS = {"true", "false", "1", "0", "yes", "no", "on", "off"}
 
@@ -175,9 +57,9 @@ class RealtimeDispatchOptions:
     delivery_deadlines: dict[str, float]
     hub_backlog_limit: int
     hub_backlog_wait: float
-    dispatched_log_sample: float = 1.0
-    dispatch_partitions: int = 1
-    wake_coalesce: float = 0.02
+    dispatched_log_sample: float
+    dispatch_partitions: int
+    wake_coalesce: float
 
 
 @dataclass(frozen=True)
@@ -205,27 +87,27 @@ class HubOptions:
     turn_shared_secret: str = dataclasses.field(repr=False)
     turn_ttl: float
     ice_servers: list[str]
-    content_max_depth: int = 8
-    content_max_entries: int = 100
-    content_max_key_length: int = 128
-    content_max_string: int = 10_000
-    rate_limit_window: float = 60.0
-    rate_limit_writes: int = 600
-    rate_limit_invocations: int = 600
-    rate_limit_flood: int = 20
-    rate_limit_redis_url: str = ""
-    admission_limit: int = 200
-    admission_wait: float = 30.0
-    recovery_max_events: int = 1000
+    content_max_depth: int
+    content_max_entries: int
+    content_max_key_length: int
+    content_max_string: int
+    rate_limit_window: float
+    rate_limit_writes: int
+    rate_limit_invocations: int
+    rate_limit_flood: int
+    rate_limit_redis_url: str
+    admission_limit: int
+    admission_wait: float
+    recovery_max_events: int
 
 
 def env_name(key: str) -> str:
     """The environment variable that overrides a key."""
-    return key if key == "REALTIME_BACKPLANE_ENABLED" else ENV_PREFIX + key
+    return BY_NAME[key].env if key in BY_NAME else ENV_PREFIX + key
 
 
 def _coerce(key: str, value: Any) -> Any:
-    kind = _KINDS.get(key, float)
+    kind = _KINDS[key]
     if isinstance(value, str) and kind is bool:
         # Strict: a typo such as "ture" must not silently read as False.
         if value.strip().lower() not in _BOOL_WORDS:
@@ -278,19 +160,7 @@ def collect() -> tuple[dict[str, Any], list[tuple[str, str]]]:
     return values, problems
 
 
-WORKER = "worker"
-HUB = "hub"
-
-
-def role_keys(role: str) -> frozenset[str]:
-    """The keys a process role reads (and so validates): its options plus DOMAIN_PORT."""
-    cls = RealtimeDispatchOptions if role == WORKER else HubOptions
-    return frozenset({f.name.upper() for f in dataclasses.fields(cls)} | {"DOMAIN_PORT"})
-
-
 def _validated(keys: frozenset[str], overrides: dict[str, Any]) -> dict[str, Any]:
-    from messenger_realtime.conf.validation import validate
-
     values, problems = collect()
     values.update({k.upper(): v for k, v in overrides.items()})
     # A key no role reads is a typo: every role refuses to start on it.

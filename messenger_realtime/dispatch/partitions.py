@@ -29,7 +29,7 @@ spec's single runner with the unchanged statements of sql.py.
 
 from dataclasses import dataclass
 
-from messenger_realtime.conf.validation import MAX_DISPATCH_PARTITIONS as MAX_PARTITIONS
+from messenger_realtime.conf.declared import MAX_DISPATCH_PARTITIONS as MAX_PARTITIONS
 from messenger_realtime.dispatch import sql
 
 INT4_MIN, INT4_SPAN = -(2**31), 2**32

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import redis
 
+from messenger_realtime.conf.declared import validate
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.conf.validation import validate
 from messenger_realtime.hub import ratelimit
 from tests.support.runtime import run
 

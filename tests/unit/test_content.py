@@ -13,7 +13,7 @@ import msgpack
 import pytest
 from channels_redis.serializers import registry
 
-from messenger_realtime.conf.validation import CONTENT_BOUNDS
+from messenger_realtime.conf.declared import CONTENT_BOUNDS
 from messenger_realtime.contracts import content
 from messenger_realtime.contracts.base import TIME_FIELDS, TIMED_OBJECTS
 from messenger_realtime.contracts.content import WIRE_LIMITS, ContentError, ContentLimits

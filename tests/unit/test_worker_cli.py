@@ -4,7 +4,8 @@ import os
 import socket
 import subprocess
 
-from messenger_realtime.conf.settings import WORKER, env_name, role_keys
+from messenger_realtime.conf.declared import WORKER, role_keys
+from messenger_realtime.conf.settings import env_name
 from tests.support.runtime import manage
 
 

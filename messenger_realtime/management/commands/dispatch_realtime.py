@@ -15,7 +15,8 @@ from django.core.management.base import (
 )
 
 from messenger_realtime.conf.checks import WORKER_TAG
-from messenger_realtime.conf.settings import DEFAULTS, WORKER, env_name, load_options, role_keys
+from messenger_realtime.conf.declared import WORKER, role_keys
+from messenger_realtime.conf.settings import DEFAULTS, env_name, load_options
 from messenger_realtime.dispatch.connections import dedicate_django_connection
 from messenger_realtime.dispatch.partitioned import build_runner
 from messenger_realtime.exceptions import DatabaseUnusable
