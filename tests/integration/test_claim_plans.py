@@ -5,7 +5,6 @@ were sequential scans, and the session kept that plan (a prepared statement's ge
 plan) while the heap filled with Done rows: 14.6 ms of PostgreSQL per claim at 200 msg/s.
 """
 
-import json
 import uuid
 from typing import Any
 
@@ -16,6 +15,7 @@ from messenger_realtime.dispatch import partitions, sql
 from messenger_realtime.dispatch.connections import conninfo
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.dispatch.store import NO_TARGET
+from tests.support.plans import outbox_scans
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
 
@@ -39,21 +39,6 @@ PARAMS: dict[str, Any] = {
 }
 
 
-def scans_of_the_outbox(conn: psycopg.Connection[Any], statement: str) -> set[str]:
-    """The node types that read messenger.realtime_outbox in `statement`'s plan."""
-    (document,) = conn.execute("EXPLAIN (FORMAT JSON) " + statement, PARAMS).fetchone() or [None]
-    found: set[str] = set()
-
-    def walk(node: dict[str, Any]) -> None:
-        if node.get("Relation Name") == "realtime_outbox":
-            found.add(node["Node Type"])
-        for child in node.get("Plans", []):
-            walk(child)
-
-    walk((document if not isinstance(document, str) else json.loads(document))[0]["Plan"])
-    return found
-
-
 STATEMENTS = {
     "WALK_AND_CLAIM": sql.WALK_AND_CLAIM,
     "CLAIM_SUSPECT": sql.CLAIM_SUSPECT,
@@ -64,7 +49,7 @@ STATEMENTS = {
 
 def assert_index_probes_only(conn: psycopg.Connection[Any]) -> None:
     for name, statement in STATEMENTS.items():
-        scans = scans_of_the_outbox(conn, statement)
+        scans = outbox_scans(conn, statement, PARAMS)
         assert scans and "Seq Scan" not in scans, (name, scans)
 
 
@@ -74,7 +59,7 @@ def test_the_claims_stay_index_probes_on_a_small_table_and_a_filled_one() -> Non
         conn.execute(FILL, {**chats, "rows": 200})
         conn.execute("ANALYZE messenger.realtime_outbox")
         # The premise: left to the statistics, the walk reads the heap from end to end.
-        assert "Seq Scan" in scans_of_the_outbox(conn, sql.WALK_AND_CLAIM)
+        assert "Seq Scan" in outbox_scans(conn, sql.WALK_AND_CLAIM, PARAMS)
         conn.execute(sql.CLAIM_SESSION)  # what the worker's claim session runs first
         assert_index_probes_only(conn)
         conn.execute(FILL, {**chats, "rows": 200_000})  # a day's table, not analysed yet

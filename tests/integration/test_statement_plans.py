@@ -3,15 +3,14 @@ EXPLAINed on 200,000 analysed rows (mostly Done, some Pending, a few Quarantined
 plain session. A sequential scan of messenger.realtime_outbox fails the test. (The
 claims run on a session that refuses sequential scans: test_claim_plans.py.)"""
 
-import json
 import uuid
-from typing import Any
 
 import psycopg
 import pytest
 
 from messenger_realtime.dispatch import sql
 from messenger_realtime.dispatch.connections import conninfo
+from tests.support.plans import outbox_scans
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
 
@@ -24,23 +23,6 @@ SELECT gen_random_uuid(), 'MessageReceived', 'ChatGroup',
        1, now() - make_interval(secs => g)
 FROM generate_series(1, 200000) AS g
 """
-
-
-def outbox_scans(conn: psycopg.Connection[Any], statement: str, params: Any) -> set[str]:
-    """The node types that read messenger.realtime_outbox in `statement`'s plan."""
-    row = conn.execute("EXPLAIN (FORMAT JSON) " + statement, params).fetchone()
-    assert row is not None
-    document = row[0] if not isinstance(row[0], str) else json.loads(row[0])
-    found: set[str] = set()
-
-    def walk(node: dict[str, Any]) -> None:
-        if node.get("Relation Name") == "realtime_outbox":
-            found.add(node["Node Type"])
-        for child in node.get("Plans", []):
-            walk(child)
-
-    walk(document[0]["Plan"])
-    return found
 
 
 def test_each_statement_of_the_worker_is_an_index_path_on_a_days_table() -> None:
