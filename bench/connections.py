@@ -336,8 +336,8 @@ async def deliver(
     django.setup()
     from channels.layers import get_channel_layer
 
+    from messenger_realtime.backplane.publisher import ChannelLayerPublisher
     from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
-    from messenger_realtime.transport.publisher import ChannelLayerPublisher
 
     publisher = ChannelLayerPublisher(get_channel_layer())
     sent: dict[str, tuple[float, int]] = {}  # messageId -> (publish time, members)

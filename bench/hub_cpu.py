@@ -73,7 +73,7 @@ async def publish(chats: list[e2e.Chat], rate: float, duration: float) -> dict[s
     django.setup()
     from channels.layers import get_channel_layer
 
-    from messenger_realtime.transport.publisher import ChannelLayerPublisher
+    from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 
     publisher = ChannelLayerPublisher(get_channel_layer())
     sent: dict[str, float] = {}

@@ -71,8 +71,8 @@ async def push(chat: uuid.UUID, seq: int, version: int) -> str:
     django.setup()
     from channels.layers import get_channel_layer
 
+    from messenger_realtime.backplane.publisher import ChannelLayerPublisher
     from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
-    from messenger_realtime.transport.publisher import ChannelLayerPublisher
 
     message_id = f"m{seq}"
     payload = {"chatId": str(chat), "messageId": message_id, "seq": seq, "body": "hello"}

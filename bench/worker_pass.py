@@ -39,9 +39,9 @@ def prepare_database(env: dict[str, str]) -> None:
 async def measure(passes: int, sizes: list[int]) -> dict[str, Any]:
     from channels.layers import get_channel_layer
 
+    from messenger_realtime.backplane.publisher import ChannelLayerPublisher
     from messenger_realtime.conf.settings import load_options
     from messenger_realtime.dispatch.dispatcher import Dispatcher
-    from messenger_realtime.transport.publisher import ChannelLayerPublisher
     from messenger_realtime.uuid7 import uuid7
 
     options = load_options()

@@ -17,9 +17,9 @@ class MessengerRealtimeConfig(AppConfig):
                 clear_cache()
 
         setting_changed.connect(forget_options, weak=False, dispatch_uid="messenger_realtime")
-        # A logout closes the hub connections its session opened (transport/control.py).
+        # A logout closes the hub connections its session opened (backplane/control.py).
         from django.contrib.auth.signals import user_logged_out
 
-        from messenger_realtime.transport.control import on_user_logged_out
+        from messenger_realtime.backplane.control import on_user_logged_out
 
         user_logged_out.connect(on_user_logged_out, dispatch_uid="messenger_realtime.logout")

@@ -131,7 +131,7 @@ if env.bool("REALTIME_BACKPLANE_ENABLED", default=True):
     CHANNEL_LAYERS = {
         "default": {
             # channels-redis' core layer, receiving a process's messages in batches
-            "BACKEND": "messenger_realtime.transport.layer.BatchReceiveRedisChannelLayer",
+            "BACKEND": "messenger_realtime.backplane.layer.BatchReceiveRedisChannelLayer",
             "CONFIG": {
                 # No read timeout: an idle consumer blocks in BZPOPMIN by design (the
                 # worker bounds each push with PUBLISH_TIMEOUT instead); connecting to a

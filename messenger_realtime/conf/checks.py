@@ -60,7 +60,7 @@ def check_worker_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]
             Error(
                 "REALTIME_BACKPLANE_ENABLED is true but CHANNEL_LAYERS['default'] is in-memory: "
                 "the worker process could not reach the hub.",
-                hint="Use messenger_realtime.transport.layer.BatchReceiveRedisChannelLayer (or "
+                hint="Use messenger_realtime.backplane.layer.BatchReceiveRedisChannelLayer (or "
                 "channels_redis.core.RedisChannelLayer), or disable the backplane.",
                 id="messenger_realtime.E013",
             )

@@ -23,6 +23,7 @@ from typing import Any
 
 import psycopg
 
+from messenger_realtime.backplane.publisher import Publisher
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.dispatch import store
 from messenger_realtime.dispatch.building import Builder
@@ -30,7 +31,6 @@ from messenger_realtime.dispatch.outcomes import PassResult, report
 from messenger_realtime.dispatch.push import Pace, push
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
 from messenger_realtime.ops.logging import Field
-from messenger_realtime.transport.publisher import Publisher
 
 logger = logging.getLogger(__name__)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from messenger_realtime.backplane.publisher import Publisher
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.contracts.port import DomainPort, get_domain_port
 from messenger_realtime.dispatch import connections as db
@@ -42,7 +43,6 @@ from messenger_realtime.ops import metrics, tracing
 from messenger_realtime.ops.health import Liveness
 from messenger_realtime.ops.logging import Field
 from messenger_realtime.outbox.enums import RealtimeDispatchKind
-from messenger_realtime.transport.publisher import Publisher
 from messenger_realtime.uuid7 import uuid7
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class Dispatcher:
 
     Args:
         options: the worker's settings (conf.settings.load_options()).
-        publisher: where events go (transport.publisher.ChannelLayerPublisher).
+        publisher: where events go (backplane.publisher.ChannelLayerPublisher).
         alias: the Django database alias whose connection settings the worker uses.
         use_lock: take the single-runner lock and lease (False: benchmarks, drills).
         port: the host's domain port (default: the configured DOMAIN_PORT).

@@ -17,10 +17,10 @@ import logging
 
 from channels.layers import get_channel_layer
 
+from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.conf.settings import load_options
 from messenger_realtime.dispatch.partitioned import build_runner
 from messenger_realtime.ops import webhealth
-from messenger_realtime.transport.publisher import ChannelLayerPublisher
 
 logger = logging.getLogger(__name__)
 

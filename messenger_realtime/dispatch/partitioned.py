@@ -12,13 +12,13 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from messenger_realtime.backplane.publisher import Publisher
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.contracts.port import DomainPort
 from messenger_realtime.dispatch.dispatcher import Dispatcher
 from messenger_realtime.dispatch.gate import PartitionGate
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.ops.health import Liveness, LivenessGroup
-from messenger_realtime.transport.publisher import Publisher
 
 
 class Runner(Protocol):

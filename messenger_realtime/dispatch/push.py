@@ -19,19 +19,19 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from messenger_realtime.conf.settings import RealtimeDispatchOptions
-from messenger_realtime.contracts.events import OutgoingEvent
-from messenger_realtime.dispatch.rows import Fate, RowOutcome
-from messenger_realtime.exceptions import InvalidRow, LeadershipLost, describe_error
-from messenger_realtime.ops import metrics, tracing
-from messenger_realtime.ops.logging import Field
-from messenger_realtime.transport.publisher import (
+from messenger_realtime.backplane.publisher import (
     HubBacklog,
     Publisher,
     is_batch_publisher,
     reports_hub_backlog,
     transient,
 )
+from messenger_realtime.conf.settings import RealtimeDispatchOptions
+from messenger_realtime.contracts.events import OutgoingEvent
+from messenger_realtime.dispatch.rows import Fate, RowOutcome
+from messenger_realtime.exceptions import InvalidRow, LeadershipLost, describe_error
+from messenger_realtime.ops import metrics, tracing
+from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
 PIPELINE_CHUNK = 100

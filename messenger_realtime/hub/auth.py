@@ -16,10 +16,10 @@ from django.conf import settings
 from django.contrib.auth import SESSION_KEY
 from django.core import signing
 
+from messenger_realtime.backplane.control import session_digest
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.transport.control import session_digest
 from messenger_realtime.uuid7 import uuid7
 
 _CONNECTION_SALT = "messenger_realtime.hub.connection"

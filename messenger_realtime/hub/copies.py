@@ -1,7 +1,7 @@
 """A user's copy in a chat's layer group, and when a hub process takes it out (fanout.py).
 
 The worker's join copies the members of the user's group into the chat's group
-(transport/pipeline.copy_members), so a process's `<process>!user.<id>` channel receives
+(backplane/pipeline.copy_members), so a process's `<process>!user.<id>` channel receives
 the chat's events before its connections have read their memberships. Once every local
 connection of that user is in the chat's group here, the copy is redundant (the event
 now comes through both names) and is taken out of the chat's group; when the user turns
@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
+from messenger_realtime.backplane.groups import layer_group
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.hub.inbox import Inbox
-from messenger_realtime.transport.groups import layer_group
 
 
 class Copies:

@@ -46,11 +46,11 @@ import time
 import weakref
 from typing import Any
 
+from messenger_realtime.backplane.layer import OVERRUN_EVENT
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.hub.copies import Copies
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.ops.logging import Field
-from messenger_realtime.transport.layer import OVERRUN_EVENT
 
 logger = logging.getLogger(__name__)
 BACKLOG_LIMIT = 1000  # deliveries waiting in memory before the reader stops popping
@@ -61,7 +61,7 @@ CONNECTION_SHARE = 100
 # Groups are joined again this often: channels-redis forgets members older than its
 # group_expiry (86,400 s by default), which would cut a long-lived process off silently.
 GROUP_REFRESH = 3600.0
-EVERY_CHANNEL = "*"  # an overrun for every connection of the process (transport/pipeline.py)
+EVERY_CHANNEL = "*"  # an overrun for every connection of the process (backplane/pipeline.py)
 RETRY_AFTER = 1.0  # s before the reader tries again after a failed receive (Redis down)
 _NAME_LIMIT = 99  # Channels' longest channel name
 

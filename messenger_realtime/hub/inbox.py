@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from messenger_realtime.backplane.layer import OVERRUN_EVENT
 from messenger_realtime.ops import metrics
-from messenger_realtime.transport.layer import OVERRUN_EVENT
 
 OVERRUN_MESSAGE: dict[str, Any] = {"type": OVERRUN_EVENT}
 

@@ -29,12 +29,12 @@ from uuid import UUID
 
 from django.db import connection as db
 
+from messenger_realtime.backplane.publisher import layer_message
 from messenger_realtime.contracts.build import build_events
 from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.outbox.enums import RealtimeTargetKind
 from messenger_realtime.outbox.streams import CHAT_PREFIX, USER_PREFIX
-from messenger_realtime.transport.publisher import layer_message
 
 RECOVERED, RESYNC, FORBIDDEN = "recovered", "resync", "forbidden"
 MAX_STREAMS = 1000  # streams one Recover may name (a user in more chats recovers in parts)
@@ -89,7 +89,7 @@ class StoredRow(NamedTuple):
 @dataclass(slots=True)
 class StreamRecovery:
     """One stream's outcome; `events` (in offset order, as the channel layer would bring
-    them: transport/publisher.py layer_message) only when recovered, `offset` the
+    them: backplane/publisher.py layer_message) only when recovered, `offset` the
     stream's offset at the read."""
 
     stream: str

@@ -11,8 +11,8 @@ from django.conf import settings
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.models import RealtimeOutboxEntry
-from messenger_realtime.transport.publisher import ChannelLayerPublisher
 from project.messenger import services
 from tests.support.dispatch import one_pass
 from tests.support.factories import UserFactory

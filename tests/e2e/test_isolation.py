@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from messenger_realtime.backplane.groups import layer_group
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.dispatch.sql import EXHAUSTED_ERROR
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
-from messenger_realtime.transport.groups import layer_group
 from project.messenger import services
 from tests.support.factories import ChatFactory, OutboxEntryFactory, UserFactory, backlog
 from tests.support.helpers import layer, subscribe

@@ -1,4 +1,4 @@
-"""The pipelined push (transport/pipeline.py) copies private parts of channels-redis 4.3.0:
+"""The pipelined push (backplane/pipeline.py) copies private parts of channels-redis 4.3.0:
 its group key (`_group_key`), its channel keys and message format
 (`_map_channel_keys_to_connection`, `non_local_name`, `prefix`) and the per-channel rule of
 its `group_send` Lua script (drop expired messages, add unless at capacity, refresh the
@@ -13,7 +13,7 @@ from typing import Any
 import redis
 from channels_redis.core import RedisChannelLayer
 
-from messenger_realtime.transport.pipeline import ScoreClock, group_send_many
+from messenger_realtime.backplane.pipeline import ScoreClock, group_send_many
 from tests.support.runtime import run
 
 COPIED_FROM = "4.3.0"  # requirements.txt pins it; a new version needs this file re-checked

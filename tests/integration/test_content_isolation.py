@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.contracts import build
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.exceptions import UnencodablePayload
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
-from messenger_realtime.transport.groups import layer_group
-from messenger_realtime.transport.publisher import ChannelLayerPublisher
 from project.messenger.models import Message
 from tests.support.dispatch import one_pass
 from tests.support.factories import MessageFactory, OutboxEntryFactory

@@ -9,6 +9,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
+from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.dispatch import connections as db
@@ -17,7 +18,6 @@ from messenger_realtime.dispatch.dispatcher import Dispatcher, PassResult
 from messenger_realtime.dispatch.sql import EXHAUSTED_ERROR
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.signals import realtime_dispatch_quarantined
-from messenger_realtime.transport.publisher import ChannelLayerPublisher
 from tests.support.dispatch import one_pass
 from tests.support.factories import ChatFactory, OutboxEntryFactory
 from tests.support.helpers import (

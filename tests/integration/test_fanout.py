@@ -11,13 +11,13 @@ from typing import Any
 
 import redis
 
+from messenger_realtime.backplane import pipeline
+from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.hub import fanout as fanout_module
 from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.inbox import OVERRUN_MESSAGE, Inbox
-from messenger_realtime.transport import pipeline
-from messenger_realtime.transport.groups import layer_group
-from messenger_realtime.transport.publisher import ChannelLayerPublisher
 from tests.support.helpers import layer
 from tests.support.runtime import PrivateRedis, run
 

@@ -10,10 +10,10 @@ import redis
 import redis.asyncio
 from prometheus_client import REGISTRY
 
+from messenger_realtime.backplane import pipeline
+from messenger_realtime.backplane.layer import OVERRUN_EVENT, RECEIVE_BATCH
+from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
-from messenger_realtime.transport import pipeline
-from messenger_realtime.transport.layer import OVERRUN_EVENT, RECEIVE_BATCH
-from messenger_realtime.transport.publisher import ChannelLayerPublisher
 from tests.support.helpers import layer
 from tests.support.runtime import PrivateRedis, run
 

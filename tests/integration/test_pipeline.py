@@ -8,9 +8,9 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
+from messenger_realtime.backplane.backlog import QueueWatch
+from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
-from messenger_realtime.transport.backlog import QueueWatch
-from messenger_realtime.transport.publisher import ChannelLayerPublisher
 from tests.support.helpers import layer, receive, subscribe
 from tests.support.runtime import run
 

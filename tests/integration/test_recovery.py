@@ -124,7 +124,7 @@ def test_resync_past_the_bound_past_retention_past_the_stream_or_when_unbuildabl
 
 
 def live(chat: uuid.UUID, stream: str, offset: int, version: int) -> dict[str, Any]:
-    """A dispatcher event as the channel layer brings it (transport/publisher.py)."""
+    """A dispatcher event as the channel layer brings it (backplane/publisher.py)."""
     payload = {"chatId": str(chat), "body": f"live {offset}", "stream": stream, "offset": offset}
     return {
         "type": "realtime.event",

@@ -16,11 +16,11 @@ from channels_redis.core import RedisChannelLayer
 from django.test import override_settings
 from prometheus_client import REGISTRY
 
+from messenger_realtime.backplane import pipeline, shards
+from messenger_realtime.backplane.layer import OVERRUN_EVENT
+from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.ops import webhealth
-from messenger_realtime.transport import pipeline, shards
-from messenger_realtime.transport.layer import OVERRUN_EVENT
-from messenger_realtime.transport.publisher import ChannelLayerPublisher
 from tests.support.helpers import layer, receive
 from tests.support.runtime import PrivateRedis, run
 from tests.support.shards import chat_on, group_key, process_key, process_on, user_on
@@ -193,10 +193,12 @@ def test_a_dead_shard_fails_the_whole_chunk_for_a_retry(
 def test_readiness_needs_every_shard(redis_shards: list[PrivateRedis], dead_redis_url: str) -> None:
     def layers(*urls: str) -> dict[str, Any]:
         config = {"hosts": [{"address": url, "socket_connect_timeout": 2} for url in urls]}
-        backend = "messenger_realtime.transport.layer.BatchReceiveRedisChannelLayer"
+        backend = "messenger_realtime.backplane.layer.BatchReceiveRedisChannelLayer"
         return {"default": {"BACKEND": backend, "CONFIG": config}}
 
     with override_settings(CHANNEL_LAYERS=layers(*(s.url for s in redis_shards))):
-        assert run(webhealth._channel_layer()) is True
+        assert run(webhealth._channel_layer()) is None  # no cause: ready
     with override_settings(CHANNEL_LAYERS=layers(redis_shards[0].url, dead_redis_url)):
-        assert run(webhealth._channel_layer()) is False
+        cause = run(webhealth._channel_layer())
+        port = dead_redis_url.rsplit(":", 1)[1].split("/")[0]
+        assert cause is not None and port in cause  # the dead shard, named

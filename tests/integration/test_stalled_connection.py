@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.hub import fanout as fanout_module
@@ -22,8 +24,6 @@ from messenger_realtime.hub.fanout import BACKLOG_LIMIT
 from messenger_realtime.hub.inbox import OVERRUN_MESSAGE, Inbox
 from messenger_realtime.hub.protocols import JsonProtocol
 from messenger_realtime.ops import metrics
-from messenger_realtime.transport.groups import layer_group
-from messenger_realtime.transport.publisher import ChannelLayerPublisher
 from tests.support.helpers import layer
 from tests.support.runtime import PrivateRedis, run
 from tests.support.transports import FakeTransport

@@ -10,12 +10,12 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from messenger_realtime import outbox
+from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.layer import BatchReceiveRedisChannelLayer
 from messenger_realtime.conf.settings import RealtimeDispatchOptions, load_options
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind
-from messenger_realtime.transport.groups import layer_group
-from messenger_realtime.transport.layer import BatchReceiveRedisChannelLayer
 from project.messenger.models import Message
 
 

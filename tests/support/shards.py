@@ -3,9 +3,9 @@
 import uuid
 from typing import Any
 
+from messenger_realtime.backplane import shards
+from messenger_realtime.backplane.groups import layer_group
 from messenger_realtime.contracts.events import HubTarget
-from messenger_realtime.transport import shards
-from messenger_realtime.transport.groups import layer_group
 
 
 def chat_on(layer: Any, host: int) -> uuid.UUID:

@@ -10,18 +10,18 @@ import pytest
 APP = Path(__file__).resolve().parents[2] / "messenger_realtime"
 
 # Which parts each part may import (besides itself and the leaf modules exceptions and
-# uuid7). The arrows of docs/architecture.md: outbox <- dispatch -> contracts, transport;
-# hub -> transport, contracts, outbox (recovery reads the streams' entries);
-# transport -> contracts (the events it carries);
+# uuid7). The arrows of docs/architecture.md: outbox <- dispatch -> contracts, backplane;
+# hub -> backplane, contracts, outbox (recovery reads the streams' entries);
+# backplane -> contracts (the events it carries);
 # contracts -> outbox (the enums); conf and ops depend on nothing above them.
 ALLOWED: dict[str, set[str]] = {
     "conf": set(),
     "ops": set(),
     "outbox": {"conf", "ops"},
     "contracts": {"outbox", "conf", "ops"},
-    "transport": {"contracts", "conf", "ops"},
-    "dispatch": {"outbox", "contracts", "transport", "conf", "ops"},
-    "hub": {"transport", "contracts", "outbox", "conf", "ops"},
+    "backplane": {"contracts", "conf", "ops"},
+    "dispatch": {"outbox", "contracts", "backplane", "conf", "ops"},
+    "hub": {"backplane", "contracts", "outbox", "conf", "ops"},
 }
 LEAVES = {"exceptions", "uuid7"}
 

@@ -1,6 +1,6 @@
 """Backpressure ignores a hub process whose queue nobody drains (a dead process)."""
 
-from messenger_realtime.transport.backlog import QueueWatch
+from messenger_realtime.backplane.backlog import QueueWatch
 
 
 class Clock:

@@ -278,7 +278,7 @@ def test_options_are_cached_until_the_setting_changes() -> None:
 
 
 def redis_layer(hosts: object) -> override_settings:
-    backend = "messenger_realtime.transport.layer.BatchReceiveRedisChannelLayer"
+    backend = "messenger_realtime.backplane.layer.BatchReceiveRedisChannelLayer"
     return override_settings(
         CHANNEL_LAYERS={"default": {"BACKEND": backend, "CONFIG": {"hosts": hosts}}}
     )

@@ -15,7 +15,7 @@ from messenger_realtime.hub.media import media_join
 from messenger_realtime.hub.protocols.base import Frame
 
 OVERRUN = "events dropped (channel layer overrun)"
-EVENT_TYPE = "realtime.event"  # transport/publisher.py's dispatcher events
+EVENT_TYPE = "realtime.event"  # backplane/publisher.py's dispatcher events
 _FRAMES = "_frames"  # a message's frames by protocol name, filled in by the first connection
 
 
@@ -114,7 +114,7 @@ async def _revoked(connection: Connection, message: dict[str, Any]) -> None:
 
 
 async def _overrun(connection: Connection, message: dict[str, Any]) -> None:
-    """The channel layer dropped a message meant for this connection (transport/layer.py)."""
+    """The channel layer dropped a message meant for this connection (backplane/layer.py)."""
     await connection.drop(OVERRUN)
 
 

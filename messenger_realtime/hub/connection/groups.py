@@ -7,6 +7,7 @@ from uuid import UUID
 
 from channels.db import database_sync_to_async
 
+from messenger_realtime.backplane.groups import layer_group
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.hub.auth import Identity, check_standing, session_holds
@@ -15,7 +16,6 @@ from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.fanout import Fanout, fanout_for
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.rosters import rosters
-from messenger_realtime.transport.groups import layer_group
 
 
 class Groups:

@@ -207,7 +207,7 @@ class HubConnection:
             # A logout's control message reaches a connection only through its user
             # group, joined just now: one sent since the upgrade authenticated this
             # connection went unheard. So read the session again, after joining (the
-            # logout deletes the session before it sends: transport/control.py), and a
+            # logout deletes the session before it sends: backplane/control.py), and a
             # logout is never missed. (admit() reads it after joining, too.)
             session_holds = await self.auth.session_holds(self.user_id)
         self.handshaken = True

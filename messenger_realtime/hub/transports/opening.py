@@ -5,12 +5,12 @@ from uuid import UUID
 
 from channels.layers import get_channel_layer
 
+from messenger_realtime.backplane.claims import claim_connection
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub import auth, registry
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.transports.base import Transport
-from messenger_realtime.transport.claims import claim_connection
 from messenger_realtime.uuid7 import uuid7
 
 USED = "connection token already used (its connection ended, or lives in another process)"

@@ -14,6 +14,7 @@ from django.core.management.base import (
     DjangoHelpFormatter,
 )
 
+from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.conf.checks import WORKER_TAG
 from messenger_realtime.conf.declared import WORKER, role_keys
 from messenger_realtime.conf.settings import DEFAULTS, env_name, load_options
@@ -21,7 +22,6 @@ from messenger_realtime.dispatch.connections import dedicate_django_connection
 from messenger_realtime.dispatch.partitioned import build_runner
 from messenger_realtime.exceptions import DatabaseUnusable
 from messenger_realtime.ops.health import serve
-from messenger_realtime.transport.publisher import ChannelLayerPublisher
 
 
 def settings_help() -> str:

@@ -5,7 +5,7 @@ from uuid import UUID
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from messenger_realtime.transport.control import disconnect_user
+from messenger_realtime.backplane.control import disconnect_user
 
 
 class Command(BaseCommand):

@@ -8,9 +8,9 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from messenger_realtime import outbox
+from messenger_realtime.backplane.control import membership_changed
 from messenger_realtime.outbox import OutboxIntent
 from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind
-from messenger_realtime.transport.control import membership_changed
 
 from ..models import Chat, ChatEvent, Participant, User
 from .blocking import refuse_if_blocked

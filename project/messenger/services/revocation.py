@@ -7,7 +7,7 @@ owner's transaction stamps User.credentials_revoked_at (tokens with an older `ia
 refused at negotiate, upgrade and REST: hub/auth.py through the domain port; Django
 sessions end because the stamp is part of their auth hash: models.User) and, after it
 commits, the hub closes the user's connections on every process without allowReconnect
-(transport/control.credentials_revoked). A deleted user's participant rows go with them:
+(backplane/control.credentials_revoked). A deleted user's participant rows go with them:
 each such removal raises its chat's membership version like any other (the hub then
 re-reads before delivering), and the remaining members' view is unchanged.
 
@@ -22,7 +22,7 @@ from django.db.models import F
 from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 from django.utils import timezone
 
-from messenger_realtime.transport.control import credentials_revoked, membership_changed
+from messenger_realtime.backplane.control import credentials_revoked, membership_changed
 
 from ..models import Chat, Participant, User
 

@@ -16,10 +16,10 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from messenger_realtime.backplane.groups import layer_group
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.ops.logging import Field
-from messenger_realtime.transport.groups import layer_group
 
 logger = logging.getLogger(__name__)
 MEMBERSHIP_EVENT = "realtime.membership"

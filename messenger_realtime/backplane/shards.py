@@ -5,7 +5,7 @@ of 4096): a group's member set lives on the host of the group's name, and a chan
 queue on the host of the channel's non-local part, so every connection of one Daphne
 process ("specific.<process>!...") queues on the host of "specific.<process>!". A Lua
 script may only touch keys of the server it runs on, so the pipelined push
-(transport/pipeline.py) splits its work by host with these helpers and runs each host's
+(backplane/pipeline.py) splits its work by host with these helpers and runs each host's
 share concurrently. The overrun set and the "$inflight" backup live beside their channel
 key: the same host. With one host every helper below costs what the unsharded path did.
 """

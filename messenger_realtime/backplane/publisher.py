@@ -11,10 +11,10 @@ from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from redis.exceptions import RedisError
 
+from messenger_realtime.backplane import pipeline
+from messenger_realtime.backplane.backlog import QueueWatch
+from messenger_realtime.backplane.groups import layer_group
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
-from messenger_realtime.transport import pipeline
-from messenger_realtime.transport.backlog import QueueWatch
-from messenger_realtime.transport.groups import layer_group
 
 # Channels message type; a hub connection handles it (hub/connection/events.py).
 EVENT_TYPE = "realtime.event"
@@ -129,7 +129,7 @@ class ChannelLayerPublisher:
 
     async def hub_backlog(self, within: int | None = None) -> int:
         """The longest queue among the hub processes the last chunk reached that are still
-        being drained (transport/backlog.py; 0 when the layer is not the pipelined
+        being drained (backplane/backlog.py; 0 when the layer is not the pipelined
         channels-redis one).
 
         With `within`, the bound answers without a Redis round trip (one per pass saved)

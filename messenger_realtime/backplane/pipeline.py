@@ -10,12 +10,12 @@ pinned in requirements.txt, and tests/integration/test_channels_redis_copy.py fa
 real Redis when the installed version no longer behaves so). With several Redis
 hosts each host runs its own share of both steps (the groups it holds, then the channel
 keys it holds), concurrently across hosts: still two round trips per host
-(transport/shards.py says which host holds what).
+(backplane/shards.py says which host holds what).
 
 No silent loss: where channels-redis drops a message for a full channel, the script adds
 the message's channels (a hub process's group channels, hub/fanout.py) to that channel
 key's overrun set (OVERRUN_SUFFIX); the Daphne process reading the key takes the set with
-a coming batch and tells every local connection of those groups (transport/layer.py),
+a coming batch and tells every local connection of those groups (backplane/layer.py),
 which close with allowReconnect. The count returned is lost messages: one per dropped
 message per channel it was for, what messenger_realtime_channel_overruns_total adds up.
 """
@@ -27,9 +27,9 @@ from typing import Any
 
 from channels_redis.core import RedisChannelLayer
 
+from messenger_realtime.backplane import shards
 from messenger_realtime.exceptions import UnencodablePayload
 from messenger_realtime.ops import metrics
-from messenger_realtime.transport import shards
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ return #ARGV - 2
 
 
 def supports(layer: Any) -> bool:
-    """A channels-redis core layer, on one host or several (transport/shards.py)."""
+    """A channels-redis core layer, on one host or several (backplane/shards.py)."""
     return isinstance(layer, RedisChannelLayer)
 
 

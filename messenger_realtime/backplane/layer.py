@@ -16,7 +16,7 @@ up atomically (a receive cancelled mid-call leaves them in the backup key, and t
 receive puts them back in front: nothing is lost, at worst a message comes twice).
 
 Drops are never silent. A message dropped at a full key leaves the channel names it was
-for in the key's overrun set (transport/pipeline.py; group_send here goes the same way);
+for in the key's overrun set (backplane/pipeline.py; group_send here goes the same way);
 the next pop takes that set and each named channel gets an OVERRUN_EVENT before anything
 else. A consumer's in-process buffer that overflows gets the same instead of
 channels-redis' silent drop of the oldest. The hub closes such connections with
@@ -32,10 +32,10 @@ from typing import Any
 
 from channels_redis.core import RedisChannelLayer
 
+from messenger_realtime.backplane import pipeline, shards
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
-from messenger_realtime.transport import pipeline, shards
 
 logger = logging.getLogger(__name__)
 
