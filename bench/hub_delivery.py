@@ -29,9 +29,9 @@ import django  # noqa: E402
 django.setup()
 
 from messenger_realtime.conf.settings import load_hub_options  # noqa: E402
-from messenger_realtime.hub import wsprotocol  # noqa: E402
 from messenger_realtime.hub.auth import Identity  # noqa: E402
 from messenger_realtime.hub.connection import HubConnection, events  # noqa: E402
+from messenger_realtime.hub.daphne import websocket  # noqa: E402
 from messenger_realtime.hub.protocols import JsonProtocol, MessagePackProtocol  # noqa: E402
 from messenger_realtime.hub.transports.websocket import HubConsumer, WebSocketTransport  # noqa: E402
 
@@ -91,7 +91,7 @@ def send_check() -> dict[str, float]:
     client = socket.create_connection(server.getsockname())
     peer, _ = server.accept()
     transport = SimpleNamespace(getHandle=lambda: peer, dataBuffer=b"", offset=0, _tempDataLen=0)
-    protocol = wsprotocol.HubWebSocketProtocol.__new__(wsprotocol.HubWebSocketProtocol)
+    protocol = websocket.HubWebSocketProtocol.__new__(websocket.HubWebSocketProtocol)
     protocol.transport, protocol.send_buffer_limit = transport, 1024 * 1024
     calls = 100_000
     started = time.perf_counter()
@@ -101,7 +101,7 @@ def send_check() -> dict[str, float]:
     checked = (time.perf_counter() - started) / calls * 1e6
     started = time.perf_counter()
     for _ in range(calls):
-        wsprotocol.socket_unacknowledged(transport)
+        websocket.socket_unacknowledged(transport)
     syscall = (time.perf_counter() - started) / calls * 1e6
     for s in (client, peer, server):
         s.close()

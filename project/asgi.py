@@ -35,7 +35,7 @@ application = ProtocolTypeRouter(
 
 if "twisted.internet.reactor" in sys.modules:  # served by Daphne
     from messenger_realtime.dispatch.in_process import start_if_single_process
-    from messenger_realtime.hub.daphne import install_daphne_integration
+    from messenger_realtime.hub.daphne.server import install_daphne_integration
 
     in_process = start_if_single_process()
     if in_process is not None:

@@ -2,7 +2,7 @@
 
 The in-memory channel layer cannot leave its process, so the worker runs on Daphne's
 own event loop instead of as a process of its own. project/asgi.py starts it and hands
-its stop() to the hub's shutdown sequence (hub/daphne.py).
+its stop() to the hub's shutdown sequence (hub/daphne/server.py).
 
 This mode is one process by definition. Finding the dispatch lock held by another
 process is therefore a contradiction in the configuration (several hub processes, or a

@@ -115,7 +115,7 @@ def bearer_token(headers: dict[bytes, bytes] | None, query: dict[str, list[str]]
 
     Browsers cannot set headers on a WebSocket, so the official clients put the token in
     the query string there; it is scrubbed from every log line (ops/logging.py) and from
-    Daphne's access log (hub/daphne.py).
+    Daphne's access log (hub/daphne/server.py).
     """
     if headers:
         value = headers.get(b"authorization", b"").decode("latin-1")

@@ -3,7 +3,7 @@
 A stateful reconnect's resume, and every long-polling or Server-Sent Events request,
 finds its connection here: it lives in the process that opened it (sticky routing by
 the `id` query parameter when several hub processes run; docs/hub.md). Daphne's shutdown
-closes them all (hub/daphne.py).
+closes them all (hub/daphne/server.py).
 """
 
 from typing import Any

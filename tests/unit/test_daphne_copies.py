@@ -1,4 +1,4 @@
-"""hub/daphne.py replaces four methods of Daphne's Server with versions derived from
+"""hub/daphne/server.py replaces four methods of Daphne's Server with versions derived from
 Daphne 4.2.3's own (daphne/server.py; requirements.txt pins it): the application
 factory, the application and timeout checkers, and protocol_disconnected. If an upgrade
 changes any of those originals, the hub's versions must be derived again from the new
@@ -41,6 +41,6 @@ def original_sources() -> dict[str, str]:
 def test_the_daphne_code_the_hub_replaces_is_what_it_was_derived_from(method: str) -> None:
     digest = hashlib.sha256(original_sources()[method].encode()).hexdigest()[:16]
     assert digest == COPIED_FROM[method], (
-        f"daphne {daphne.__version__} changed Server.{method}: derive hub/daphne.py's "
+        f"daphne {daphne.__version__} changed Server.{method}: derive hub/daphne/server.py's "
         "version from the new code, then record its digest here"
     )

@@ -329,8 +329,8 @@ class HubConnection:
         await self.finish()
 
     async def send_overflow(self, unsent: Any) -> None:
-        """Daphne: the connection's unsent data passed SEND_BUFFER_LIMIT (wsprotocol.py,
-        httpprotocol.py)."""
+        """Daphne: the connection's unsent data passed SEND_BUFFER_LIMIT (daphne/websocket.py,
+        daphne/http.py)."""
         await self.drop(SEND_BUFFER_OVER, unsent=unsent)
 
     def _close(self, error: str | None = None, *, allow_reconnect: bool = False) -> Frame:

@@ -66,7 +66,7 @@ class Outbound:
 
     def take_pings(self) -> None:
         """Let the transport take the client's Pings itself, where it can (a WebSocket
-        under Daphne: wsprotocol.py), now that a Ping means nothing but `heard`."""
+        under Daphne: daphne/websocket.py), now that a Ping means nothing but `heard`."""
         take = getattr(self.connection.transport, "take_pings", None)
         if take is not None:
             take(self.heard)

@@ -159,7 +159,7 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
     async def _stream(self, transport: sse.ServerSentEventsTransport) -> None:
         self.responded = True
         state = self.scope.get(HUB_STATE)
-        if state is not None:  # Daphne bounds the stream (hub/httpprotocol.py)
+        if state is not None:  # Daphne bounds the stream (hub/daphne/http.py)
             state["send_limit"] = self.options.send_buffer_limit
         start = {"type": "http.response.start", "status": 200}
         await self.send({**start, "headers": [*sse.HEADERS, *self._cors()]})

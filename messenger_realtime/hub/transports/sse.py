@@ -5,7 +5,7 @@ The response starts with a comment line (":"), which makes the client's EventSou
 open; each message follows as `data: <record>` and a blank line. When the connection
 ends the response ends; when the client goes away the connection ends (no resume).
 Keep-alive pings flow both ways as on WebSockets. Under Daphne the stream's unsent bytes
-are bounded by SEND_BUFFER_LIMIT (hub/httpprotocol.py).
+are bounded by SEND_BUFFER_LIMIT (hub/daphne/http.py).
 """
 
 from typing import Any

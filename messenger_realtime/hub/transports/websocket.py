@@ -30,7 +30,7 @@ from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
 ABNORMAL_CLOSURE = 1006  # the TCP connection went without a close frame: resumable
-HUB_STATE = "hub.state"  # a dict Daphne's protocol shares with the hub (hub/daphne.py)
+HUB_STATE = "hub.state"  # a dict Daphne's protocol shares with the hub (hub/daphne/server.py)
 HUB_SOCKET = "hub.socket"  # Daphne's WebSocket protocol itself, when served by Daphne
 _WRITES: set["asyncio.Task[None]"] = set()  # send_now's tasks off Daphne, kept until done
 
@@ -87,7 +87,7 @@ class WebSocketTransport:
 
     def take_pings(self, heard: Callable[[], None]) -> None:
         """Under Daphne, the socket's protocol takes the client's Pings itself and calls
-        `heard` (wsprotocol.py): no trip through the application queue and the parser."""
+        `heard` (daphne/websocket.py): no trip through the application queue and the parser."""
         state = self.consumer.scope.get(HUB_STATE)
         if state is not None and self._socket is not None:
             state["heard"] = heard
@@ -185,6 +185,6 @@ class HubConsumer(AsyncConsumer):  # type: ignore[misc]
         raise StopConsumer
 
     async def hub_send_overflow(self, message: dict[str, Any]) -> None:
-        """Daphne: this socket's unsent data passed SEND_BUFFER_LIMIT (wsprotocol.py)."""
+        """Daphne: this socket's unsent data passed SEND_BUFFER_LIMIT (daphne/websocket.py)."""
         if self.connection is not None and self.connection.transport is self.transport:
             await self.connection.send_overflow(message.get("unsent"))

@@ -1,5 +1,5 @@
 """Daphne integration: polite Close on shutdown, no tokens in access logs, and the hub's
-WebSocket protocol (wsprotocol.py: size limits with a Close, the send bound, the scheme).
+WebSocket protocol (daphne/websocket.py: size limits with a Close, the send bound, the scheme).
 
 Daphne stops on SIGTERM/SIGINT through Twisted's reactor; a "before shutdown" trigger
 runs while sockets are still open, so every live connection gets
@@ -113,8 +113,8 @@ def _install_protocol() -> None:
     from daphne.server import Server
     from daphne.ws_protocol import WebSocketFactory
 
-    from messenger_realtime.hub.httpprotocol import HubWebRequest
-    from messenger_realtime.hub.wsprotocol import HubWebSocketProtocol
+    from messenger_realtime.hub.daphne.http import HubWebRequest
+    from messenger_realtime.hub.daphne.websocket import HubWebSocketProtocol
 
     WebSocketFactory.protocol = HubWebSocketProtocol
     http_protocol.WebRequest = HubWebRequest  # HTTPFactory builds requests from this name
@@ -186,9 +186,9 @@ def _install_server(server_class: Any) -> None:
     """Daphne's server: its application factory and its two periodic checkers."""
     from twisted.internet import reactor
 
-    from messenger_realtime.hub.httpprotocol import HubWebRequest
+    from messenger_realtime.hub.daphne.http import HubWebRequest
+    from messenger_realtime.hub.daphne.websocket import HubWebSocketProtocol, scheme
     from messenger_realtime.hub.transports.websocket import HUB_SOCKET, HUB_STATE
-    from messenger_realtime.hub.wsprotocol import HubWebSocketProtocol, scheme
 
     call_later: Any = reactor.callLater
     settling = Settling()

@@ -1,12 +1,12 @@
 """Daphne's HTTP request with the hub's send bound for Server-Sent Events streams
-(installed by hub/daphne.py).
+(installed by hub/daphne/server.py).
 
 An event stream is one response that never ends; a client that stops reading would let
 Twisted buffer it without limit. Before each chunk of a stream the hub asked to bound
 (`hub_state["send_limit"]`, set by the SSE transport), the connection's unsent bytes
 (Twisted's write buffer plus, on Linux, the socket's unacknowledged bytes) are compared
 with the limit; past it the application gets one `hub.send_overflow` message and the
-connection is closed with allowReconnect, as on WebSockets (wsprotocol.py). Other
+connection is closed with allowReconnect, as on WebSockets (daphne/websocket.py). Other
 responses are untouched.
 
 A request that upgrades to a WebSocket hands its TCP transport over, but the HTTP channel
@@ -15,7 +15,7 @@ idle timeout of the channel (a minute) stays armed, a timer that would fire on a
 without a transport, and the transport keeps the channel as its registered producer
 (for HTTP's flow control: pause reading while writes back up). The upgrade cancels the
 one and unregisters the other (`process`), as Twisted itself does when a connection
-switches to HTTP/2; the WebSocket's own send bound (wsprotocol.py) does the flow
+switches to HTTP/2; the WebSocket's own send bound (daphne/websocket.py) does the flow
 control from then on. Checked in a real Daphne by tests/e2e/test_upgrade_release.py.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from daphne.http_protocol import WebRequest
 
-from messenger_realtime.hub.wsprotocol import (
+from messenger_realtime.hub.daphne.websocket import (
     OVERFLOW_EVENT,
     socket_unacknowledged,
     twisted_unsent,
@@ -31,7 +31,7 @@ from messenger_realtime.hub.wsprotocol import (
 
 
 class HubWebRequest(WebRequest):  # type: ignore[misc]
-    hub_state: dict[str, Any] = {}  # replaced per request (hub/daphne.py)
+    hub_state: dict[str, Any] = {}  # replaced per request (hub/daphne/server.py)
     overflowed = False
 
     def process(self) -> None:

@@ -1,4 +1,4 @@
-"""Daphne's WebSocket protocol with the hub's transport rules (installed by hub/daphne.py).
+"""Daphne's WebSocket protocol with the hub's transport rules (installed by hub/daphne/server.py).
 
 - Incoming limits: a frame or message over MAX_MESSAGE_SIZE + FRAME_SLACK gets the hub's
   Close message ({"type":7,"error":"... maximum message size ..."}, in MessagePack on a
@@ -89,7 +89,7 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
     maxMessagePayloadSize: int
     send_buffer_limit = 0  # set per connection in onConnect
     overflowed = False
-    hub_state: dict[str, Any] = {}  # replaced per connection (hub/daphne.py)
+    hub_state: dict[str, Any] = {}  # replaced per connection (hub/daphne/server.py)
     _written = 0  # bytes written since the socket was last asked (amortises the syscall)
     _settings_of: Any = None  # the factory whose settings the class holds
 
