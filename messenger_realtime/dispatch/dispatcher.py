@@ -67,7 +67,7 @@ class Dispatcher:
         alias: the Django database alias whose connection settings the worker uses.
         use_lock: take the single-runner lock and lease (False: benchmarks, drills).
         port: the host's domain port (default: the configured DOMAIN_PORT).
-        partition: lead this partition only (DISPATCH_PARTITIONS > 1, partitioned.py),
+        partition: lead this partition only (DISPATCH_PARTITIONS > 1, runner.py),
             with `gate` (the process's PartitionGate) and `stop` shared by its partitions.
     """
 

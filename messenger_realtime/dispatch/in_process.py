@@ -19,7 +19,7 @@ from channels.layers import get_channel_layer
 
 from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.conf.settings import load_options
-from messenger_realtime.dispatch.partitioned import build_runner
+from messenger_realtime.dispatch.runner import build_runner
 from messenger_realtime.ops import webhealth
 
 logger = logging.getLogger(__name__)

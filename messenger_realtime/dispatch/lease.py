@@ -96,7 +96,7 @@ SELECT pg_advisory_unlock(%(key)s)
 # Who holds the lock in this database (a bigint advisory key shows in pg_locks as
 # classid = high 32 bits, objid = low 32 bits, objsubid = 1), and what the lease says.
 # Exclusive holders only: partitioned leaders hold the single-runner key *shared* (their
-# guard, partitioned.py), which a single runner must wait for, never end.
+# guard, runner.py), which a single runner must wait for, never end.
 HOLDER = """
 SELECT l.pid, lease.holder_pid, lease.holder,
        extract(epoch FROM now() - lease.heartbeat_at)::float8, coalesce(lease.lock_ttl, %(ttl)s)

@@ -11,8 +11,8 @@ from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch.dispatcher import Dispatcher
 from messenger_realtime.dispatch.gate import PartitionGate
 from messenger_realtime.dispatch.leader import Leader, advisory_key
-from messenger_realtime.dispatch.partitioned import PartitionedRunner, build_runner
 from messenger_realtime.dispatch.partitions import Partition
+from messenger_realtime.dispatch.runner import PartitionedRunner, build_runner
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.ops.health import LivenessGroup
 from tests.support.helpers import RecordingPublisher, options

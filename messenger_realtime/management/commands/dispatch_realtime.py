@@ -19,7 +19,7 @@ from messenger_realtime.conf.checks import WORKER_TAG
 from messenger_realtime.conf.declared import WORKER, role_keys
 from messenger_realtime.conf.settings import DEFAULTS, env_name, load_options
 from messenger_realtime.dispatch.connections import dedicate_django_connection
-from messenger_realtime.dispatch.partitioned import build_runner
+from messenger_realtime.dispatch.runner import build_runner
 from messenger_realtime.exceptions import DatabaseUnusable
 from messenger_realtime.ops.health import serve
 
