@@ -26,7 +26,7 @@ import psycopg
 from messenger_realtime.backplane.publisher import Publisher
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.dispatch import store
-from messenger_realtime.dispatch.building import Builder
+from messenger_realtime.dispatch.build_thread import Builder
 from messenger_realtime.dispatch.outcomes import PassResult, report
 from messenger_realtime.dispatch.push import Pace, push
 from messenger_realtime.dispatch.rows import Fate, RowOutcome

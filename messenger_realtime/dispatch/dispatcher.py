@@ -23,7 +23,7 @@ from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch import store
 from messenger_realtime.dispatch.backoff import delay_table
 from messenger_realtime.dispatch.batches import PassContext, run_pass
-from messenger_realtime.dispatch.building import Builder
+from messenger_realtime.dispatch.build_thread import Builder
 from messenger_realtime.dispatch.gate import PartitionGate
 from messenger_realtime.dispatch.leader import Leader
 from messenger_realtime.dispatch.outcomes import PassResult

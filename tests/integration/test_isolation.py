@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch import store
 from messenger_realtime.dispatch.backoff import delay_table
-from messenger_realtime.dispatch.building import BUILD_TIMEOUT_ERROR
+from messenger_realtime.dispatch.build_thread import BUILD_TIMEOUT_ERROR
 from messenger_realtime.dispatch.dispatcher import NO_TARGET, Dispatcher
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.enums import RealtimeDispatchKind as Kind

@@ -39,7 +39,7 @@ APP = ROOT / "messenger_realtime"
 SKIPPED_DIRS = {".venv", "node_modules", ".git", "test-artifacts", ".mypy_cache"}
 FILE = re.compile(r"[\w./-]+\.(?:py|js|mjs|md|sql|yaml|yml|toml|json|sh|png|conf|template)")
 # `module.name` where module is one of the app's module files (`store.claim_fair`,
-# `building.Builder.build`), or a whole dotted path (`messenger_realtime.uuid7.uuid7`).
+# `build_thread.Builder.build`), or a whole dotted path (`messenger_realtime.uuid7.uuid7`).
 DOTTED = re.compile(r"([a-z_]\w*)\.([A-Za-z_][\w.]*)")
 # Backticked names that look like code paths and are not: what they are instead.
 NOT_CODE = {
