@@ -16,7 +16,7 @@ from django.core.management.base import (
 
 from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.conf.checks import WORKER_TAG
-from messenger_realtime.conf.declared import WORKER, role_keys
+from messenger_realtime.conf.declared import BY_NAME, WORKER, role_keys
 from messenger_realtime.conf.settings import DEFAULTS, env_name, load_options
 from messenger_realtime.dispatch.connections import dedicate_django_connection
 from messenger_realtime.dispatch.runner import build_runner
@@ -25,12 +25,15 @@ from messenger_realtime.ops.health import serve
 
 
 def settings_help() -> str:
-    """The worker's settings with their environment names and defaults, for --help."""
+    """The worker's settings with their environment names, defaults and what they do
+    (conf/declared.py), for --help."""
     lines = []
     for key in sorted(role_keys(WORKER)):
         default = DEFAULTS[key]
         shown = default if default not in ("", []) else "(none)"
-        lines.append(f"  {key:<27} env {env_name(key):<40} default {shown}")
+        unit = f" {BY_NAME[key].unit}" if BY_NAME[key].unit else ""
+        lines.append(f"  {key:<27} env {env_name(key):<40} default {shown}{unit}")
+        lines.append(f"      {BY_NAME[key].doc}")
     return "\n".join(lines)
 
 
