@@ -333,6 +333,9 @@ SETTINGS: tuple[Setting, ...] = (
     _key("ADMISSION_LIMIT", int, 200, H, "connects", "in progress per hub process, past "
          "which a negotiate waits in line", at_least(1, "E029"),
          at_most(100_000, "connects in progress per hub process")),
+    _key("ADMISSION_PER_USER", int, 8, H, "connects", "slots one user's negotiates may "
+         "hold for connections not opened yet; past it 429", at_least(1, "E029"),
+         at_most(1_000, "connects held per user")),
     _key("ADMISSION_WAIT", float, 30.0, H, "s", "a negotiate waits in line this long, then "
          "503 with Retry-After (0: at once)",
          within(0, MAX_ADMISSION_WAIT, "E029", " seconds (0: none)")),

@@ -97,6 +97,7 @@ class HubOptions:
     rate_limit_flood: int
     rate_limit_redis_url: str
     admission_limit: int
+    admission_per_user: int
     admission_wait: float
     recovery_max_events: int
 

@@ -23,6 +23,13 @@ a connect ahead of it finishes, so the process admits at its full rate and the l
 10,000 clients is in after 10,000 / (that rate) seconds instead of at the attempt after
 next.
 
+One user may hold at most ADMISSION_PER_USER of the slots negotiates reserved for their
+connections: a client that negotiates again and again without opening what it was
+granted (a bug, or abuse) would otherwise hold up to every slot of the process for
+RESERVED_FOR seconds each and keep everyone else in line. Past the cap its negotiate is
+answered 429 with Retry-After (negotiate.py); its own connections, once open, do not
+count.
+
 Negotiates in line are a gauge (messenger_realtime_hub_connects_waiting). Waits that run
 out are counted (messenger_realtime_hub_connects_shed_total) and logged
 at most once per SHED_LOG_EVERY seconds with how many were shed since the last line, so
@@ -56,8 +63,10 @@ class Admission:
         # Negotiates waiting for a slot, first come first served; a future's result is
         # True when a finishing connect handed it its slot, False when its wait ran out.
         self._line: deque[asyncio.Future[bool]] = deque()
-        # Slots of negotiates answered, by connection id, until its transport opens.
-        self._reserved: dict[str, asyncio.TimerHandle] = {}
+        # Slots of negotiates answered, by connection id, until its transport opens: the
+        # timer that gives the slot up, and the user it was granted to.
+        self._reserved: dict[str, tuple[asyncio.TimerHandle, str]] = {}
+        self._held_by: dict[str, int] = {}  # user -> reserved slots (ADMISSION_PER_USER)
         self._shed_unlogged = 0
         self._logged_at = float("-inf")
 
@@ -84,15 +93,35 @@ class Admission:
             if slot.connection_id is None:
                 self._release()
             else:
-                self._reserve(slot.connection_id)
+                self._reserve(slot.connection_id, slot.user)
 
-    def _reserve(self, connection_id: str) -> None:
+    def may_hold(self, user: str, options: HubOptions) -> bool:
+        """Whether `user` may have one more slot held for a connection (the cap above)."""
+        return self._held_by.get(user, 0) < options.admission_per_user
+
+    def _reserve(self, connection_id: str, user: str) -> None:
         loop = asyncio.get_running_loop()
-        self._reserved[connection_id] = loop.call_later(RESERVED_FOR, self._expire, connection_id)
+        timer = loop.call_later(RESERVED_FOR, self._expire, connection_id)
+        self._reserved[connection_id] = (timer, user)
+        self._held_by[user] = self._held_by.get(user, 0) + 1
+
+    def _unreserve(self, connection_id: str) -> bool:
+        """Forget a held slot (its transport opened, or it ran out); whether there was one."""
+        reserved = self._reserved.pop(connection_id, None)
+        if reserved is None:
+            return False
+        timer, user = reserved
+        timer.cancel()
+        left = self._held_by[user] - 1
+        if left:
+            self._held_by[user] = left
+        else:
+            del self._held_by[user]
+        return True
 
     def _expire(self, connection_id: str) -> None:
         """Its client never opened the connection it negotiated: the slot goes on."""
-        if self._reserved.pop(connection_id, None) is not None:
+        if self._unreserve(connection_id):
             self._release()
 
     async def _wait(self, options: HubOptions) -> bool:
@@ -120,10 +149,7 @@ class Admission:
         """Count a transport's connect until its handshake is answered (or it ends): in
         the slot its negotiate held, else one more. Never refused: its client was
         admitted at negotiate."""
-        reserved = self._reserved.pop(connection_id, None)
-        if reserved is not None:
-            reserved.cancel()
-        else:
+        if not self._unreserve(connection_id):
             self.in_progress += 1
         return Opening(self)
 
@@ -164,13 +190,14 @@ def _settle(waiter: "asyncio.Future[bool]", result: bool) -> None:
 class Slot:
     """An admitted negotiate's slot; hold_for() keeps it for the connection granted."""
 
-    __slots__ = ("connection_id",)
+    __slots__ = ("connection_id", "user")
 
     def __init__(self) -> None:
         self.connection_id: str | None = None
+        self.user = ""
 
-    def hold_for(self, connection_id: str) -> None:
-        self.connection_id = connection_id
+    def hold_for(self, connection_id: str, user: str) -> None:
+        self.connection_id, self.user = connection_id, user
 
 
 class Opening:
@@ -196,3 +223,7 @@ def connect(options: HubOptions) -> contextlib.AbstractAsyncContextManager[Slot 
 
 def opening(connection_id: str) -> Opening:
     return ADMISSION.opening(connection_id)
+
+
+def may_hold(user: str, options: HubOptions) -> bool:
+    return ADMISSION.may_hold(user, options)

@@ -26,6 +26,7 @@ from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub import admission
 from messenger_realtime.hub.auth import new_connection_token
 from messenger_realtime.hub.transports.credentials import cors_headers, identify_scope
+from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
 
@@ -113,10 +114,17 @@ async def answer(scope: dict[str, Any]) -> tuple[int, bytes, list[tuple[bytes, b
             logger.info("negotiate refused", extra={"action": "refused", "reason": str(exc)})
             www = (b"www-authenticate", b'Bearer realm="messenger"')
             return 401, _json({"error": f"Unauthorized: {exc}"}), [JSON, www]
+        user = str(identity.user_id)
+        if not admission.may_hold(user, options):  # its slot is released on the way out
+            reason = "too many connects in progress for this user"
+            fields = {"action": "refused", "reason": reason, Field.USER_ID: user}
+            logger.info("negotiate refused", extra=fields)
+            retry = (b"retry-after", str(admission.RETRY_AFTER).encode())
+            return 429, _json({"error": f"Too many requests: {reason}"}), [JSON, retry]
         version = min(requested, MAX_NEGOTIATE_VERSION)
         stateful = version >= 1 and wants_stateful(query, options)
         connection_id, connection_token = new_connection_token(identity.user_id, stateful=stateful)
-        slot.hold_for(connection_id)  # until its transport opens (hub/admission.py)
+        slot.hold_for(connection_id, user)  # until its transport opens (hub/admission.py)
     granted: dict[str, Any] = {"negotiateVersion": version}
     if version >= 1:
         granted.update(connectionId=connection_id, connectionToken=connection_token)

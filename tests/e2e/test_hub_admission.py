@@ -141,3 +141,28 @@ def run_checks(daphne: DaphneProcess, token: str, pending: list[Any], upgrade: A
     assert shed(daphne) == 1  # nothing else was shed
     assert negotiate(daphne, token)[0] == 503
     assert shed(daphne) == 2
+
+
+def test_one_user_cannot_hold_more_than_its_share_of_the_slots(live_env: dict[str, str]) -> None:
+    # A client that negotiates again and again without opening what it was granted held
+    # a slot each for RESERVED_FOR seconds: with ADMISSION_LIMIT of them everyone else
+    # waited. Past ADMISSION_PER_USER held slots its negotiate is refused at once.
+    server = DaphneProcess(live_env, admission_limit=10, admission_wait=0, admission_per_user=2)
+    try:
+        greedy, other = UserFactory(), UserFactory()
+        token = token_for(greedy.id)
+        granted = [negotiate(server, token) for _ in range(2)]
+        assert [status for status, _, _ in granted] == [200, 200]
+        status, answer, headers = negotiate(server, token)
+        assert (status, headers.get("Retry-After")) == (429, "2")
+        assert "too many connects in progress for this user" in answer["error"]
+        server.wait_for(f"negotiate refused.*UserId={greedy.id}")
+        assert negotiate(server, token_for(other.id))[0] == 200  # nobody else held up
+        # Opening one of the connections it was granted gives the user a slot back.
+        query = f"?id={granted[0][1]['connectionToken']}"
+        with hub_socket(server, token, query) as ws:
+            ws.send(HANDSHAKE)
+            assert records(ws) == [{}]
+            assert negotiate(server, token)[0] == 200
+    finally:
+        server.kill()

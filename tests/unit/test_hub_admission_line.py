@@ -104,11 +104,11 @@ def test_an_upgrade_is_never_refused_and_its_end_frees_a_slot() -> None:
     assert run(scenario()) == ["a admitted"]
 
 
-async def admitted_for(admission: Admission, connection_id: str) -> None:
-    """A negotiate that granted `connection_id` (its slot held for that connection)."""
+async def admitted_for(admission: Admission, connection_id: str, user: str = "u") -> None:
+    """A negotiate that granted `connection_id` to `user` (its slot held for it)."""
     async with admission.connect(OPTIONS) as slot:
         assert slot is not None
-        slot.hold_for(connection_id)
+        slot.hold_for(connection_id, user)
 
 
 def test_a_negotiates_slot_is_held_until_its_connection_opens() -> None:
@@ -152,3 +152,31 @@ def _set() -> asyncio.Event:
     event = asyncio.Event()
     event.set()
     return event
+
+
+def test_one_user_holds_at_most_admission_per_user_slots_until_they_open_or_run_out() -> None:
+    # A client negotiating again and again without opening what it was granted would
+    # hold every slot of the process for RESERVED_FOR each: past its cap it is refused.
+    options = load_hub_options(admission_limit=100, admission_wait=30, admission_per_user=2)
+
+    async def scenario() -> None:
+        admission = Admission()
+        for connection_id in ("a1", "a2"):
+            assert admission.may_hold("alice", options)
+            async with admission.connect(options) as slot:
+                assert slot is not None
+                slot.hold_for(connection_id, "alice")
+        assert not admission.may_hold("alice", options)  # two held: her cap
+        assert admission.may_hold("bob", options)  # another user is not held up
+        admission.opening("a1").done()  # her connection opened: it counts no more
+        assert admission.may_hold("alice", options)
+        async with admission.connect(options) as slot:
+            assert slot is not None
+            slot.hold_for("a3", "alice")
+        assert not admission.may_hold("alice", options)
+        admission._expire("a2")  # a grant she never used ran out (RESERVED_FOR)
+        assert admission.may_hold("alice", options)
+        admission.opening("a3").done()
+        assert admission.in_progress == 0 and admission._held_by == {}
+
+    run(scenario())
