@@ -21,22 +21,22 @@ computed here in Python and bound as ::int4). Why these choices:
   every other partition's targets.
 
 The walk orders a partition's targets by (target_hash, target_key) instead of target_key;
-the claim of the walked targets is sql.WALK_AND_CLAIM's (WALK_AND_CLAIM_IN_PARTITION), and
-the urgent and suspect probes get the
-partition's range as an extra filter (their partial indexes hold few rows). K=1 runs the
-spec's single runner with the unchanged statements of sql.py.
+the claim of the walked targets is WALK_AND_CLAIM's, and the urgent and suspect probes get
+the partition's range as an extra filter (their partial indexes hold few rows): the
+statements WALK_AND_CLAIM_IN_PARTITION, CLAIM_SUSPECT_IN_PARTITION and PARTITION_OF of
+queries.sql. K=1 runs the spec's single runner with its own statements.
 """
 
 from dataclasses import dataclass
 
 from messenger_realtime.conf.declared import MAX_DISPATCH_PARTITIONS as MAX_PARTITIONS
-from messenger_realtime.dispatch import sql
 
 INT4_MIN, INT4_SPAN = -(2**31), 2**32
 
 
 def target_hash(column: str) -> str:
-    """The partition hash of a uuid expression (the text must match migration 0007's index)."""
+    """The partition hash of a uuid expression, as queries.sql spells it (the text must
+    match migration 0007's index; tests/unit/test_queries.py checks both)."""
     return f"('x' || left(md5(({column})::text), 8))::bit(32)::int4"
 
 
@@ -71,45 +71,3 @@ def _slice_start(index: int, count: int) -> int:
     """The first hash of slice `index`: INT4_MIN + ceil(index * 2**32 / count), so that
     PARTITION_OF's floor((hash - INT4_MIN) * count / 2**32) names the same slice."""
     return INT4_MIN - (-index * INT4_SPAN // count)
-
-
-_HASH = target_hash("target_key")
-_IN_RANGE = f"{_HASH} BETWEEN %(lo)s::int4 AND %(hi)s::int4"
-_PROBE = f"SELECT target_key FROM messenger.realtime_outbox WHERE status = {sql.PENDING}"
-_PROBE += f" AND {_IN_RANGE}"
-_FIRST = f"ORDER BY {_HASH}, target_key LIMIT 1"
-
-
-def _after(key: str) -> str:
-    """Row comparison on the index's leading columns: the targets after `key`'s place."""
-    return f"({_HASH}, target_key) > ({target_hash(key)}, {key})"
-
-
-# WALK (sql.py) within one partition, in (target_hash, target_key) order: the
-# same loose index scan, wrapping once and ending with the cursor's own target, on
-# ix_rto_pending_partition instead of ix_rto_pending_target.
-PARTITION_WALK = f"""walk(key, depth, wrapped) AS (
-    SELECT coalesce(after.key, first.key), 1, after.key IS NULL
-    FROM (SELECT ({_PROBE} AND {_after("%(after)s::uuid")} {_FIRST}) AS key) AS after,
-         (SELECT ({_PROBE} {_FIRST}) AS key) AS first
-  UNION ALL
-    SELECT step.key, walk.depth + 1, step.wrapped
-    FROM walk CROSS JOIN LATERAL (
-        SELECT coalesce(later.key, first.key) AS key, walk.wrapped OR later.key IS NULL AS wrapped
-        FROM (SELECT ({_PROBE} AND {_after("walk.key")} {_FIRST}) AS key) AS later,
-             (SELECT ({_PROBE} AND NOT walk.wrapped {_FIRST}) AS key) AS first
-    ) AS step
-    WHERE walk.depth < %(limit)s AND step.key IS NOT NULL
-      AND NOT (step.wrapped AND ({target_hash("step.key")}, step.key)
-                                > ({target_hash("%(after)s::uuid")}, %(after)s::uuid))
-)"""
-
-_ROW_IN_RANGE = f"\n      AND {target_hash('o.target_key')} BETWEEN %(lo)s::int4 AND %(hi)s::int4"
-CLAIM_SUSPECT_IN_PARTITION = sql.suspect_statement(_ROW_IN_RANGE)
-WALK_AND_CLAIM_IN_PARTITION = sql.walk_and_claim_statement(PARTITION_WALK, _ROW_IN_RANGE)
-
-# Which partition a target belongs to (tests, operators): the same hash and ranges.
-PARTITION_OF = f"""
-SELECT (({target_hash("%(key)s::uuid")}::int8 - ({INT4_MIN})) * %(count)s::int8
-        / {INT4_SPAN})::int4
-"""

@@ -13,7 +13,7 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import args_row
 
-from messenger_realtime.dispatch import partitions, sql
+from messenger_realtime.dispatch import sql
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.dispatch.rows import ClaimedRow, Fate, RowOutcome
 from messenger_realtime.exceptions import LeadershipLost
@@ -70,13 +70,13 @@ async def claim_fair(
     statement = sql.WALK_AND_CLAIM
     if partition is not None:
         params.update(partition.params())
-        statement = partitions.WALK_AND_CLAIM_IN_PARTITION
+        statement = sql.WALK_AND_CLAIM_IN_PARTITION
     seen: set[UUID] = set()
     for _ in range(walks):
         with metrics.claim_duration.time():
             cur = await conn.execute(statement, {**params, "after": cursor})
             rows = await cur.fetchall()
-        (last_key, walked, keys, held), claimed = _trailer(rows)
+        (last_key, walked, keys, held), claimed = _walk_and_claimed(rows)
         if not held:
             raise LeadershipLost("the lease is no longer this session's (taken over, or ended)")
         cursor = last_key or NO_TARGET
@@ -88,17 +88,14 @@ async def claim_fair(
     return outcomes, cursor
 
 
-def _trailer(rows: list[Any]) -> tuple[tuple[Any, ...], list[ClaimedRow]]:
-    """WALK_AND_CLAIM's rows: its trailer (the walk's end, size, keys; the lease) and the
-    claimed rows, wherever UNION ALL put the trailer."""
-    trailer: tuple[Any, ...] = (None, 0, None, False)
-    claimed = []
-    for row in rows:
-        if row[0] is None:
-            trailer = tuple(row[sql.CLAIMED_COLUMNS :])
-        else:
-            claimed.append(ClaimedRow(*row[: sql.CLAIMED_COLUMNS]))
-    return trailer, claimed
+def _walk_and_claimed(rows: list[Any]) -> tuple[tuple[Any, ...], list[ClaimedRow]]:
+    """WALK_AND_CLAIM's rows: the walk's columns every row carries (its end, size, keys,
+    whether the lease held) and the claimed rows (none: one row of NULL claim columns)."""
+    if not rows:  # (the statement always returns a row; an empty result holds nothing)
+        return (None, 0, None, False), []
+    walk = tuple(rows[0][sql.CLAIMED_COLUMNS :])
+    claimed = [ClaimedRow(*row[: sql.CLAIMED_COLUMNS]) for row in rows if row[0] is not None]
+    return walk, claimed
 
 
 async def claim_suspect(
@@ -111,7 +108,7 @@ async def claim_suspect(
     statement = sql.CLAIM_SUSPECT
     if partition is not None:
         params.update(partition.params())
-        statement = partitions.CLAIM_SUSPECT_IN_PARTITION
+        statement = sql.CLAIM_SUSPECT_IN_PARTITION
     with metrics.claim_duration.time():
         async with conn.cursor(row_factory=args_row(ClaimedRow)) as cur:
             await cur.execute(statement, params)

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from messenger_realtime.dispatch import partitions, sql
+from messenger_realtime.dispatch import sql
 from messenger_realtime.dispatch.connections import conninfo
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.dispatch.store import NO_TARGET
@@ -42,8 +42,8 @@ PARAMS: dict[str, Any] = {
 STATEMENTS = {
     "WALK_AND_CLAIM": sql.WALK_AND_CLAIM,
     "CLAIM_SUSPECT": sql.CLAIM_SUSPECT,
-    "WALK_AND_CLAIM_IN_PARTITION": partitions.WALK_AND_CLAIM_IN_PARTITION,
-    "CLAIM_SUSPECT_IN_PARTITION": partitions.CLAIM_SUSPECT_IN_PARTITION,
+    "WALK_AND_CLAIM_IN_PARTITION": sql.WALK_AND_CLAIM_IN_PARTITION,
+    "CLAIM_SUSPECT_IN_PARTITION": sql.CLAIM_SUSPECT_IN_PARTITION,
 }
 
 

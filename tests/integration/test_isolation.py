@@ -83,14 +83,14 @@ def test_a_claim_walks_the_targets_not_due_yet_once_round_not_fifty_times(
     for _ in range(250):
         OutboxEntryFactory(due_later=True)
     walks: list[int] = []
-    trailer = store._trailer  # each walk-and-claim statement's result, read once
+    trailer = store._walk_and_claimed  # each walk-and-claim statement's result, read once
 
     def counted(rows: list[Any]) -> Any:
         (last_key, walked, keys, held), claimed = trailer(rows)
         walks.append(walked)
         return (last_key, walked, keys, held), claimed
 
-    monkeypatch.setattr(store, "_trailer", counted)
+    monkeypatch.setattr(store, "_walk_and_claimed", counted)
     result = run(one_pass(options(batch_size=200), RecordingPublisher()))
     assert result.dispatched == 0
     assert walks == [200, 200]  # the second walk comes round to targets already seen

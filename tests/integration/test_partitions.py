@@ -87,14 +87,6 @@ def test_each_row_is_claimed_by_its_targets_partition_only_and_every_row_once() 
     assert len(set(seen.values())) == count  # 80 targets spread over all three
 
 
-def test_the_single_runner_statements_are_the_specs_and_partitions_only_add_a_filter() -> None:
-    assert sql.walk_and_claim_statement(sql.WALK) == sql.WALK_AND_CLAIM
-    assert sql.suspect_statement() == sql.CLAIM_SUSPECT
-    in_range = partitions.WALK_AND_CLAIM_IN_PARTITION.replace(partitions._ROW_IN_RANGE, "")
-    assert in_range == sql.walk_and_claim_statement(partitions.PARTITION_WALK)
-    assert "target_hash" not in sql.WALK_AND_CLAIM and "md5" not in sql.WALK_AND_CLAIM
-
-
 def plan(statement: str, params: dict[str, Any]) -> str:
     with connection.cursor() as cur:
         cur.execute("SET enable_seqscan = off")  # a small table: ask for the index's plan
@@ -119,7 +111,7 @@ def test_the_partition_walk_probes_its_index_by_hash_range() -> None:
         **dict.fromkeys(("lease_key", "lease_pid", "lease_classid", "lease_objid")),
     }
     # One plan: the partition's walk and the fair probes of the targets it walked.
-    claim = plan(partitions.WALK_AND_CLAIM_IN_PARTITION, params)
+    claim = plan(sql.WALK_AND_CLAIM_IN_PARTITION, params)
     assert '"Index Name": "ix_rto_pending_partition"' in claim
     assert "Seq Scan" not in claim and "ROW(" in claim  # the cursor is an index range too
     # The fair probes of the walked targets keep using ix_rto_pending_target.

@@ -5,12 +5,12 @@ import uuid
 
 from django.db import connection
 
-from messenger_realtime.dispatch import partitions
+from messenger_realtime.dispatch import sql
 
 
 def partition_of(key: uuid.UUID, count: int) -> int:
     with connection.cursor() as cur:
-        cur.execute(partitions.PARTITION_OF, {"key": key, "count": count})
+        cur.execute(sql.PARTITION_OF, {"key": key, "count": count})
         (index,) = cur.fetchone()
     return int(index)
 

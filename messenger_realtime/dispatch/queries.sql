@@ -1,0 +1,507 @@
+-- The worker's hot-path SQL against messenger.realtime_outbox: every statement whole,
+-- under its name (dispatch/sql.py loads them; store.py is the one place that runs them).
+--
+-- Parameters are named (%(name)s; %(name)b: an array bound in binary, each uuid's 16
+-- bytes instead of its text: ~0.4 ms of CPU per 200-id array, a quarter in binary).
+-- Statuses and kinds are written as literals, never bound: the partial indexes
+-- (WHERE status = 'Pending', kind IN (...)) serve a statement only if the planner can
+-- prove their predicate, which a bound parameter in a prepared statement's generic plan
+-- would not let it do. tests/unit/test_queries.py checks the literals against
+-- the enums, and EXPLAINs every statement on a filled table (test_claim_plans.py,
+-- test_statement_plans.py). No '%' outside a placeholder: psycopg reads them all.
+
+
+-- name: CLAIM_SESSION
+-- Run once on the claim session when it opens: its planner never takes a sequential
+-- scan where an index can serve. The claims' plans otherwise follow the statistics,
+-- which lag the churn: planned while the outbox was small (a new deployment, a quiet
+-- spell after retention), the walk's probes were sequential scans, and the session kept
+-- that plan (psycopg prepares a statement after five runs; its generic plan lives until
+-- the next ANALYZE) while the heap filled with Done rows: 14.6 ms of PostgreSQL per
+-- claim at 200 msg/s, two thirds of the database's CPU (bench/pg_cost.py --statements).
+-- Every statement on this session is one of the claims below.
+SET enable_seqscan = off;
+
+
+-- name: WALK_AND_CLAIM
+-- A fair claim of up to %(limit)s due rows that no attempt holds (claimed_at IS NULL),
+-- in one round trip and one snapshot, the lease proven in the same statement.
+-- walk: the targets (chats, users: target_key) that have Pending rows, in key order from
+--   just after the worker's cursor %(after)s, wrapping round once and ending with the
+--   cursor's own target: up to %(limit)s of them, each found with one probe of
+--   ix_rto_pending_target (a loose index scan), so a target with ten thousand rows
+--   costs no more to step over than one with a single row. The worker moves its cursor
+--   to the last key, so successive claims take turns over every target.
+-- lease: rows are claimed only while the leader's lease session holds the advisory lock
+--   (pg_locks, ~60 us) and the lease row names it (a take-over rewrites the row as it
+--   takes the lock); %(lease_pid)s NULL: no lease (--no-lock, benchmarks).
+-- fair/topped: an equal quota of each walked target's oldest due rows (id order: a
+--   chat's rows in insert order), so one chat's burst cannot hold the others'; targets
+--   that filled their quota then fill what the others left, so a burst alone still
+--   fills whole batches.
+-- urgent: the urgent kinds first (ix_rto_pending_urgent): an invitation never waits
+--   behind a backlog. Weighted, not absolute: at most all but a quarter of the batch,
+--   so a flood of them in one chat (a conference's 20,000 ConferenceEnded rows) leaves
+--   the last quarter of every batch to the round-robin.
+-- Candidates are locked as they are found (FOR UPDATE SKIP LOCKED in each probe), so a
+-- second runner (failover lag, --no-lock) skips them; those not picked are unlocked when
+-- the statement ends.
+-- claimed: attempts pre-incremented and next_attempt_at pushed out by the backoff of the
+--   new attempt count, on the database clock, so a crash before the outcome means a
+--   retry after backoff, never a lost row; jitter drawn per row (random()); claimed_at
+--   marks the attempt in flight until its outcome clears it. A row whose attempts
+--   already reached %(max_attempts)s never got an outcome that often (the worker kept
+--   dying on it): quarantined here instead. age lets the worker drop a time-critical
+--   event too old to matter.
+-- Every row carries the walk's end (last_key), its size (walked), its keys when nothing
+-- was claimed (to walk on: store.claim_fair) and whether the lease held; with nothing
+-- claimed, one row of NULL claim columns carries them.
+WITH RECURSIVE walk(key, depth, wrapped) AS (
+    SELECT coalesce(after.key, first.key), 1, after.key IS NULL
+    FROM (SELECT (SELECT target_key FROM messenger.realtime_outbox
+                  WHERE status = 'Pending' AND target_key > %(after)s::uuid
+                  ORDER BY target_key LIMIT 1) AS key) AS after,
+         (SELECT (SELECT target_key FROM messenger.realtime_outbox
+                  WHERE status = 'Pending'
+                  ORDER BY target_key LIMIT 1) AS key) AS first
+  UNION ALL
+    SELECT step.key, walk.depth + 1, step.wrapped
+    FROM walk CROSS JOIN LATERAL (
+        SELECT coalesce(later.key, first.key) AS key,
+               walk.wrapped OR later.key IS NULL AS wrapped
+        FROM (SELECT (SELECT target_key FROM messenger.realtime_outbox
+                      WHERE status = 'Pending' AND target_key > walk.key
+                      ORDER BY target_key LIMIT 1) AS key) AS later,
+             (SELECT (SELECT target_key FROM messenger.realtime_outbox
+                      WHERE status = 'Pending' AND NOT walk.wrapped
+                      ORDER BY target_key LIMIT 1) AS key) AS first
+    ) AS step
+    WHERE walk.depth < %(limit)s AND step.key IS NOT NULL
+      AND NOT (step.wrapped AND step.key > %(after)s::uuid)
+),
+walked AS (
+    SELECT coalesce(array_agg(key ORDER BY depth), '{}') AS keys
+    FROM walk WHERE key IS NOT NULL
+),
+lease AS (
+    SELECT %(lease_pid)s::int IS NULL OR (EXISTS (
+        SELECT FROM messenger.realtime_dispatch_lease
+        WHERE lock_key = %(lease_key)s AND holder_pid = %(lease_pid)s::int
+    ) AND EXISTS (
+        SELECT FROM pg_locks
+        WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid = %(lease_pid)s::int
+          AND classid = %(lease_classid)s::oid AND objid = %(lease_objid)s::oid
+    )) AS held
+),
+quota AS (
+    SELECT greatest(1, ceil(%(limit)s::numeric
+                            / greatest(cardinality((SELECT keys FROM walked)), 1)))::int AS q
+),
+fair AS (
+    SELECT r.id, r.target_key,
+           row_number() OVER (PARTITION BY r.target_key ORDER BY r.id) AS rn
+    FROM unnest((SELECT keys FROM walked)) AS t(key) CROSS JOIN LATERAL (
+        SELECT o.id, o.target_key FROM messenger.realtime_outbox AS o
+        WHERE o.target_key = t.key AND o.status = 'Pending' AND o.next_attempt_at <= now()
+          AND o.claimed_at IS NULL
+        ORDER BY o.id LIMIT (SELECT q FROM quota)
+        FOR UPDATE SKIP LOCKED
+    ) AS r
+),
+filled AS (
+    SELECT target_key FROM fair GROUP BY target_key
+    HAVING count(*) >= (SELECT q FROM quota)
+),
+topped AS (
+    SELECT r.id, (SELECT q FROM quota)
+                 + row_number() OVER (PARTITION BY r.target_key ORDER BY r.id) AS rn
+    FROM filled CROSS JOIN LATERAL (
+        SELECT o.id, o.target_key FROM messenger.realtime_outbox AS o
+        WHERE o.target_key = filled.target_key AND o.status = 'Pending'
+          AND o.next_attempt_at <= now() AND o.claimed_at IS NULL
+          AND o.id > (SELECT f.id FROM fair AS f WHERE f.target_key = filled.target_key
+                      ORDER BY f.id DESC LIMIT 1)
+        ORDER BY o.id LIMIT greatest(%(limit)s - (SELECT count(*) FROM fair), 0)
+        FOR UPDATE SKIP LOCKED
+    ) AS r
+),
+urgent AS (
+    SELECT o.id, 0::bigint AS rn FROM messenger.realtime_outbox AS o
+    WHERE o.kind IN ('CallInvited', 'CallCancelled', 'CallMissed', 'CallEnded',
+                     'CallDeclined', 'CallAnswered', 'ConferenceInvited',
+                     'ConferenceStarted', 'ConferenceEnded')
+      AND o.status = 'Pending' AND o.next_attempt_at <= now() AND o.claimed_at IS NULL
+    ORDER BY o.id LIMIT %(limit)s - %(limit)s / 4  -- integer division
+    FOR UPDATE SKIP LOCKED
+),
+due AS (
+    SELECT id FROM (
+        SELECT id, rn FROM urgent UNION ALL SELECT id, rn FROM fair
+        UNION ALL SELECT id, rn FROM topped
+    ) AS candidates
+    GROUP BY id ORDER BY min(rn), id LIMIT %(limit)s
+),
+claimed AS (
+    UPDATE messenger.realtime_outbox AS o SET
+        status = CASE WHEN o.attempts >= %(max_attempts)s THEN 'Quarantined'
+                      ELSE 'Pending' END,
+        last_error = CASE WHEN o.attempts >= %(max_attempts)s THEN %(exhausted)s
+                          ELSE o.last_error END,
+        attempts = CASE WHEN o.attempts >= %(max_attempts)s THEN o.attempts
+                        ELSE o.attempts + 1 END,
+        next_attempt_at = now() + make_interval(secs =>
+            (%(delays)s::float8[])[LEAST(o.attempts + 1, cardinality(%(delays)s::float8[]))]
+            * (1.0 - %(jitter)s::float8 * random())),
+        claimed_at = CASE WHEN o.attempts >= %(max_attempts)s THEN NULL ELSE now() END,
+        updated_at = now(),
+        row_version = o.row_version + 1
+    FROM due
+    WHERE o.id = due.id AND (SELECT held FROM lease)
+    RETURNING o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id,
+              o.ref_id, o.session_kind, o.seq, o.status, o.attempts, o.row_version,
+              o.created_at, extract(epoch FROM now() - o.created_at)::float8 AS age,
+              o.stream_offset
+)
+SELECT claimed.*,
+       walked.keys[cardinality(walked.keys)] AS last_key,
+       cardinality(walked.keys) AS walked,
+       CASE WHEN claimed.id IS NULL THEN walked.keys END AS keys,
+       (SELECT held FROM lease) AS held
+FROM walked LEFT JOIN claimed ON true;
+
+
+-- name: WALK_AND_CLAIM_IN_PARTITION
+-- WALK_AND_CLAIM for one partition's leader (DISPATCH_PARTITIONS > 1, partitions.py):
+-- the same statement but for two things. The walk visits the partition's targets only,
+-- in (target_hash, target_key) order: target_hash is
+-- ('x' || left(md5(target_key::text), 8))::bit(32)::int4, textually the expression of
+-- ix_rto_pending_partition (migration 0007), so each probe is one step of that index
+-- within [%(lo)s, %(hi)s]; and the urgent probe keeps to the same range. The fair and
+-- topped probes need no filter: they read the walked targets only.
+-- tests/unit/test_queries.py checks that nothing else differs.
+WITH RECURSIVE walk(key, depth, wrapped) AS (
+    SELECT coalesce(after.key, first.key), 1, after.key IS NULL
+    FROM (SELECT (SELECT target_key FROM messenger.realtime_outbox
+                  WHERE status = 'Pending'
+                    AND ('x' || left(md5((target_key)::text), 8))::bit(32)::int4
+                        BETWEEN %(lo)s::int4 AND %(hi)s::int4
+                    AND (('x' || left(md5((target_key)::text), 8))::bit(32)::int4, target_key)
+                        > (('x' || left(md5((%(after)s::uuid)::text), 8))::bit(32)::int4,
+                           %(after)s::uuid)
+                  ORDER BY ('x' || left(md5((target_key)::text), 8))::bit(32)::int4,
+                           target_key
+                  LIMIT 1) AS key) AS after,
+         (SELECT (SELECT target_key FROM messenger.realtime_outbox
+                  WHERE status = 'Pending'
+                    AND ('x' || left(md5((target_key)::text), 8))::bit(32)::int4
+                        BETWEEN %(lo)s::int4 AND %(hi)s::int4
+                  ORDER BY ('x' || left(md5((target_key)::text), 8))::bit(32)::int4,
+                           target_key
+                  LIMIT 1) AS key) AS first
+  UNION ALL
+    SELECT step.key, walk.depth + 1, step.wrapped
+    FROM walk CROSS JOIN LATERAL (
+        SELECT coalesce(later.key, first.key) AS key,
+               walk.wrapped OR later.key IS NULL AS wrapped
+        FROM (SELECT (SELECT target_key FROM messenger.realtime_outbox
+                      WHERE status = 'Pending'
+                        AND ('x' || left(md5((target_key)::text), 8))::bit(32)::int4
+                            BETWEEN %(lo)s::int4 AND %(hi)s::int4
+                        AND (('x' || left(md5((target_key)::text), 8))::bit(32)::int4,
+                             target_key)
+                            > (('x' || left(md5((walk.key)::text), 8))::bit(32)::int4,
+                               walk.key)
+                      ORDER BY ('x' || left(md5((target_key)::text), 8))::bit(32)::int4,
+                               target_key
+                      LIMIT 1) AS key) AS later,
+             (SELECT (SELECT target_key FROM messenger.realtime_outbox
+                      WHERE status = 'Pending'
+                        AND ('x' || left(md5((target_key)::text), 8))::bit(32)::int4
+                            BETWEEN %(lo)s::int4 AND %(hi)s::int4
+                        AND NOT walk.wrapped
+                      ORDER BY ('x' || left(md5((target_key)::text), 8))::bit(32)::int4,
+                               target_key
+                      LIMIT 1) AS key) AS first
+    ) AS step
+    WHERE walk.depth < %(limit)s AND step.key IS NOT NULL
+      AND NOT (step.wrapped
+               AND (('x' || left(md5((step.key)::text), 8))::bit(32)::int4, step.key)
+                   > (('x' || left(md5((%(after)s::uuid)::text), 8))::bit(32)::int4,
+                      %(after)s::uuid))
+),
+walked AS (
+    SELECT coalesce(array_agg(key ORDER BY depth), '{}') AS keys
+    FROM walk WHERE key IS NOT NULL
+),
+lease AS (
+    SELECT %(lease_pid)s::int IS NULL OR (EXISTS (
+        SELECT FROM messenger.realtime_dispatch_lease
+        WHERE lock_key = %(lease_key)s AND holder_pid = %(lease_pid)s::int
+    ) AND EXISTS (
+        SELECT FROM pg_locks
+        WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid = %(lease_pid)s::int
+          AND classid = %(lease_classid)s::oid AND objid = %(lease_objid)s::oid
+    )) AS held
+),
+quota AS (
+    SELECT greatest(1, ceil(%(limit)s::numeric
+                            / greatest(cardinality((SELECT keys FROM walked)), 1)))::int AS q
+),
+fair AS (
+    SELECT r.id, r.target_key,
+           row_number() OVER (PARTITION BY r.target_key ORDER BY r.id) AS rn
+    FROM unnest((SELECT keys FROM walked)) AS t(key) CROSS JOIN LATERAL (
+        SELECT o.id, o.target_key FROM messenger.realtime_outbox AS o
+        WHERE o.target_key = t.key AND o.status = 'Pending' AND o.next_attempt_at <= now()
+          AND o.claimed_at IS NULL
+        ORDER BY o.id LIMIT (SELECT q FROM quota)
+        FOR UPDATE SKIP LOCKED
+    ) AS r
+),
+filled AS (
+    SELECT target_key FROM fair GROUP BY target_key
+    HAVING count(*) >= (SELECT q FROM quota)
+),
+topped AS (
+    SELECT r.id, (SELECT q FROM quota)
+                 + row_number() OVER (PARTITION BY r.target_key ORDER BY r.id) AS rn
+    FROM filled CROSS JOIN LATERAL (
+        SELECT o.id, o.target_key FROM messenger.realtime_outbox AS o
+        WHERE o.target_key = filled.target_key AND o.status = 'Pending'
+          AND o.next_attempt_at <= now() AND o.claimed_at IS NULL
+          AND o.id > (SELECT f.id FROM fair AS f WHERE f.target_key = filled.target_key
+                      ORDER BY f.id DESC LIMIT 1)
+        ORDER BY o.id LIMIT greatest(%(limit)s - (SELECT count(*) FROM fair), 0)
+        FOR UPDATE SKIP LOCKED
+    ) AS r
+),
+urgent AS (
+    SELECT o.id, 0::bigint AS rn FROM messenger.realtime_outbox AS o
+    WHERE o.kind IN ('CallInvited', 'CallCancelled', 'CallMissed', 'CallEnded',
+                     'CallDeclined', 'CallAnswered', 'ConferenceInvited',
+                     'ConferenceStarted', 'ConferenceEnded')
+      AND o.status = 'Pending' AND o.next_attempt_at <= now() AND o.claimed_at IS NULL
+      AND ('x' || left(md5((o.target_key)::text), 8))::bit(32)::int4
+          BETWEEN %(lo)s::int4 AND %(hi)s::int4
+    ORDER BY o.id LIMIT %(limit)s - %(limit)s / 4  -- integer division
+    FOR UPDATE SKIP LOCKED
+),
+due AS (
+    SELECT id FROM (
+        SELECT id, rn FROM urgent UNION ALL SELECT id, rn FROM fair
+        UNION ALL SELECT id, rn FROM topped
+    ) AS candidates
+    GROUP BY id ORDER BY min(rn), id LIMIT %(limit)s
+),
+claimed AS (
+    UPDATE messenger.realtime_outbox AS o SET
+        status = CASE WHEN o.attempts >= %(max_attempts)s THEN 'Quarantined'
+                      ELSE 'Pending' END,
+        last_error = CASE WHEN o.attempts >= %(max_attempts)s THEN %(exhausted)s
+                          ELSE o.last_error END,
+        attempts = CASE WHEN o.attempts >= %(max_attempts)s THEN o.attempts
+                        ELSE o.attempts + 1 END,
+        next_attempt_at = now() + make_interval(secs =>
+            (%(delays)s::float8[])[LEAST(o.attempts + 1, cardinality(%(delays)s::float8[]))]
+            * (1.0 - %(jitter)s::float8 * random())),
+        claimed_at = CASE WHEN o.attempts >= %(max_attempts)s THEN NULL ELSE now() END,
+        updated_at = now(),
+        row_version = o.row_version + 1
+    FROM due
+    WHERE o.id = due.id AND (SELECT held FROM lease)
+    RETURNING o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id,
+              o.ref_id, o.session_kind, o.seq, o.status, o.attempts, o.row_version,
+              o.created_at, extract(epoch FROM now() - o.created_at)::float8 AS age,
+              o.stream_offset
+)
+SELECT claimed.*,
+       walked.keys[cardinality(walked.keys)] AS last_key,
+       cardinality(walked.keys) AS walked,
+       CASE WHEN claimed.id IS NULL THEN walked.keys END AS keys,
+       (SELECT held FROM lease) AS held
+FROM walked LEFT JOIN claimed ON true;
+
+
+-- name: CLAIM_SUSPECT
+-- One suspect: a due row whose last attempt never got an outcome (claimed_at still set:
+-- its worker died or hung on it), claimed, built and pushed alone, so a row that
+-- crashes the worker takes only itself to MAX_ATTEMPTS (ix_rto_pending_claimed). The
+-- claim's update is WALK_AND_CLAIM's.
+WITH due AS (
+    SELECT o.id FROM messenger.realtime_outbox AS o
+    WHERE o.status = 'Pending' AND o.next_attempt_at <= now() AND o.claimed_at IS NOT NULL
+    ORDER BY o.id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE messenger.realtime_outbox AS o SET
+    status = CASE WHEN o.attempts >= %(max_attempts)s THEN 'Quarantined' ELSE 'Pending' END,
+    last_error = CASE WHEN o.attempts >= %(max_attempts)s THEN %(exhausted)s
+                      ELSE o.last_error END,
+    attempts = CASE WHEN o.attempts >= %(max_attempts)s THEN o.attempts
+                    ELSE o.attempts + 1 END,
+    next_attempt_at = now() + make_interval(secs =>
+        (%(delays)s::float8[])[LEAST(o.attempts + 1, cardinality(%(delays)s::float8[]))]
+        * (1.0 - %(jitter)s::float8 * random())),
+    claimed_at = CASE WHEN o.attempts >= %(max_attempts)s THEN NULL ELSE now() END,
+    updated_at = now(),
+    row_version = o.row_version + 1
+FROM due
+WHERE o.id = due.id
+RETURNING o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id,
+          o.ref_id, o.session_kind, o.seq, o.status, o.attempts, o.row_version,
+          o.created_at, extract(epoch FROM now() - o.created_at)::float8 AS age,
+          o.stream_offset;
+
+
+-- name: CLAIM_SUSPECT_IN_PARTITION
+-- CLAIM_SUSPECT within one partition's hash range (partitions.py).
+WITH due AS (
+    SELECT o.id FROM messenger.realtime_outbox AS o
+    WHERE o.status = 'Pending' AND o.next_attempt_at <= now() AND o.claimed_at IS NOT NULL
+      AND ('x' || left(md5((o.target_key)::text), 8))::bit(32)::int4
+          BETWEEN %(lo)s::int4 AND %(hi)s::int4
+    ORDER BY o.id LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE messenger.realtime_outbox AS o SET
+    status = CASE WHEN o.attempts >= %(max_attempts)s THEN 'Quarantined' ELSE 'Pending' END,
+    last_error = CASE WHEN o.attempts >= %(max_attempts)s THEN %(exhausted)s
+                      ELSE o.last_error END,
+    attempts = CASE WHEN o.attempts >= %(max_attempts)s THEN o.attempts
+                    ELSE o.attempts + 1 END,
+    next_attempt_at = now() + make_interval(secs =>
+        (%(delays)s::float8[])[LEAST(o.attempts + 1, cardinality(%(delays)s::float8[]))]
+        * (1.0 - %(jitter)s::float8 * random())),
+    claimed_at = CASE WHEN o.attempts >= %(max_attempts)s THEN NULL ELSE now() END,
+    updated_at = now(),
+    row_version = o.row_version + 1
+FROM due
+WHERE o.id = due.id
+RETURNING o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id,
+          o.ref_id, o.session_kind, o.seq, o.status, o.attempts, o.row_version,
+          o.created_at, extract(epoch FROM now() - o.created_at)::float8 AS age,
+          o.stream_offset;
+
+
+-- name: PARTITION_OF
+-- Which partition of %(count)s a target belongs to (tests, operators): the same hash
+-- and the same ranges as partitions.Partition (INT4_MIN = -2147483648, 2^32 hashes).
+SELECT ((('x' || left(md5((%(key)s::uuid)::text), 8))::bit(32)::int4::int8 - (-2147483648))
+        * %(count)s::int8 / 4294967296)::int4;
+
+
+-- The outcome statements join the batch's (id, row_version) pairs. "o.id = ANY(ids)"
+-- lets the planner find the rows through the primary key instead of hashing the whole
+-- table (it guesses the unnest's row count badly and picked a sequential scan at 20k
+-- rows). The row_version match means an outcome applies only to the claim it belongs
+-- to: a row an operator requeued or quarantined meanwhile, or another runner
+-- re-claimed, is left alone.
+
+-- name: MARK_DONE
+-- Success: Done, last_error cleared; the lag (now - created_at) returned for the SLO.
+UPDATE messenger.realtime_outbox AS o SET
+    status = 'Done', last_error = NULL, claimed_at = NULL, updated_at = now(),
+    row_version = o.row_version + 1
+FROM unnest(%(ids)b::uuid[], %(versions)b::bigint[]) AS t(id, version)
+WHERE o.id = ANY(%(ids)b::uuid[]) AND o.id = t.id AND o.row_version = t.version
+  AND o.status = 'Pending'
+RETURNING o.id, extract(epoch FROM now() - o.created_at)::float8 AS lag_seconds;
+
+
+-- name: MARK_FAILED
+-- Failure: stays Pending (its next_attempt_at was set by the claim) unless this was
+-- attempt MAX_ATTEMPTS or the failure is permanent, then Quarantined; never dropped. A
+-- suspect's failure keeps it a suspect (claimed_at stays), retried alone again.
+-- isolate (its batch's build failed or timed out) also makes the row due now, retried
+-- alone at once, and gives its attempt back (as RELEASE does): it was never tried on its
+-- own, so a neighbour's failure cannot bring it to MAX_ATTEMPTS.
+UPDATE messenger.realtime_outbox AS o SET
+    status = CASE WHEN t.permanent OR (o.attempts >= %(max_attempts)s AND NOT t.isolate)
+                  THEN 'Quarantined' ELSE 'Pending' END,
+    attempts = CASE WHEN t.isolate THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
+    last_error = left(t.error, 512),
+    claimed_at = CASE WHEN t.suspect AND NOT t.permanent
+                           AND (o.attempts < %(max_attempts)s OR t.isolate)
+                      THEN o.claimed_at ELSE NULL END,
+    next_attempt_at = CASE WHEN t.isolate THEN now() ELSE o.next_attempt_at END,
+    updated_at = now(), row_version = o.row_version + 1
+FROM unnest(%(ids)b::uuid[], %(versions)b::bigint[], %(errors)b::text[],
+            %(permanent)b::bool[], %(suspect)b::bool[], %(isolate)b::bool[])
+     AS t(id, version, error, permanent, suspect, isolate)
+WHERE o.id = ANY(%(ids)b::uuid[]) AND o.id = t.id AND o.row_version = t.version
+  AND o.status = 'Pending'
+RETURNING o.id, o.status;
+
+
+-- name: MARK_EXPIRED
+-- Expired: a time-critical event older than its delivery deadline (a ring for a call
+-- that ended minutes ago) is not pushed; the row ends Done and says why.
+UPDATE messenger.realtime_outbox AS o SET
+    status = 'Done', last_error = left(t.error, 512), claimed_at = NULL, updated_at = now(),
+    row_version = o.row_version + 1
+FROM unnest(%(ids)b::uuid[], %(versions)b::bigint[], %(errors)b::text[])
+     AS t(id, version, error)
+WHERE o.id = ANY(%(ids)b::uuid[]) AND o.id = t.id AND o.row_version = t.version
+  AND o.status = 'Pending'
+RETURNING o.id;
+
+
+-- name: RELEASE
+-- Graceful stop: rows claimed but never pushed get their attempt back and are due now,
+-- so the next runner takes them at once instead of after a backoff.
+UPDATE messenger.realtime_outbox AS o SET
+    attempts = greatest(o.attempts - 1, 0), next_attempt_at = now(), claimed_at = NULL,
+    updated_at = now(), row_version = o.row_version + 1
+FROM unnest(%(ids)b::uuid[], %(versions)b::bigint[]) AS t(id, version)
+WHERE o.id = ANY(%(ids)b::uuid[]) AND o.id = t.id AND o.row_version = t.version
+  AND o.status = 'Pending'
+RETURNING o.id;
+
+
+-- name: PENDING_STATS
+-- Backlog gauges, read every STATS_INTERVAL on the leader's loop, so bounded whatever the
+-- backlog: Pending rows counted exactly up to %(exact_up_to)s (an index scan of
+-- ix_rto_pending_id that stops there; the ORDER BY keeps the planner on that index,
+-- where a plain LIMIT let it pick a table scan: a million Pending rows made count(*) a
+-- 230 ms parallel sequential scan), and the age of the oldest by id (UUIDv7: insert
+-- order; the first entry of the same index, then its row).
+SELECT
+    (SELECT count(*) FROM (
+        SELECT 1 FROM messenger.realtime_outbox WHERE status = 'Pending'
+        ORDER BY id LIMIT %(exact_up_to)s + 1) AS capped),
+    coalesce((SELECT extract(epoch FROM now() - created_at) FROM messenger.realtime_outbox
+              WHERE status = 'Pending' ORDER BY id LIMIT 1), 0)::float8;
+
+
+-- name: PENDING_ESTIMATE
+-- Past the exact count, the planner's estimate of the Pending rows: the column
+-- statistics' share of Pending times the table's current size (which PostgreSQL scales
+-- by its pages now, so the estimate follows a growing backlog between ANALYZEs). No
+-- rows are read.
+EXPLAIN (FORMAT JSON) SELECT 1 FROM messenger.realtime_outbox WHERE status = 'Pending';
+
+
+-- name: QUARANTINED_STATS
+-- Quarantined rows per kind, for the gauge the quarantine alert reads: they stay until
+-- requeued, so the alert does too. ix_rto_due (status, next_attempt_at) finds them.
+SELECT kind, count(*) FROM messenger.realtime_outbox WHERE status = 'Quarantined'
+GROUP BY kind;
+
+
+-- name: RETENTION_BEHIND
+-- How far retention is behind: seconds the oldest Done row is past RETENTION_DONE (0
+-- when none is): the first entry of ix_rto_done_updated, one index probe.
+SELECT coalesce(greatest(extract(epoch FROM now() - min(updated_at)) - %(older_than)s, 0), 0)
+       ::float8
+FROM messenger.realtime_outbox WHERE status = 'Done';
+
+
+-- name: DELETE_DONE
+-- Retention: one bounded batch of old Done rows (ix_rto_done_updated), its own short
+-- transaction between passes; Pending and Quarantined rows are never deleted.
+DELETE FROM messenger.realtime_outbox
+WHERE id IN (
+    SELECT id FROM messenger.realtime_outbox
+    WHERE status = 'Done' AND updated_at < now() - make_interval(secs => %(older_than)s)
+    LIMIT %(limit)s
+);
