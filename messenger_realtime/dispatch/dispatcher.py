@@ -25,13 +25,13 @@ from messenger_realtime.dispatch.backoff import delay_table
 from messenger_realtime.dispatch.batches import PassContext, run_pass
 from messenger_realtime.dispatch.build_thread import Builder
 from messenger_realtime.dispatch.gate import PartitionGate
-from messenger_realtime.dispatch.leader import Leader
+from messenger_realtime.dispatch.lease import Leader
 from messenger_realtime.dispatch.outcomes import PassResult
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.dispatch.retention import Retention
 from messenger_realtime.dispatch.rows import RowOutcome
 from messenger_realtime.dispatch.store import NO_TARGET
-from messenger_realtime.dispatch.wakes import WakePolicy
+from messenger_realtime.dispatch.wakes import Listener, WakePolicy
 from messenger_realtime.exceptions import (
     DatabaseUnusable,
     LeadershipLost,
@@ -97,6 +97,7 @@ class Dispatcher:
         lock_key = p.lock_key(options.lock_key) if p else options.lock_key
         guard = options.lock_key if p else ""  # never led beside a single runner
         self.leader = Leader(lock_key, options.lock_ttl, alias, guard_key=guard)
+        self.listener = Listener(alias)  # LISTEN, only while leading (wakes.py)
         self.port = port or get_domain_port()
         self.liveness = Liveness(stale_after(options), stopping=self.stop.is_set)
         self.builder = Builder(self.port, options.build_timeout, options.delivery_deadlines)
@@ -119,7 +120,7 @@ class Dispatcher:
         Losing the database connection or the lease means losing leadership: reconnect,
         re-lock, re-LISTEN, then a catch-up pass. A busy lock means another runner leads:
         skip (once) or stand by, retry every POLLING_INTERVAL and take over once the
-        leader's heartbeat is older than LOCK_TTL (leader.py). Raises only with once=True
+        leader's heartbeat is older than LOCK_TTL (lease.py). Raises only with once=True
         (psycopg.OperationalError or LeadershipLost), or DatabaseUnusable when the
         database refuses the credentials or does not exist (retrying cannot fix that);
         otherwise it retries until stopped, each log line naming the reason.
@@ -166,7 +167,7 @@ class Dispatcher:
             await self.close()
 
     async def _lead(self, once: bool) -> None:
-        await self.leader.listen()  # before the catch-up pass, so no NOTIFY falls between
+        await self.listener.listen()  # before the catch-up pass: no NOTIFY falls between
         keeper = asyncio.create_task(self.leader.keep()) if self.use_lock else None
         try:
             await self._passes(once)
@@ -200,9 +201,8 @@ class Dispatcher:
             if result.more_due or result.suspects_left or self.retention.left:
                 continue  # the rest is due now: no idle wait
             logger.debug("idle; waiting for NOTIFY or the next poll", extra={"action": "idle"})
-            wake = await self.leader.wait_for_wake(
-                self.options.polling_interval, self.stop, self.wakes
-            )
+            ends = (self.stop, self.leader.lost)  # a lost lease ends the wait too
+            wake = await self.listener.wait(self.options.polling_interval, ends, self.wakes)
             logger.debug("woke", extra={"action": "wake", **wake.log_fields()})
 
     # -- one pass ------------------------------------------------------------------
@@ -283,6 +283,7 @@ class Dispatcher:
         self.liveness.connected = False
         # The domain reads' Django connection lives in the builder's thread: close it there.
         await self.builder.close()
+        await self.listener.close()
         await self.leader.close()
         for conn in (self.conn, self.claim_conn):
             if conn is not None and not conn.closed:

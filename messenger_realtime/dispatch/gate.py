@@ -4,7 +4,7 @@ standby partition of it may take a free lock (the spreading rule below)."""
 import asyncio
 import time
 
-from messenger_realtime.dispatch.leader import Leader
+from messenger_realtime.dispatch.lease import Leader
 from messenger_realtime.ops import metrics
 
 

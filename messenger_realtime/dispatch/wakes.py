@@ -19,7 +19,9 @@ spent more CPU per message at 500 msg/s than at 1,000 (docs/performance.md). Two
   otherwise come due only after a backoff of seconds, so they wait at most one
   POLLING_INTERVAL more; the first pass after (re)connecting always probes.
 
-The wait itself (wait_for_wake) reads the leader's LISTEN connection (leader.py).
+The wait itself (Listener.wait) reads the LISTEN connection, which exists only while
+the worker leads: a standby reads no notifications, which would otherwise pile up in its
+client. Polling is the safety net; NOTIFY only cuts latency.
 """
 
 import asyncio
@@ -28,6 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+
+from messenger_realtime.dispatch import connections as db
+from messenger_realtime.outbox.notify import NOTIFY_CHANNEL
 
 # A pass that claimed fewer rows than this served a sparse stream (commits arrive no
 # faster than passes run): the next NOTIFY wakes a pass at once, so light traffic never
@@ -138,3 +143,30 @@ async def wait_for_wake(
     # Several commits may have notified meanwhile; one pass serves them all.
     count += await drain_notifies(conn)
     return Wake(notified=True, notifies=count, held=held)
+
+
+class Listener:
+    """The LISTEN connection of a leading worker, and the wait for a wake on it."""
+
+    def __init__(self, alias: str = "default") -> None:
+        self.alias = alias
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def listen(self) -> None:
+        """LISTEN for new rows on a connection of its own (before the catch-up pass)."""
+        if self.conn is None or self.conn.closed:
+            self.conn = await db.connect(self.alias)
+            await self.conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+
+    async def wait(
+        self, timeout: float, ends: tuple[asyncio.Event, ...], policy: WakePolicy | None = None
+    ) -> Wake:
+        """Wait for a NOTIFY, the timeout or any of `ends` (stop, a lost lease)."""
+        if self.conn is None:
+            raise RuntimeError("Listener.listen() first")
+        return await wait_for_wake(self.conn, timeout, ends, policy)
+
+    async def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.closed:
+            await conn.close()

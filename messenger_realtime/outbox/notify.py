@@ -1,4 +1,4 @@
-"""The one NOTIFY that wakes the worker (its LISTEN is in dispatch/leader.py).
+"""The one NOTIFY that wakes the worker (its LISTEN is in dispatch/wakes.py).
 
 Sent inside the writer's transaction: PostgreSQL delivers it at commit and drops it on
 rollback, and folds identical notifications of one transaction into one, so repeated

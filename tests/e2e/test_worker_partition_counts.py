@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from messenger_realtime.dispatch.leader import advisory_key
+from messenger_realtime.dispatch.lease import advisory_key
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.models import RealtimeOutboxEntry
 from tests.support.factories import ChatFactory, backlog

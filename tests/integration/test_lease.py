@@ -16,8 +16,7 @@ from django.db import connection
 from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch.dispatcher import Dispatcher
-from messenger_realtime.dispatch.leader import Leader, advisory_key
-from messenger_realtime.dispatch.lease import Standby
+from messenger_realtime.dispatch.lease import Leader, Standby, advisory_key
 from messenger_realtime.exceptions import LeadershipLost
 from messenger_realtime.models import RealtimeOutboxEntry
 from tests.support.factories import OutboxEntryFactory

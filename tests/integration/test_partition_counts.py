@@ -13,7 +13,7 @@ import pytest
 
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch.gate import PartitionGate
-from messenger_realtime.dispatch.leader import Leader
+from messenger_realtime.dispatch.lease import Leader
 from messenger_realtime.exceptions import LeadershipLost
 from tests.support.leaders import TTL, open_leader
 from tests.support.runtime import run
@@ -53,7 +53,7 @@ def test_a_live_leader_of_another_count_keeps_a_worker_from_leading(
         took = await leaders[1].try_acquire(other)  # ... and the worker leads
         return refused, took
 
-    with caplog.at_level(logging.WARNING, logger="messenger_realtime.dispatch.leader"):
+    with caplog.at_level(logging.WARNING, logger="messenger_realtime.dispatch.lease"):
         refused, took = run(scenario())
     assert (refused, took) == (False, True)
     (told,) = caplog.records

@@ -10,7 +10,7 @@ import pytest
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch.dispatcher import Dispatcher
 from messenger_realtime.dispatch.gate import PartitionGate
-from messenger_realtime.dispatch.leader import Leader, advisory_key
+from messenger_realtime.dispatch.lease import Leader, advisory_key
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.dispatch.runner import PartitionedRunner, build_runner
 from messenger_realtime.models import RealtimeOutboxEntry

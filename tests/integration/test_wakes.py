@@ -16,8 +16,7 @@ from django.db.models.functions import Now
 
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch.dispatcher import Dispatcher, PassResult
-from messenger_realtime.dispatch.leader import Leader
-from messenger_realtime.dispatch.wakes import STREAM_ROWS, Wake, WakePolicy
+from messenger_realtime.dispatch.wakes import STREAM_ROWS, Listener, Wake, WakePolicy
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.notify import NOTIFY_CHANNEL
 from tests.support.factories import ChatFactory, MessageFactory, OutboxEntryFactory
@@ -34,14 +33,14 @@ class RecordingDispatcher(Dispatcher):
         super().__init__(*args, **kwargs)
         self.passes: list[int] = []
         self.wake_log: list[Wake] = []
-        waiting = self.leader.wait_for_wake
+        waiting = self.listener.wait
 
         async def recording_wait(*args: Any) -> Wake:
             wake = await waiting(*args)
             self.wake_log.append(wake)
             return wake
 
-        self.leader.wait_for_wake = recording_wait  # type: ignore[method-assign]
+        self.listener.wait = recording_wait  # type: ignore[method-assign]
 
     async def run_pass(self) -> PassResult:
         result = await super().run_pass()
@@ -185,8 +184,8 @@ def test_a_wake_reads_every_notify_already_waiting_not_one_socket_read() -> None
     # thousand. Reading only that left the rest to end the next idle wait at once, for a
     # pass with nothing new, read after read.
     async def wakes_after_a_pile_of(notifies: int) -> list[Wake]:
-        leader = Leader("wake-drain-test", 30.0)
-        await leader.listen()
+        listener = Listener()
+        await listener.listen()
         sender = await db.connect()
         try:
             async with sender.transaction():  # distinct payloads: identical ones fold
@@ -195,14 +194,14 @@ def test_a_wake_reads_every_notify_already_waiting_not_one_socket_read() -> None
                     [NOTIFY_CHANNEL, notifies],
                 )
             stop, wakes = asyncio.Event(), []
-            wake = await leader.wait_for_wake(30.0, stop, WakePolicy(window=0.0))
+            wake = await listener.wait(30.0, (stop,), WakePolicy(window=0.0))
             while wake.notified and len(wakes) < 20:  # until a wait hears nothing more
                 wakes.append(wake)
-                wake = await leader.wait_for_wake(0.2, stop, WakePolicy(window=0.0))
+                wake = await listener.wait(0.2, (stop,), WakePolicy(window=0.0))
             return wakes
         finally:
             await sender.close()
-            await leader.close()
+            await listener.close()
 
     wakes = run(wakes_after_a_pile_of(5000))
     # The first wake may come while the server is still writing the pile (then it holds

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
-from messenger_realtime.dispatch.leader import Leader, advisory_key
+from messenger_realtime.dispatch.lease import Leader, advisory_key
 from messenger_realtime.dispatch.partitions import Partition
 from tests.support.runtime import run
 

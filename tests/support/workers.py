@@ -140,7 +140,7 @@ def lock_holders(lock_key: str = LOCK_KEY) -> list[int]:
     per database: other databases' workers hold their own)."""
     from django.db import connection
 
-    from messenger_realtime.dispatch.leader import advisory_key
+    from messenger_realtime.dispatch.lease import advisory_key
 
     key = advisory_key(lock_key)
     with connection.cursor() as cur:
