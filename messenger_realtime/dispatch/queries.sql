@@ -6,9 +6,9 @@
 -- Statuses and kinds are written as literals, never bound: the partial indexes
 -- (WHERE status = 'Pending', kind IN (...)) serve a statement only if the planner can
 -- prove their predicate, which a bound parameter in a prepared statement's generic plan
--- would not let it do. tests/unit/test_queries.py checks the literals against
--- the enums, and EXPLAINs every statement on a filled table (test_claim_plans.py,
--- test_statement_plans.py). No '%' outside a placeholder: psycopg reads them all.
+-- would not let it do. tests/unit/test_queries.py checks the literals against the
+-- enums; tests/integration/test_claim_plans.py and test_statement_plans.py EXPLAIN the
+-- statements on filled tables. No '%' outside a placeholder: psycopg reads them all.
 
 
 -- name: CLAIM_SESSION
