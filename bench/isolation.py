@@ -215,6 +215,18 @@ def pctl(values: list[float], p: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] * 1000, 1)
 
 
+def quiet_figures(sent: dict[int, float], quiet: Client) -> dict[str, Any]:
+    """The quiet chat's commit -> client latency: `sent` maps each seq to its commit."""
+    lag = [t - sent[e["seq"]] for t, _, e in quiet.events if e["seq"] in sent]
+    return {
+        "quiet_sent": len(sent),
+        "quiet_received": len(lag),
+        "quiet_p50_ms": pctl(lag, 50),
+        "quiet_p95_ms": pctl(lag, 95),
+        "quiet_max_ms": round(max(lag) * 1000, 1),
+    }
+
+
 async def fairness(stack: Stack, ids: dict[str, Any], burst: int, quiet_rate: float) -> Any:
     users, chats = ids["users"], ids["chats"]
     (alice, bob), tasks = await connect(stack, users["alice"], users["bob"])
@@ -235,7 +247,6 @@ async def fairness(stack: Stack, ids: dict[str, Any], burst: int, quiet_rate: fl
     await asyncio.sleep(2)  # the quiet chat's last events
     for task in tasks:
         task.cancel()
-    lag = [t - sent[e["seq"]] for t, _, e in bob.events if e["seq"] in sent]
     drained = max((t for t, _, _ in alice.events), default=float("nan")) - committed
     return {
         "burst": burst,
@@ -244,11 +255,7 @@ async def fairness(stack: Stack, ids: dict[str, Any], burst: int, quiet_rate: fl
         "burst_pushed_s": round(pushed - committed, 3),
         "burst_drain_s": round(drained, 3),
         "burst_rate_per_s": round(len(alice.events) / drained),
-        "quiet_sent": len(sent),
-        "quiet_received": len(lag),
-        "quiet_p50_ms": pctl(lag, 50),
-        "quiet_p95_ms": pctl(lag, 95),
-        "quiet_max_ms": round(max(lag) * 1000, 1),
+        **quiet_figures(sent, bob),
     }
 
 
@@ -270,17 +277,12 @@ async def urgent(stack: Stack, ids: dict[str, Any], flood: int, quiet_rate: floa
     await asyncio.sleep(2)  # the quiet chat's last events
     for task in tasks:
         task.cancel()
-    lag = [t - sent[e["seq"]] for t, _, e in bob.events if e["seq"] in sent]
     drained = max((t for t, _, _ in alice.events), default=float("nan")) - committed
     return {
         "flood": flood,
         "flood_received": len(alice.events),
         "flood_drain_s": round(drained, 3),
-        "quiet_sent": len(sent),
-        "quiet_received": len(lag),
-        "quiet_p50_ms": pctl(lag, 50),
-        "quiet_p95_ms": pctl(lag, 95),
-        "quiet_max_ms": round(max(lag) * 1000, 1),
+        **quiet_figures(sent, bob),
     }
 
 
