@@ -1,0 +1,179 @@
+"""The chaos soak's invariant checker (issue 31): what every client received against what
+the database committed. Pure: it reads records, never a process or a socket, so it is
+tested on its own (tests/unit/test_chaos_checker.py) before any soak trusts it.
+
+Inputs:
+- the committed events: (stream, offset) of every outbox row that carries one, from the
+  database after the run (the streams' offsets are gapless per stream by construction);
+- each stream's members over offsets: a user may see stream S's offsets in [start, end)
+  (joined after `start - 1` was committed, left before `end` was);
+- each client's log, in the order the client saw things: `Got(stream, offset)` for an
+  event (live, resumed or recovered), `Told(stream)` when the hub answered a Recover
+  with "resync" for it (the client re-reads that stream over REST: everything up to
+  then counts as delivered), `Closed(allow_reconnect)` when the hub closed the
+  connection, `Connected()` when a new connection was opened.
+
+Invariants (issue 31's numbering):
+1. lost: a committed offset of a stream the client's user was a member of at that
+   offset, which the client never got and no Told covers;
+2. foreign: an offset the client got outside its user's membership of that stream;
+3. silent: when a connection ends, a stream has a gap below the highest offset the
+   client got (an event skipped while later ones arrived), not covered by a Told, and
+   the connection did not end with a Close that allows a reconnect (the hub's word that
+   something was dropped: the client recovers). A gap that recovery later filled was
+   still silent if nothing told the client; each gap is reported once;
+4. order: within one connection, after dropping duplicates, each stream's offsets
+   rise; duplicates are counted per client (at-least-once: bounded, not forbidden).
+"""
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Got:
+    stream: str
+    offset: int
+
+
+@dataclass(frozen=True)
+class Told:
+    stream: str
+
+
+@dataclass(frozen=True)
+class Closed:
+    allow_reconnect: bool
+
+
+@dataclass(frozen=True)
+class Connected:
+    pass
+
+
+Record = Got | Told | Closed | Connected
+
+
+@dataclass(frozen=True)
+class Membership:
+    """`user` may see `stream`'s offsets in [start, end) (end None: still a member)."""
+
+    user: str
+    stream: str
+    start: int
+    end: int | None = None
+
+    def covers(self, offset: int) -> bool:
+        return offset >= self.start and (self.end is None or offset < self.end)
+
+
+@dataclass
+class Violations:
+    lost: list[tuple[str, str, int]] = field(default_factory=list)  # client, stream, offset
+    foreign: list[tuple[str, str, int]] = field(default_factory=list)
+    silent: list[tuple[str, str, int]] = field(default_factory=list)  # first missing
+    disorder: list[tuple[str, str, int]] = field(default_factory=list)  # the late offset
+    duplicates: dict[str, int] = field(default_factory=dict)  # client -> count
+
+    @property
+    def clean(self) -> bool:
+        return not (self.lost or self.foreign or self.silent or self.disorder)
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "lost": len(self.lost),
+            "foreign": len(self.foreign),
+            "silent": len(self.silent),
+            "disorder": len(self.disorder),
+            "duplicates": sum(self.duplicates.values()),
+        }
+
+
+def check(
+    committed: Iterable[tuple[str, int]],
+    memberships: Iterable[Membership],
+    clients: Mapping[str, tuple[str, Sequence[Record]]],
+) -> Violations:
+    """`clients`: client id -> (its user, its log). Every violation names the client,
+    the stream and the offset."""
+    offsets: dict[str, set[int]] = defaultdict(set)
+    for stream, offset in committed:
+        offsets[stream].add(offset)
+    member_of: dict[tuple[str, str], list[Membership]] = defaultdict(list)
+    for membership in memberships:
+        member_of[(membership.user, membership.stream)].append(membership)
+    found = Violations()
+    for client, (user, log) in sorted(clients.items()):
+        _check_client(client, user, log, offsets, member_of, found)
+    return found
+
+
+def _check_client(
+    client: str,
+    user: str,
+    log: Sequence[Record],
+    offsets: Mapping[str, set[int]],
+    member_of: Mapping[tuple[str, str], list[Membership]],
+    found: Violations,
+) -> None:
+    def member(stream: str, offset: int) -> bool:
+        return any(m.covers(offset) for m in member_of.get((user, stream), ()))
+
+    got: dict[str, set[int]] = defaultdict(set)
+    told: dict[str, int] = {}  # stream -> the highest committed offset a Told covers
+    duplicates = 0
+    connection: dict[str, list[int]] = defaultdict(list)  # this connection's offsets
+    reported: set[tuple[str, int]] = set()
+
+    def end_connection(excused: bool) -> None:
+        for stream, seen in connection.items():
+            _check_order(client, stream, seen, found)
+            if excused:
+                continue
+            have = got[stream]
+            for offset in range(min(have), max(have)):
+                skipped = offset not in have and offset > told.get(stream, 0)
+                if skipped and (stream, offset) not in reported:
+                    reported.add((stream, offset))
+                    found.silent.append((client, stream, offset))
+        connection.clear()
+
+    for record in log:
+        if isinstance(record, Got):
+            if record.offset in got[record.stream]:
+                duplicates += 1
+            got[record.stream].add(record.offset)
+            connection[record.stream].append(record.offset)
+            if not member(record.stream, record.offset):
+                found.foreign.append((client, record.stream, record.offset))
+        elif isinstance(record, Told):
+            # The client re-reads the stream over REST: what was committed by now is its.
+            told[record.stream] = max(offsets.get(record.stream, {0}) | {0})
+        elif isinstance(record, Closed):
+            end_connection(excused=record.allow_reconnect)
+        elif isinstance(record, Connected):
+            end_connection(excused=False)  # the socket dropped: no word from the hub
+    end_connection(excused=False)
+    found.duplicates[client] = duplicates
+    for (who, stream), spans in member_of.items():
+        if who != user:
+            continue
+        for offset in sorted(offsets.get(stream, ())):
+            covered = offset in got[stream] or offset <= told.get(stream, 0)
+            if any(m.covers(offset) for m in spans) and not covered:
+                found.lost.append((client, stream, offset))
+
+
+def _check_order(client: str, stream: str, seen: list[int], found: Violations) -> None:
+    """One connection's offsets of one stream, in arrival order, rise once duplicates are
+    dropped (recovered events come before the live ones held behind them)."""
+    highest = 0
+    distinct: set[int] = set()
+    for offset in seen:
+        if offset in distinct:
+            continue
+        if offset < highest:
+            found.disorder.append((client, stream, offset))
+        distinct.add(offset)
+        highest = max(highest, offset)
