@@ -7,9 +7,10 @@ its stop() to the hub's shutdown sequence (hub/daphne/server.py).
 This mode is one process by definition. Finding the dispatch lock held by another
 process is therefore a contradiction in the configuration (several hub processes, or a
 worker, without the Redis backplane): the leader's pushes never leave its own process,
-so this process's clients would get nothing. It says so (an ERROR naming the setting,
-once) and answers 503 on /health/ready from then on, so an orchestrator stops routing
-clients to it, instead of standing by in silence.
+so this process's clients would get nothing. It says so (an ERROR naming the setting)
+and answers 503 on /health/ready until it leads, so an orchestrator stops routing clients
+to it, instead of standing by in silence. (A crashed run's session may hold the lock for
+a while after a restart; the standby then takes the stale lease over and is ready.)
 """
 
 import asyncio
@@ -28,7 +29,9 @@ ANOTHER_LEADER = (
     "REALTIME_BACKPLANE_ENABLED is false (one process dispatches inside Daphne), but "
     "another process holds the dispatch lock: several hub processes or a worker run "
     "without the Redis backplane, and this process's clients would get no events. "
-    "Enable the backplane, or run one Daphne process."
+    "Enable the backplane, or run one Daphne process. (Right after a restart, the "
+    "previous run's session may still hold it: then this clears once this process "
+    "takes the lease over.)"
 )
 
 
@@ -49,9 +52,9 @@ class InProcessDispatcher:
 
     def _not_alone(self) -> None:
         """The lock is busy: another process dispatches (see the module's docstring)."""
-        if "dispatch" not in webhealth.refusals():
+        if not webhealth.refused("dispatch"):
             logger.error(ANOTHER_LEADER, extra={"action": "contradiction"})
-        webhealth.refuse("dispatch", ANOTHER_LEADER)
+        webhealth.refuse("dispatch", ANOTHER_LEADER, lambda: self.dispatcher.liveness.leading)
 
     async def stop(self) -> None:
         """Stop between rows; the dispatcher records outcomes and releases its lock."""

@@ -13,6 +13,8 @@ The probes answer on the pod's own port; the public proxy keeps /health/ready in
 """
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -27,19 +29,26 @@ logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT = 2.0  # seconds to get a pooled connection before asking libpq why not
 CONNECT_TIMEOUT = 2  # seconds for that direct attempt: the probe answers within ~4 s
+ASK_EVERY = 10.0  # seconds between two direct attempts (their answer is kept meanwhile)
+_asked: tuple[float, str | None] = (float("-inf"), None)  # (when, libpq's cause or None)
 
-_refusals: dict[str, str] = {}  # check name -> why this process is not ready
+# check name -> (why this process is not ready, whether that has passed)
+_refusals: dict[str, tuple[str, Callable[[], bool]]] = {}
 _logged: dict[str, str | None] = {}  # check name -> the cause last logged
 
 
-def refuse(check: str, reason: str) -> None:
-    """Keep answering 503 on /health/ready, naming `check` and `reason`."""
-    _refusals[check] = reason
+def refuse(check: str, reason: str, lifted: Callable[[], bool]) -> None:
+    """Answer 503 on /health/ready, naming `check` and `reason`, until `lifted()`."""
+    _refusals[check] = (reason, lifted)
 
 
-def refusals() -> dict[str, str]:
-    """What refuse() was told so far."""
-    return dict(_refusals)
+def refused(check: str) -> bool:
+    """Whether `check` refuses readiness now (a refusal whose cause passed is dropped)."""
+    refusal = _refusals.get(check)
+    if refusal is not None and refusal[1]():
+        del _refusals[check]
+        return False
+    return refusal is not None
 
 
 @require_GET
@@ -52,7 +61,7 @@ async def ready(request: HttpRequest) -> JsonResponse:
     causes = {"database": await _database(), "channelLayer": await _channel_layer()}
     for check, cause in causes.items():
         _log_change(check, cause)
-    causes.update(_refusals)
+    causes.update({check: _refusals[check][0] for check in list(_refusals) if refused(check)})
     errors = {check: cause for check, cause in causes.items() if cause is not None}
     body: dict[str, Any] = {"status": "unavailable" if errors else "ok"}
     body.update({check: cause is None for check, cause in causes.items()})
@@ -100,13 +109,23 @@ async def _database() -> str | None:
 
 def _why_not(pool: Any, exc: Exception) -> str:
     """The pool only says it waited ("couldn't get a connection after 2.00 sec"); libpq
-    says why (refused, authentication, an unknown database): ask it once, directly."""
+    says why (refused, authentication, an unknown database): ask it directly, at most
+    once per ASK_EVERY seconds (the answer is kept meanwhile): when the server answers
+    and every pooled connection is busy, one more connection per probe would only add
+    to the load."""
+    global _asked
+    now = time.monotonic()
+    if now - _asked[0] < ASK_EVERY:
+        return _asked[1] or database_cause(exc)
+    _asked = (now, None)
     try:
         kwargs = {**pool.kwargs, "connect_timeout": CONNECT_TIMEOUT}
         with psycopg.connect(pool.conninfo, **kwargs) as conn:
             conn.execute("SELECT 1")
     except Exception as direct:
-        return database_cause(direct)
+        cause = database_cause(direct)
+        _asked = (now, cause)
+        return cause
     # The server answers: every pooled connection is busy (the pool's own words then).
     return database_cause(exc)
 
