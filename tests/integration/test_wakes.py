@@ -157,6 +157,8 @@ def test_a_pass_cut_short_by_max_run_duration_goes_on_without_a_notify(running: 
     # the next poll is 30 s away: only going on at once drains the rest within the wait.
     dispatcher = running(batch_size=10, max_run_duration=1e-6)
     wait_until(all_done, what="the backlog drained without a NOTIFY or a poll")
+    # The last pass's rows are Done before that pass returns and is recorded.
+    wait_until(lambda: len(dispatcher.passes) >= 3, what="the third pass recorded")
     assert dispatcher.passes[:3] == [10, 10, 10]
     assert not any(wake.notified for wake in dispatcher.wake_log[:2])
 
