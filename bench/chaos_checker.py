@@ -5,8 +5,19 @@ tested on its own (tests/unit/test_chaos_checker.py) before any soak trusts it.
 Inputs:
 - the committed events: (stream, offset) of every outbox row that carries one, from the
   database after the run (the streams' offsets are gapless per stream by construction);
-- each stream's members over offsets: a user may see stream S's offsets in [start, end)
-  (joined after `start - 1` was committed, left before `end` was);
+- each stream's members over offsets: a user joined stream S with the event at offset
+  `joined` (0: a member from the start) and left it with the event at `left` (None: still
+  a member), committed at `left_at` (epoch s). The events committed strictly between are
+  owed to the user, but for those the worker read (built) after the user left: the hub
+  withholds an event read after a removal committed, by design (its payload is built
+  from the current state, which may already hold what the user must not see;
+  docs/hub.md, "Membership"), and the user, told by its own stream that it left, can no
+  longer read the chat. Those are counted as withheld, not lost (`done_at`: when each
+  entry's row ended Done, its read's upper bound). The join's and the leave's own
+  events may reach the user on the stream or not (a connection joins the chat's group
+  when the hub hears of the join; the user's own stream carries both anyway). A member
+  may read the chat's history (the REST API gives it), so an event committed before the
+  user joined is no violation; one committed after it left is foreign;
 - each client's log, in the order the client saw things: `Got(stream, offset)` for an
   event (live, resumed or recovered), `Told(stream)` when the hub answered a Recover
   with "resync" for it (the client re-reads that stream over REST: everything up to
@@ -14,8 +25,8 @@ Inputs:
   connection, `Connected()` when a new connection was opened.
 
 Invariants (issue 31's numbering):
-1. lost: a committed offset of a stream the client's user was a member of at that
-   offset, which the client never got and no Told covers;
+1. lost: a committed offset owed to the client's user, which the client never got and
+   no Told covers;
 2. foreign: an offset the client got outside its user's membership of that stream;
 3. silent: when a connection ends, a stream has a gap below the highest offset the
    client got (an event skipped while later ones arrived), not covered by a Told, and
@@ -40,6 +51,7 @@ class Got:
 @dataclass(frozen=True)
 class Told:
     stream: str
+    upto: int
 
 
 @dataclass(frozen=True)
@@ -57,15 +69,28 @@ Record = Got | Told | Closed | Connected
 
 @dataclass(frozen=True)
 class Membership:
-    """`user` may see `stream`'s offsets in [start, end) (end None: still a member)."""
+    """`user` joined `stream` with its event at `joined` (0: from the start) and left it
+    with the one at `left` (None: still a member)."""
 
     user: str
     stream: str
-    start: int
-    end: int | None = None
+    joined: int = 0
+    left: int | None = None
+    left_at: float | None = None
 
-    def covers(self, offset: int) -> bool:
-        return offset >= self.start and (self.end is None or offset < self.end)
+    def owes(self, offset: int) -> bool:
+        """Committed while the user was a member: it must reach the user (unless it was
+        read after the user left: `withholds`)."""
+        return offset > self.joined and (self.left is None or offset < self.left)
+
+    def withholds(self, done_at: float | None) -> bool:
+        """An owed entry the worker finished after the user's leave was committed: it was
+        read after the removal, and the hub withholds it by design."""
+        return self.left_at is not None and done_at is not None and done_at >= self.left_at
+
+    def admits(self, offset: int) -> bool:
+        """It may reach the user: anything up to its leaving (history included)."""
+        return self.left is None or offset <= self.left
 
 
 @dataclass
@@ -75,6 +100,7 @@ class Violations:
     silent: list[tuple[str, str, int]] = field(default_factory=list)  # first missing
     disorder: list[tuple[str, str, int]] = field(default_factory=list)  # the late offset
     duplicates: dict[str, int] = field(default_factory=dict)  # client -> count
+    withheld: list[tuple[str, str, int]] = field(default_factory=list)  # not violations
 
     @property
     def clean(self) -> bool:
@@ -87,6 +113,7 @@ class Violations:
             "silent": len(self.silent),
             "disorder": len(self.disorder),
             "duplicates": sum(self.duplicates.values()),
+            "withheld": len(self.withheld),
         }
 
 
@@ -94,9 +121,10 @@ def check(
     committed: Iterable[tuple[str, int]],
     memberships: Iterable[Membership],
     clients: Mapping[str, tuple[str, Sequence[Record]]],
+    done_at: Mapping[tuple[str, int], float] | None = None,
 ) -> Violations:
-    """`clients`: client id -> (its user, its log). Every violation names the client,
-    the stream and the offset."""
+    """`clients`: client id -> (its user, its log); `done_at`: (stream, offset) -> when
+    its row ended Done (epoch s). Every violation names the client, stream and offset."""
     offsets: dict[str, set[int]] = defaultdict(set)
     for stream, offset in committed:
         offsets[stream].add(offset)
@@ -105,7 +133,7 @@ def check(
         member_of[(membership.user, membership.stream)].append(membership)
     found = Violations()
     for client, (user, log) in sorted(clients.items()):
-        _check_client(client, user, log, offsets, member_of, found)
+        _check_client(client, user, log, offsets, member_of, done_at or {}, found)
     return found
 
 
@@ -115,13 +143,20 @@ def _check_client(
     log: Sequence[Record],
     offsets: Mapping[str, set[int]],
     member_of: Mapping[tuple[str, str], list[Membership]],
+    done_at: Mapping[tuple[str, int], float],
     found: Violations,
 ) -> None:
-    def member(stream: str, offset: int) -> bool:
-        return any(m.covers(offset) for m in member_of.get((user, stream), ()))
+    def admitted(stream: str, offset: int) -> bool:
+        return any(m.admits(offset) for m in member_of.get((user, stream), ()))
+
+    def owed(stream: str, offset: int) -> bool:
+        done = done_at.get((stream, offset))
+        return any(
+            m.owes(offset) and not m.withholds(done) for m in member_of.get((user, stream), ())
+        )
 
     got: dict[str, set[int]] = defaultdict(set)
-    told: dict[str, int] = {}  # stream -> the highest committed offset a Told covers
+    told: dict[str, int] = {}  # stream -> the highest offset a Told covers
     duplicates = 0
     connection: dict[str, list[int]] = defaultdict(list)  # this connection's offsets
     reported: set[tuple[str, int]] = set()
@@ -134,6 +169,7 @@ def _check_client(
             have = got[stream]
             for offset in range(min(have), max(have)):
                 skipped = offset not in have and offset > told.get(stream, 0)
+                skipped = skipped and owed(stream, offset)
                 if skipped and (stream, offset) not in reported:
                     reported.add((stream, offset))
                     found.silent.append((client, stream, offset))
@@ -145,11 +181,11 @@ def _check_client(
                 duplicates += 1
             got[record.stream].add(record.offset)
             connection[record.stream].append(record.offset)
-            if not member(record.stream, record.offset):
+            if not admitted(record.stream, record.offset):
                 found.foreign.append((client, record.stream, record.offset))
         elif isinstance(record, Told):
-            # The client re-reads the stream over REST: what was committed by now is its.
-            told[record.stream] = max(offsets.get(record.stream, {0}) | {0})
+            # The client loaded the stream over REST: what it held up to `upto` is its.
+            told[record.stream] = max(told.get(record.stream, 0), record.upto)
         elif isinstance(record, Closed):
             end_connection(excused=record.allow_reconnect)
         elif isinstance(record, Connected):
@@ -160,9 +196,13 @@ def _check_client(
         if who != user:
             continue
         for offset in sorted(offsets.get(stream, ())):
-            covered = offset in got[stream] or offset <= told.get(stream, 0)
-            if any(m.covers(offset) for m in spans) and not covered:
+            if offset in got[stream] or offset <= told.get(stream, 0):
+                continue
+            done = done_at.get((stream, offset))
+            if any(m.owes(offset) and not m.withholds(done) for m in spans):
                 found.lost.append((client, stream, offset))
+            elif any(m.owes(offset) for m in spans):
+                found.withheld.append((client, stream, offset))
 
 
 def _check_order(client: str, stream: str, seen: list[int], found: Violations) -> None:

@@ -11,7 +11,7 @@ from bench.chaos_checker import Closed, Connected, Got, Membership, Told, check
 
 CHAT = "chat:c1"
 COMMITTED = [(CHAT, offset) for offset in range(1, 11)]
-MEMBERS = [Membership("alice", CHAT, 1), Membership("bob", CHAT, 1)]
+MEMBERS = [Membership("alice", CHAT), Membership("bob", CHAT)]
 
 
 def run(**logs: list) -> dict:  # type: ignore[type-arg]
@@ -27,7 +27,7 @@ def test_a_clean_run_with_a_reconnect_and_a_recovery_passes() -> None:
     live, recovered = every(1, 2, 3), every(4, 5, 6, 7)
     alice = [*live, Closed(allow_reconnect=True), Connected(), *recovered, *every(8, 9, 10)]
     assert run(alice=alice, bob=every(*range(1, 11))) == {
-        "lost": 0, "foreign": 0, "silent": 0, "disorder": 0, "duplicates": 0,
+        "lost": 0, "foreign": 0, "silent": 0, "disorder": 0, "duplicates": 0, "withheld": 0,
     }  # fmt: skip
 
 
@@ -42,14 +42,14 @@ def test_an_event_never_received_is_lost_and_named() -> None:
 
 
 def test_a_resync_the_client_was_told_to_do_covers_what_it_missed() -> None:
-    alice = [*every(1, 2), Closed(allow_reconnect=True), Connected(), Told(CHAT), *every(9, 10)]
+    alice = [*every(1, 2), Closed(allow_reconnect=True), Connected(), Told(CHAT, 8), *every(9, 10)]
     assert run(alice=alice, bob=every(*range(1, 11)))["lost"] == 0
 
 
 def test_an_event_of_a_stream_the_user_was_not_in_at_that_offset_is_foreign() -> None:
-    members = [Membership("alice", CHAT, 1, end=5), Membership("bob", CHAT, 1)]
+    members = [Membership("alice", CHAT, left=4), Membership("bob", CHAT)]
     found = check(COMMITTED, members, {"a": ("alice", every(1, 2, 3, 4, 5))})
-    assert found.foreign == [("a", CHAT, 5)]  # she had left before offset 5
+    assert found.foreign == [("a", CHAT, 5)]  # she left with offset 4
     assert found.lost == []  # and nothing after she left is owed to her
 
 
@@ -67,3 +67,41 @@ def test_out_of_order_within_a_connection_and_duplicates_are_counted() -> None:
     found = check(COMMITTED, MEMBERS, {"a": ("alice", alice)})
     assert found.disorder == [("a", CHAT, 3)]
     assert found.duplicates == {"a": 1}
+
+
+def test_a_resync_covers_only_up_to_the_offset_rest_said() -> None:
+    alice = [*every(1, 2), Connected(), Told(CHAT, 5), *every(9, 10)]
+    found = check(COMMITTED, MEMBERS, {"a": ("alice", alice)})
+    assert found.lost == [("a", CHAT, 6), ("a", CHAT, 7), ("a", CHAT, 8)]
+
+
+def test_the_join_and_leave_events_may_arrive_or_not_and_between_is_owed() -> None:
+    # Alice joined with offset 3 and left with offset 8: 4..7 are owed, 3 and 8 optional.
+    members = [Membership("alice", CHAT, joined=3, left=8)]
+    with_both = check(COMMITTED, members, {"a": ("alice", every(3, 4, 5, 6, 7, 8))})
+    without = check(COMMITTED, members, {"a": ("alice", every(4, 5, 6, 7))})
+    assert with_both.clean and without.clean and not with_both.lost and not without.lost
+    history = check(COMMITTED, members, {"a": ("alice", every(2, 4, 5, 6, 7))})
+    assert history.clean  # a member may read what came before she joined (REST gives it)
+    late = check(COMMITTED, members, {"a": ("alice", every(4, 5, 6, 7, 9))})
+    assert late.foreign == [("a", CHAT, 9)]  # after she left
+    short = check(COMMITTED, members, {"a": ("alice", every(4, 5, 7))})
+    assert short.lost == [("a", CHAT, 6)] and short.silent == [("a", CHAT, 6)]
+
+
+def test_what_was_committed_between_leaving_and_joining_again_is_no_gap() -> None:
+    members = [Membership("alice", CHAT, left=3), Membership("alice", CHAT, joined=7)]
+    found = check(COMMITTED, members, {"a": ("alice", every(1, 2, 8, 9, 10))})
+    assert found.clean and found.summary()["silent"] == 0 and not found.lost
+
+
+def test_an_owed_event_read_after_the_removal_is_withheld_not_lost() -> None:
+    # Bob left with offset 8, committed at t=100. Offset 7 was committed before, but its
+    # row ended Done at t=101 (read after the removal): the hub withholds it by design.
+    # Offset 6 was Done at t=99, before the removal: it was owed and is lost.
+    members = [Membership("bob", CHAT, left=8, left_at=100.0)]
+    done_at = {(CHAT, offset): 90.0 + offset for offset in range(1, 6)}
+    done_at.update({(CHAT, 6): 99.0, (CHAT, 7): 101.0})
+    found = check(COMMITTED, members, {"b": ("bob", every(1, 2, 3, 4, 5))}, done_at)
+    assert found.lost == [("b", CHAT, 6)]
+    assert found.withheld == [("b", CHAT, 7)]

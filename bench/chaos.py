@@ -1,0 +1,873 @@
+"""The chaos soak (issue 31): traffic for minutes while processes are killed at random,
+then proof, from what every client received and what the database committed, that
+nothing was lost. Not part of the regular tests (CI runs a one-minute smoke).
+
+    .venv/bin/python bench/chaos.py [--minutes M] [--seed S] [--clients N] [--rate R]
+        [--faults K1,K2,...] [--self-test] [--plot PATH] [--markdown PATH]
+
+Topology, all on loopback: a private PostgreSQL cluster and a private redis-server (the
+script starts both, so restarting them never touches the machine's own), two Daphne
+processes, two `dispatch_realtime` workers (one leads, one stands by; LOCK_TTL 6 s), and
+N clients spread over both Daphnes: three quarters raw JSON hub clients
+(bench/chaos_clients.py: they see the hub's Close), a quarter official
+@microsoft/signalr clients under Node (bench/chaos_clients.mjs; JSON or MessagePack,
+with stateful reconnect or not). Every user is in group chats of six and in direct
+chats. Owners act through the REST API of either Daphne at R actions per second:
+post (most), edit, delete, mark read, remove and add members, start and end calls.
+
+Faults at random times drawn from the seed (printed; `--seed` replays the schedule and
+the traffic's choices): kill -9 of the leading worker (restarted), SIGSTOP of it past the
+lease's TTL then SIGCONT, kill -9 of a Daphne (restarted on its port), Redis restarted
+empty, PostgreSQL crashed and restarted (`pg_ctl restart -m immediate`), a client that
+stops reading for 20 s, a burst of 200 messages into one chat. Spread evenly with
+jitter: 2 in a minute, 24 in 30 (at least 20 in a 30-minute run).
+
+After the last fault the traffic stops and the outbox must drain within 30 s with no row
+Pending or Quarantined; then the checker (bench/chaos_checker.py) reads every client's
+log and the committed outbox: lost, foreign, silent, disorder, duplicates. Prints JSON
+(the run's table); `--plot` draws delivery latency against time with the faults marked;
+`--markdown` writes the run's section of docs/reliability.md. Exit status 1 when an
+invariant failed.
+
+`--self-test` runs the same soak (one minute unless told, no faults) with workers whose
+push drops one event in a hundred after building it (bench/chaos_dropping_worker.py,
+the script's injection, not a product flag): the checker must report those events, by
+message, chat and client; it exits 0 only when it did.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+
+from bench import chaos_checker, e2e, hubclients, hubs  # noqa: E402
+
+FAULT_KINDS = (
+    "worker_kill",
+    "worker_stop",
+    "daphne_kill",
+    "redis_restart",
+    "postgres_restart",
+    "slow_reader",
+    "burst",
+)
+LOCK_TTL = 6  # s: a stopped leader is replaced within this (the lease's heartbeat)
+DRAIN_LIMIT = 30.0  # s after the last fault's traffic for the outbox to drain
+SETTLE_IDLE = 3.0  # s without a new client record: the clients have caught up
+BURST = 200
+PAUSE = 20.0  # s a slow reader stops reading
+GROUP_SIZE = 6
+FAULTS_PER_MINUTE = 0.8
+RECOVERED_LAG_MS = 500.0  # a commit-second whose p95 lag is below this: recovered
+DURING = 30.0  # s after a fault's start that count as "during" it for latency
+
+
+def as_postgres(argv: list[str]) -> list[str]:
+    """initdb and pg_ctl refuse to run as root."""
+    return ["runuser", "-u", "postgres", "--", *argv] if os.getuid() == 0 else argv
+
+
+class PrivatePostgres:
+    """A PostgreSQL cluster of the run's own, in a temporary directory."""
+
+    def __init__(self, directory: Path, port: int) -> None:
+        bindirs = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+        if not bindirs:
+            raise RuntimeError("no PostgreSQL server binaries under /usr/lib/postgresql")
+        self.bin, self.dir, self.port = bindirs[-1], directory, port
+        self.url = f"postgres://postgres@127.0.0.1:{port}/messenger"
+
+    def _ctl(self, *args: str) -> None:
+        argv = [str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), *args]
+        subprocess.run(as_postgres(argv), check=True, capture_output=True, timeout=120)
+
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if os.getuid() == 0:
+            shutil.chown(self.dir, "postgres")
+        initdb = [str(self.bin / "initdb"), "-D", str(self.dir / "data"), "-U", "postgres"]
+        subprocess.run(
+            as_postgres([*initdb, "--auth=trust"]), check=True, capture_output=True, timeout=120
+        )
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
+        options += " -c max_connections=200 -c fsync=off"
+        self.options = options
+        self._ctl("-l", str(self.dir / "server.log"), "-w", "-o", options, "start")
+
+    def crash_restart(self) -> None:
+        """Immediate shutdown (no checkpoint: a crash, recovered from WAL) and start."""
+        self._ctl("-m", "immediate", "-w", "stop")
+        self._ctl("-l", str(self.dir / "server.log"), "-w", "-o", self.options, "start")
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self._ctl("-m", "immediate", "-w", "stop")
+
+
+class PrivateRedis:
+    """A redis-server of the run's own, without persistence: a restart forgets all."""
+
+    def __init__(self, port: int) -> None:
+        self.port, self.proc = port, None
+        self.url = f"redis://127.0.0.1:{port}/0"
+
+    def start(self) -> None:
+        argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port)]
+        argv += ["--save", "", "--appendonly", "no"]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+        hubclients_wait_port(self.port)
+
+    def crash_restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def hubclients_wait_port(port: int, limit: float = 30.0) -> None:
+    import socket
+
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)  # a server starting: nothing else to wait on
+    raise RuntimeError(f"nothing answers on port {port} after {limit} s")
+
+
+@dataclass
+class Fault:
+    kind: str
+    at: float  # epoch s
+    ended: float = 0.0
+    detail: str = ""
+
+
+@dataclass
+class World:
+    """The run's processes and what the traffic knows of the chats."""
+
+    env: dict[str, str]
+    postgres: PrivatePostgres
+    redis: PrivateRedis
+    daphne_ports: list[int]
+    worker_argv: list[str]
+    daphnes: list[hubclients.Service] = field(default_factory=list)
+    workers: list[hubclients.Service] = field(default_factory=list)
+    raw_clients: list[asyncio.subprocess.Process] = field(default_factory=list)
+    node_clients: list[asyncio.subprocess.Process] = field(default_factory=list)
+    raw_ids: list[str] = field(default_factory=list)
+
+    async def start_daphne(self, i: int) -> None:
+        service = await hubclients.Service.start(
+            f"chaos-daphne{i}", hubs.daphne_argv(self.daphne_ports[i]), self.env, "Listening on"
+        )
+        if i < len(self.daphnes):
+            self.daphnes[i] = service
+        else:
+            self.daphnes.append(service)
+
+    async def start_worker(self, i: int) -> None:
+        service = await hubclients.Service.start(
+            f"chaos-worker{i}", self.worker_argv, self.env, r"dispatching|dispatch lock busy"
+        )
+        if i < len(self.workers):
+            self.workers[i] = service
+        else:
+            self.workers.append(service)
+
+    async def leader(self) -> int:
+        """The index of the worker holding the lease (0 when the database cannot say)."""
+        import psycopg
+
+        with contextlib.suppress(Exception):
+            async with await psycopg.AsyncConnection.connect(
+                self.postgres.url, connect_timeout=3
+            ) as conn:
+                row = await (
+                    await conn.execute("SELECT holder FROM messenger.realtime_dispatch_lease")
+                ).fetchone()
+                if row:
+                    pid = int(str(row[0]).rsplit(":", 1)[1])
+                    for i, worker in enumerate(self.workers):
+                        if worker.proc.pid == pid:
+                            return i
+        return 0
+
+
+# -- seeding --------------------------------------------------------------------------
+
+
+def seed(users: int, seed_value: int) -> dict[str, Any]:
+    """Users, group chats of GROUP_SIZE (each user in two), direct chats (one each)."""
+    import django
+
+    django.setup()
+    from project.messenger.models import User
+    from project.messenger.services import chats as chat_services
+
+    rng = random.Random(seed_value)
+    people = [
+        User.objects.create(username=f"chaos{i:04d}", display_name=f"Chaos {i}")
+        for i in range(users)
+    ]
+    ids = [p.id for p in people]
+    groups, directs = [], []
+    for layer in range(2):
+        order = ids[:]
+        rng.shuffle(order)
+        for start in range(0, len(order) - GROUP_SIZE + 1, GROUP_SIZE):
+            members = order[start : start + GROUP_SIZE]
+            chat = chat_services.create_chat(members[0], members[1:], title=f"group {layer}")
+            groups.append({"id": str(chat.id), "members": [str(m) for m in members]})
+    for i in range(0, len(ids) - 1, 2):
+        chat = chat_services.create_chat(ids[i], [ids[i + 1]])
+        directs.append({"id": str(chat.id), "members": [str(ids[i]), str(ids[i + 1])]})
+    tokens = hubclients.mint_tokens(ids)
+    return {
+        "users": [str(u) for u in ids],
+        "tokens": {str(u): t for u, t in tokens.items()},
+        "groups": groups,
+        "directs": directs,
+    }
+
+
+# -- the owners' traffic --------------------------------------------------------------
+
+
+class Traffic:
+    """Owners acting through REST on either Daphne; a refused or failed request is tried
+    on the other one (a Daphne may be down), until it answers or 30 s pass."""
+
+    def __init__(self, world: World, people: dict[str, Any], rng: random.Random) -> None:
+        self.world, self.people, self.rng = world, people, rng
+        self.groups = {g["id"]: {"members": set(g["members"]), "out": set()} for g in people["groups"]}
+        self.directs = people["directs"]
+        self.sent: dict[str, list[tuple[str, str]]] = defaultdict(list)  # chat -> (msg, user)
+        self.calls: dict[str, tuple[str, str]] = {}  # direct chat -> (call id, caller)
+        self.counts: dict[str, int] = defaultdict(int)
+        self.failures: dict[str, int] = defaultdict(int)
+
+    def _request(self, method: str, path: str, user: str, data: Any) -> tuple[int, Any]:
+        import urllib.error
+        import urllib.request
+
+        port = self.rng.choice(self.world.daphne_ports)
+        body = None if data is None else json.dumps(data).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method)
+        request.add_header("Authorization", f"Bearer {self.people['tokens'][user]}")
+        request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as error:
+            return error.code, None
+
+    async def call(self, name: str, method: str, path: str, user: str, data: Any = None) -> Any:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                status, answer = await asyncio.to_thread(self._request, method, path, user, data)
+            except Exception:
+                status, answer = 0, None  # refused, reset or timed out: a Daphne is down
+            if status < 300 and status != 0:
+                self.counts[name] += 1
+                return answer
+            if 400 <= status < 500 and status not in (408, 429):
+                self.failures[f"{name} {status}"] += 1  # the domain said no (a race): fine
+                return None
+            if time.monotonic() > deadline:
+                self.failures[f"{name} gave up"] += 1
+                return None
+            await asyncio.sleep(0.2)
+
+    async def post(self, chat: str, user: str) -> None:
+        # clientMessageId: a retry after a lost answer posts the message once
+        data = {"body": f"m{self.rng.random():.6f}", "clientMessageId": str(_uuid(self.rng))}
+        answer = await self.call("post", "POST", f"/api/chats/{chat}/messages", user, data)
+        if answer:
+            self.sent[chat].append((answer["messageId"], user))
+
+    async def act(self) -> None:
+        roll = self.rng.random()
+        if roll < 0.06 and self.directs:
+            await self._call_step(self.rng.choice(self.directs))
+            return
+        if roll < 0.12:
+            await self._membership_step(self.rng.choice(list(self.groups)))
+            return
+        chat, members = self._pick_chat()
+        user = self.rng.choice(members)
+        if roll < 0.72 or not self.sent[chat]:
+            await self.post(chat, user)
+        elif roll < 0.82:
+            message, sender = self.rng.choice(self.sent[chat])
+            path = f"/api/chats/{chat}/messages/{message}"
+            await self.call("edit", "PATCH", path, sender, {"body": "edited"})
+        elif roll < 0.88:
+            message, sender = self.sent[chat].pop(self.rng.randrange(len(self.sent[chat])))
+            await self.call("delete", "DELETE", f"/api/chats/{chat}/messages/{message}", sender)
+        else:
+            seq = self.rng.randint(1, max(1, len(self.sent[chat])))  # at most last_seq
+            await self.call("read", "POST", f"/api/chats/{chat}/read", user, {"seq": seq})
+
+    def _pick_chat(self) -> tuple[str, list[str]]:
+        if self.rng.random() < 0.7:
+            chat = self.rng.choice(list(self.groups))
+            return chat, sorted(self.groups[chat]["members"])
+        direct = self.rng.choice(self.directs)
+        return direct["id"], direct["members"]
+
+    async def _membership_step(self, chat: str) -> None:
+        group = self.groups[chat]
+        actor = sorted(group["members"])[0]
+        if group["out"] and (self.rng.random() < 0.5 or len(group["members"]) <= 3):
+            user = self.rng.choice(sorted(group["out"]))
+            if await self.call("add", "POST", f"/api/chats/{chat}/participants", actor, {"userId": user}):
+                group["out"].discard(user)
+                group["members"].add(user)
+        elif len(group["members"]) > 3:
+            user = self.rng.choice(sorted(group["members"] - {actor}))
+            # Out of the traffic's picture first: nothing is posted as a non-member.
+            group["members"].discard(user)
+            group["out"].add(user)
+            await self.call("remove", "DELETE", f"/api/chats/{chat}/participants/{user}", actor)
+
+    async def _call_step(self, direct: dict[str, Any]) -> None:
+        chat = direct["id"]
+        if chat in self.calls:
+            call, caller = self.calls.pop(chat)
+            await self.call("call_end", "POST", f"/api/calls/{call}/end", caller, {})
+            return
+        caller = self.rng.choice(direct["members"])
+        answer = await self.call("call_start", "POST", f"/api/chats/{chat}/calls", caller, {})
+        if answer:
+            self.calls[chat] = (answer["callId"], caller)
+
+    async def burst(self) -> str:
+        chat = self.rng.choice(list(self.groups))
+        members = sorted(self.groups[chat]["members"])
+        gate = asyncio.Semaphore(10)
+
+        async def one() -> None:
+            async with gate:
+                await self.post(chat, self.rng.choice(members))
+
+        await asyncio.gather(*(one() for _ in range(BURST)))
+        return chat
+
+    async def run(self, rate: float, until: float) -> None:
+        """Open loop: an action every 1/rate s on average, each in its own task."""
+        tasks: set[asyncio.Task[None]] = set()
+        while time.time() < until:
+            task = asyncio.create_task(self.act())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            await asyncio.sleep(self.rng.expovariate(rate))
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _uuid(rng: random.Random) -> Any:
+    import uuid
+
+    return uuid.UUID(int=rng.getrandbits(128), version=4)
+
+
+# -- faults ---------------------------------------------------------------------------
+
+
+def schedule(rng: random.Random, minutes: float, kinds: list[str] | None) -> list[tuple[float, str]]:
+    """(seconds after the start, kind): evenly spread with jitter, kinds in turn."""
+    count = max(2, round(minutes * FAULTS_PER_MINUTE))
+    pool: list[str] = []
+    while len(pool) < count:
+        batch = list(kinds or FAULT_KINDS)
+        rng.shuffle(batch)
+        pool += batch
+    span = minutes * 60 / count
+    return [(span * i + rng.uniform(0.2, 0.7) * span, pool[i]) for i in range(count)]
+
+
+async def inject(kind: str, world: World, traffic: Traffic, rng: random.Random) -> Fault:
+    fault = Fault(kind, time.time())
+    if kind == "worker_kill":
+        i = await world.leader()
+        world.workers[i].proc.kill()
+        await world.workers[i].proc.wait()
+        fault.detail = f"worker{i}"
+        await world.start_worker(i)
+    elif kind == "worker_stop":
+        i = await world.leader()
+        pid = world.workers[i].proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        await asyncio.sleep(LOCK_TTL + 4)  # the standby takes the lease over meanwhile
+        os.kill(pid, signal.SIGCONT)
+        fault.detail = f"worker{i}"
+    elif kind == "daphne_kill":
+        i = rng.randrange(len(world.daphnes))
+        world.daphnes[i].proc.kill()
+        await world.daphnes[i].proc.wait()
+        await world.daphnes[i].stop()
+        fault.detail = f"daphne{i}"
+        await world.start_daphne(i)
+    elif kind == "redis_restart":
+        await asyncio.to_thread(world.redis.crash_restart)
+    elif kind == "postgres_restart":
+        await asyncio.to_thread(world.postgres.crash_restart)
+    elif kind == "slow_reader":
+        client = rng.choice(world.raw_ids)
+        fault.detail = client
+        command = {"cmd": "pause", "client": client, "seconds": PAUSE}
+        for proc in world.raw_clients:  # the process that has it acts; the others ignore
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps(command).encode() + b"\n")
+        await asyncio.sleep(PAUSE)
+    elif kind == "burst":
+        fault.detail = await traffic.burst()
+    fault.ended = time.time()
+    return fault
+
+
+# -- the run --------------------------------------------------------------------------
+
+
+async def start_clients(
+    world: World, people: dict[str, Any], directory: Path, targets: list[str]
+) -> Path:
+    """Raw clients in two processes, official ones in one; every record to one file each."""
+    specs = []
+    for i, user in enumerate(people["users"]):
+        port = world.daphne_ports[i % 2]
+        spec = {"id": f"c{i:04d}", "user": user, "token": people["tokens"][user]}
+        spec["hub"] = f"http://127.0.0.1:{port}"
+        if i % 4 == 3:  # a quarter: official clients, each combination in turn
+            spec.update(msgpack=(i // 4) % 2 == 1, stateful=(i // 8) % 2 == 1, node=True)
+        specs.append(spec)
+    raw = [s for s in specs if not s.get("node")]
+    node = [s for s in specs if s.get("node")]
+    world.raw_ids = [s["id"] for s in raw]
+    for n, part in enumerate([raw[0::2], raw[1::2]]):
+        path = directory / f"raw{n}.json"
+        path.write_text(json.dumps({"log": str(directory / f"raw{n}.jsonl"), "targets": targets, "clients": part}))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(ROOT / "bench" / "chaos_clients.py"), str(path),
+            cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        world.raw_clients.append(proc)
+    path = directory / "node.json"
+    path.write_text(json.dumps({"log": str(directory / "node.jsonl"), "targets": targets, "clients": node}))
+    stderr = (directory / "node.err").open("wb")
+    proc = await asyncio.create_subprocess_exec(
+        "node", str(ROOT / "bench" / "chaos_clients.mjs"), str(path),
+        cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr,
+    )  # fmt: skip
+    world.node_clients.append(proc)
+    return directory
+
+
+async def ask(proc: asyncio.subprocess.Process, command: dict[str, Any]) -> dict[str, Any]:
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps(command).encode() + b"\n")
+    await proc.stdin.drain()
+    line = await asyncio.wait_for(proc.stdout.readline(), 30)
+    return dict(json.loads(line)) if line else {}
+
+
+async def census(world: World) -> int:
+    answers = [await ask(p, {"cmd": "census"}) for p in world.raw_clients + world.node_clients]
+    return sum(a.get("connected", 0) for a in answers)
+
+
+async def wait_connected(world: World, total: int, limit: float) -> int:
+    deadline = time.monotonic() + limit
+    while (up := await census(world)) < total and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)  # polling the client processes' own count
+    return up
+
+
+async def settle(directory: Path, limit: float) -> None:
+    """Until no client wrote a record for SETTLE_IDLE s (or `limit`)."""
+    deadline, last, quiet_since = time.monotonic() + limit, -1, time.monotonic()
+    while time.monotonic() < deadline:
+        size = sum(p.stat().st_size for p in directory.glob("*.jsonl"))
+        if size != last:
+            last, quiet_since = size, time.monotonic()
+        elif time.monotonic() - quiet_since >= SETTLE_IDLE:
+            return
+        await asyncio.sleep(0.5)  # watching files grow
+
+
+OUTBOX_LEFT = """
+SELECT count(*) FILTER (WHERE status = 'Pending'), count(*) FILTER (WHERE status = 'Quarantined')
+FROM messenger.realtime_outbox
+"""
+
+
+async def drain(url: str, limit: float) -> tuple[float | None, int, int]:
+    """Seconds until no row is Pending (None: not within `limit`), Pending, Quarantined."""
+    import psycopg
+
+    started = time.monotonic()
+    pending = quarantined = -1
+    while time.monotonic() - started < limit:
+        with contextlib.suppress(psycopg.OperationalError):
+            async with await psycopg.AsyncConnection.connect(url, connect_timeout=3) as conn:
+                pending, quarantined = await (await conn.execute(OUTBOX_LEFT)).fetchone()  # type: ignore[misc]
+                if pending == 0:
+                    return time.monotonic() - started, pending, quarantined
+        await asyncio.sleep(0.5)  # polling the outbox
+    return None, pending, quarantined
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    directory = Path(tempfile.mkdtemp(prefix="chaos-"))
+    directory.chmod(0o755)  # the postgres user runs the private cluster below it
+    postgres = PrivatePostgres(directory / "pg", hubclients.free_port())
+    redis = PrivateRedis(hubclients.free_port())
+    env = {**os.environ, "DATABASE_URL": postgres.url, "REDIS_URL": redis.url}
+    env.update(
+        DJANGO_SETTINGS_MODULE="project.settings",
+        PYTHONUNBUFFERED="1",
+        MESSENGER_REALTIME_LOCK_TTL=str(LOCK_TTL),
+        MESSENGER_REALTIME_METRICS_PORT="0",
+        MESSENGER_REALTIME_RATE_LIMIT_REDIS_URL="",
+    )
+    worker = [sys.executable, "manage.py", "dispatch_realtime"]
+    if args.self_test:
+        worker = [sys.executable, str(ROOT / "bench" / "chaos_dropping_worker.py")]
+    world = World(env, postgres, redis, [hubclients.free_port(), hubclients.free_port()], worker)
+    result: dict[str, Any] = {"seed": args.seed, "minutes": args.minutes, "self_test": args.self_test}
+    async with contextlib.AsyncExitStack() as stack:
+        postgres.start()
+        stack.callback(postgres.stop)
+        redis.start()
+        stack.callback(redis.stop)
+        os.environ.update(DATABASE_URL=postgres.url, REDIS_URL=redis.url)
+        await e2e.check_call(sys.executable, "scripts/ensure_database.py", env=env)
+        await e2e.check_call(sys.executable, "manage.py", "migrate", "--noinput", "-v0", env=env)
+        people = await asyncio.to_thread(seed, args.clients, args.seed)
+        for i in range(2):
+            await world.start_daphne(i)
+        for i in range(2):
+            await world.start_worker(i)
+
+        async def stop_all() -> None:
+            for proc in world.raw_clients + world.node_clients:
+                if proc.returncode is None:
+                    with contextlib.suppress(Exception):
+                        await ask(proc, {"cmd": "flush"})
+                    assert proc.stdin is not None
+                    with contextlib.suppress(Exception):
+                        proc.stdin.write(b'{"cmd": "stop"}\n')
+                    await hubclients.stop_process(proc, terminate=False)
+            for service in world.daphnes + world.workers:
+                os.kill(service.proc.pid, signal.SIGCONT) if service.proc.returncode is None else None
+                await service.stop()
+
+        stack.push_async_callback(stop_all)
+        from messenger_realtime.outbox.enums import RealtimeDispatchKind, event_name
+
+        targets = [event_name(k) for k in RealtimeDispatchKind.values]
+        await start_clients(world, people, directory, targets)
+        connected = await wait_connected(world, args.clients, 120)
+        result["clients"] = {"total": args.clients, "connected_at_start": connected}
+
+        traffic = Traffic(world, people, rng)
+        plan = [] if args.self_test else schedule(rng, args.minutes, args.faults)
+        started = time.time()
+        until = started + args.minutes * 60
+        load = asyncio.create_task(traffic.run(args.rate, until))
+        faults: list[Fault] = []
+        for offset, kind in plan:
+            await asyncio.sleep(max(0.0, started + offset - time.time()))  # the schedule
+            print(f"[chaos] {time.time() - started:7.1f} s: {kind}", file=sys.stderr)
+            faults.append(await inject(kind, world, traffic, rng))
+        await load
+        drained, pending, quarantined = await drain(postgres.url, DRAIN_LIMIT)
+        await wait_connected(world, args.clients, 30)
+        await settle(directory, 30)
+        await stop_all()
+        result.update(traffic={**traffic.counts}, refused={**traffic.failures})
+        result["drain"] = {"seconds": drained, "pending": pending, "quarantined": quarantined}
+        result.update(await analyse(postgres.url, people, directory, faults, started))
+        result["faults"] = [vars(f) | {"at": round(f.at - started, 1)} for f in faults]
+        if args.plot:
+            plot(directory, faults, started, args.plot)
+    if args.keep:
+        print(f"[chaos] the clients' logs and the servers' are kept in {directory}", file=sys.stderr)
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
+    return result
+
+
+# -- the analysis ---------------------------------------------------------------------
+
+COMMITTED = """
+SELECT CASE target_kind WHEN 'User' THEN 'user:' || target_user_id ELSE 'chat:' || chat_id END,
+       stream_offset, kind, message_id, status,
+       CASE status WHEN 'Done' THEN extract(epoch FROM updated_at)::float8 END
+FROM messenger.realtime_outbox WHERE stream_offset IS NOT NULL
+"""
+# The chat-stream entry of every membership change, in offset order per chat.
+CHANGES = """
+SELECT 'chat:' || o.chat_id, o.stream_offset, e.kind, e.subject_user_id, e.id,
+       extract(epoch FROM o.created_at)::float8
+FROM messenger.realtime_outbox o JOIN messenger_chatevent e ON e.id = o.ref_id
+WHERE o.kind = 'ChatUpdated' AND o.target_kind = 'ChatGroup'
+  AND e.kind IN ('ChatCreated', 'ParticipantAdded', 'ParticipantRemoved')
+ORDER BY o.chat_id, o.stream_offset
+"""
+CREATED_WITH = """
+SELECT ref_id, target_user_id FROM messenger.realtime_outbox
+WHERE kind = 'ChatUpdated' AND target_kind = 'User' AND ref_id = ANY(%s)
+"""
+
+
+async def memberships(conn: Any, users: list[str]) -> list[chaos_checker.Membership]:
+    found = [chaos_checker.Membership(u, f"user:{u}") for u in users]
+    changes = await (await conn.execute(CHANGES)).fetchall()
+    created = [r[4] for r in changes if r[2] == "ChatCreated"]
+    founders: dict[Any, list[str]] = defaultdict(list)
+    for ref, user in await (await conn.execute(CREATED_WITH, (created,))).fetchall():
+        founders[ref].append(str(user))
+    open_since: dict[tuple[str, str], int] = {}
+    for stream, offset, kind, subject, event, at in changes:
+        joining = founders[event] if kind == "ChatCreated" else [str(subject)]
+        if kind == "ParticipantRemoved":
+            joined = open_since.pop((str(subject), stream), None)
+            if joined is not None:
+                found.append(chaos_checker.Membership(str(subject), stream, joined, offset, at))
+            continue
+        for user in joining:
+            open_since.setdefault((user, stream), offset)
+    found += [chaos_checker.Membership(u, s, j) for (u, s), j in open_since.items()]
+    return found
+
+
+def read_logs(directory: Path) -> tuple[dict[str, list[Any]], list[tuple[float, float]]]:
+    """Each client's records in its order, and (receipt time, lag ms) of every message."""
+    logs: dict[str, list[Any]] = defaultdict(list)
+    lags: list[tuple[float, float]] = []
+    for path in sorted(directory.glob("*.jsonl")):
+        with path.open() as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                r = json.loads(line)
+                kind = r["k"]
+                if kind == "got":
+                    logs[r["c"]].append(chaos_checker.Got(r["s"], r["o"]))
+                    if "lag" in r:
+                        lags.append((r["t"], r["lag"]))
+                elif kind == "told":
+                    logs[r["c"]].append(chaos_checker.Told(r["s"], r["o"]))
+                elif kind == "closed":
+                    logs[r["c"]].append(chaos_checker.Closed(r["a"]))
+                elif kind == "connected":
+                    logs[r["c"]].append(chaos_checker.Connected())
+    return logs, lags
+
+
+def p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    return round(statistics.quantiles(values, n=20)[18], 1) if len(values) > 1 else values[0]
+
+
+async def analyse(
+    url: str, people: dict[str, Any], directory: Path, faults: list[Fault], started: float
+) -> dict[str, Any]:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        rows = await (await conn.execute(COMMITTED)).fetchall()
+        members = await memberships(conn, people["users"])
+    logs, lags = read_logs(directory)
+    user_of = {f"c{i:04d}": u for i, u in enumerate(people["users"])}
+    clients = {c: (user_of[c], log) for c, log in logs.items()}
+    for c, u in user_of.items():
+        clients.setdefault(c, (u, []))
+    done_at = {(r[0], r[1]): r[5] for r in rows if r[5] is not None}
+    found = chaos_checker.check([(r[0], r[1]) for r in rows], members, clients, done_at)
+    by_entry = {(r[0], r[1]): (r[2], str(r[3]) if r[3] else None) for r in rows}
+
+    def named(items: list[tuple[str, str, int]]) -> list[dict[str, Any]]:
+        out = []
+        for client, stream, offset in items[:20]:
+            kind, message = by_entry.get((stream, offset), (None, None))
+            out.append({"client": client, "stream": stream, "offset": offset, "kind": kind, "message": message})
+        return out
+
+    during = [f for f in faults]
+    in_fault = [
+        lag for t, lag in lags if any(f.at <= t <= max(f.ended, f.at + DURING) for f in during)
+    ]
+    outside = [
+        lag for t, lag in lags if not any(f.at <= t <= max(f.ended, f.at + DURING) for f in during)
+    ]
+    recovery: dict[str, float] = {}
+    for f in faults:
+        seconds = recovered_after(lags, f.at)
+        recovery[f.kind] = max(recovery.get(f.kind, 0.0), seconds)
+    return {
+        "committed": len(rows),
+        "messages": sum(1 for r in rows if r[2] == "MessageReceived"),
+        "deliveries": sum(1 for log in logs.values() for r in log if isinstance(r, chaos_checker.Got)),
+        "faults_by_kind": dict(sorted(_count(f.kind for f in faults).items())),
+        **found.summary(),
+        "duplicates_by_fault": duplicates_by_fault(directory, faults),
+        "recovery_seconds": {k: round(v, 1) for k, v in sorted(recovery.items())},
+        "p95_ms": {"outside_faults": p95(outside), "during_faults": p95(in_fault)},
+        "violations": {
+            "lost": named(found.lost),
+            "silent": named(found.silent),
+            "foreign": named(found.foreign),
+            "disorder": named(found.disorder),
+            "withheld": named(found.withheld),
+        },
+    }
+
+
+def _count(items: Any) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for item in items:
+        counts[item] += 1
+    return counts
+
+
+def recovered_after(lags: list[tuple[float, float]], at: float) -> float:
+    """Seconds from `at` to the first commit-second after it whose deliveries' p95 lag
+    is below RECOVERED_LAG_MS (messages committed then reached everyone promptly)."""
+    by_second: dict[int, list[float]] = defaultdict(list)
+    for t, lag in lags:
+        committed = t - lag / 1000
+        if committed >= at:
+            by_second[int(committed - at)].append(lag)
+    for second in sorted(by_second):
+        if (p95(by_second[second]) or 0) < RECOVERED_LAG_MS:
+            return float(second)
+    return float("inf")
+
+
+def duplicates_by_fault(directory: Path, faults: list[Fault]) -> dict[str, int]:
+    """Each duplicate receipt counted against the latest fault before it ("none": none)."""
+    seen: set[tuple[str, str, int]] = set()
+    out: dict[str, int] = defaultdict(int)
+    for path in sorted(directory.glob("*.jsonl")):
+        with path.open() as f:
+            for line in f:
+                r = json.loads(line) if line.strip() else {}
+                if r.get("k") != "got":
+                    continue
+                key = (r["c"], r["s"], r["o"])
+                if key in seen:
+                    before = [x for x in faults if x.at <= r["t"]]
+                    out[before[-1].kind if before else "none"] += 1
+                seen.add(key)
+    return dict(out)
+
+
+def plot(directory: Path, faults: list[Fault], started: float, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _, lags = read_logs(directory)
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    ax.scatter([t - started for t, _ in lags], [max(lag, 1) for _, lag in lags], s=1, alpha=0.3)
+    ax.set_yscale("log")
+    colours = dict(zip(FAULT_KINDS, plt.get_cmap("tab10").colors, strict=False))
+    for f in faults:
+        ax.axvline(f.at - started, color=colours[f.kind], linewidth=1.2, label=f.kind)
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=False))
+    ax.legend(unique.values(), unique.keys(), loc="upper right", fontsize=8)
+    ax.set_xlabel("seconds since the start")
+    ax.set_ylabel("delivery latency, ms (commit to receipt)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    faults = ", ".join(f"{k} {n}" for k, n in result["faults_by_kind"].items())
+    recovery = ", ".join(f"{k} {v} s" for k, v in result["recovery_seconds"].items())
+    drain = result["drain"]
+    rows = [
+        ("seed", result["seed"]),
+        ("minutes", result["minutes"]),
+        ("clients", result["clients"]["total"]),
+        ("faults", f"{sum(result['faults_by_kind'].values())}: {faults}"),
+        ("events committed (messages)", f"{result['committed']} ({result['messages']})"),
+        ("deliveries", result["deliveries"]),
+        ("lost / silent / foreign / disorder", f"{result['lost']} / {result['silent']} / {result['foreign']} / {result['disorder']}"),
+        ("duplicates (by the fault before them)", f"{result['duplicates']} {result['duplicates_by_fault']}"),
+        ("longest recovery per fault kind", recovery),
+        ("p95 latency outside / during faults", f"{result['p95_ms']['outside_faults']} / {result['p95_ms']['during_faults']} ms"),
+        ("drain after the last fault", f"{drain['seconds']} s; Pending {drain['pending']}, Quarantined {drain['quarantined']}"),
+    ]  # fmt: skip
+    return "\n".join(["| figure | value |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
+
+
+def passed(result: dict[str, Any]) -> bool:
+    drain = result["drain"]
+    clean = not (result["lost"] or result["silent"] or result["foreign"] or result["disorder"])
+    return clean and drain["seconds"] is not None and drain["quarantined"] == 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--clients", type=int, default=240)
+    parser.add_argument("--rate", type=float, default=10.0, help="owner actions per second")
+    parser.add_argument("--faults", type=lambda s: s.split(","), default=None)
+    parser.add_argument("--self-test", action="store_true")
+    parser.add_argument("--plot")
+    parser.add_argument("--markdown")
+    parser.add_argument("--keep", action="store_true", help="keep the run's directory")
+    args = parser.parse_args()
+    if args.minutes is None:
+        args.minutes = 1.0 if args.self_test else 30.0
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(1, 1_000_000)
+    for kind in args.faults or ():
+        if kind not in FAULT_KINDS:
+            parser.error(f"--faults: unknown kind {kind!r} (one of {', '.join(FAULT_KINDS)})")
+    print(f"[chaos] seed {args.seed}", file=sys.stderr)
+    result = asyncio.run(run(args))
+    print(json.dumps(result, indent=2, default=str))
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(result) + "\n")
+    if args.self_test:
+        caught = result["lost"] + result["silent"]
+        print(f"[chaos] self-test: the checker reported {caught} violations", file=sys.stderr)
+        sys.exit(0 if caught else 1)
+    sys.exit(0 if passed(result) else 1)
+
+
+if __name__ == "__main__":
+    main()
