@@ -248,8 +248,8 @@ async def main() -> None:
         while line := await stdin.readline():
             command = json.loads(line)
             if command["cmd"] == "pause":
-                client = clients[command["client"]]
-                client.paused_until = time.monotonic() + command["seconds"]
+                if (client := clients.get(command["client"])) is not None:  # else another's
+                    client.paused_until = time.monotonic() + command["seconds"]
             elif command["cmd"] == "census":
                 up = sum(c.ws is not None for c in clients.values())
                 print(json.dumps({"connected": up, "clients": len(clients)}), flush=True)

@@ -22,7 +22,7 @@ def start_private_redis() -> PrivateRedis:
     port = free_port()
     argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly"]
     argv += ["no", "--daemonize", "no"]
-    server = PrivateRedis(port, subprocess.Popen(argv, stdout=subprocess.DEVNULL))
+    server = PrivateRedis(port, subprocess.Popen(argv, stdout=subprocess.DEVNULL), argv)
 
     def answers() -> bool:
         try:

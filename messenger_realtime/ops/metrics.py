@@ -88,6 +88,7 @@ hub_forced_closes = Counter(
     "messenger_realtime_hub_forced_closes",
     "Hub connections the server closed, by reason: with allowReconnect, expired (token or "
     "session), send_buffer (over SEND_BUFFER_LIMIT), overrun (events were dropped), "
+    "backplane_restart (a Redis server forgot the process's groups and queue), "
     "replay_buffer (a dropped stateful connection's unacked events passed "
     "STATEFUL_RECONNECT_BUFFER_SIZE); without, logout (its Django session ended), revoked "
     "(its user deactivated, deleted or logged out everywhere).",

@@ -378,3 +378,36 @@ def test_a_group_refresh_racing_a_leave_does_not_join_the_group_again(
     listed, joined = run(scenario())
     assert joined == set()
     assert listed == []  # the process left: the layer agrees
+
+
+def test_a_restarted_redis_gets_the_groups_back_and_every_connection_is_told(
+    private_redis: PrivateRedis, monkeypatch: Any
+) -> None:
+    """A redis-server restarted without persistence forgets the process's group
+    memberships and the messages queued for it. The process notices (the server's run
+    id changed), joins its groups again and tells every connection (a Close with
+    allowReconnect: its client reconnects and recovers what was lost meanwhile)."""
+    monkeypatch.setattr(fanout_module, "EPOCH_CHECK", 0.02)
+    chat = uuid.uuid4()
+    group = layer_group(HubTarget.chat(chat))
+
+    async def scenario() -> tuple[list[str], list[list[dict[str, Any]]], list[int]]:
+        hub = layer(private_redis.url)
+        fanout = Fanout(hub)
+        first, second = fanout.inbox(), fanout.inbox()
+        await fanout.join(group, first)
+        await fanout.join(group, second)
+        await until(lambda: fanout.epochs, "the server's run id learned")
+        await asyncio.to_thread(private_redis.restart)
+        await until(lambda: len(first) and len(second), "both connections told")
+        told = [await first.take(5), await second.take(5)]
+        worker = ChannelLayerPublisher(layer(private_redis.url))
+        await worker.publish_many([chat_event(chat, 1)])  # reaches the process again
+        await until(lambda: len(first) == 1, "an event after the restart")
+        after = [m["payload"]["seq"] for m in await first.take(5)]
+        return members(private_redis.url, group), told, after
+
+    joined, told, after = run(scenario())
+    assert len(joined) == 1 and joined[0].endswith(f"!{group}")
+    assert told == [[fanout_module.BACKPLANE_RESTARTED_MESSAGE]] * 2
+    assert after == [1]

@@ -42,9 +42,12 @@ def run(coro: Any) -> Any:
 class PrivateRedis:
     """A redis-server of the test's own, so a test may pause or stop it."""
 
-    def __init__(self, port: int, process: subprocess.Popen[bytes]) -> None:
+    def __init__(
+        self, port: int, process: subprocess.Popen[bytes], argv: list[str] | None = None
+    ) -> None:
         self.port = port
         self.process = process
+        self.argv = argv  # how it was started: restart() starts it so again
         self.url = f"redis://127.0.0.1:{port}/0"
 
     def client(self) -> "redis.Redis[bytes]":
@@ -60,6 +63,20 @@ class PrivateRedis:
     def stop(self) -> None:
         self.process.kill()
         self.process.wait()
+
+    def restart(self) -> None:
+        """Kill it and start it again on its port: it answers, and remembers nothing."""
+        assert self.argv is not None, "started without its argv"
+        self.stop()
+        self.process = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL)
+
+        def answers() -> bool:
+            try:
+                return bool(self.client().ping())
+            except redis.ConnectionError:
+                return False
+
+        wait_until(answers, what="restarted redis-server")
 
 
 def manage(*args: str) -> list[str]:

@@ -11,10 +11,12 @@ from typing import Any
 from messenger_realtime.hub.connection.authentication import REVOKED
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.state import Connection
+from messenger_realtime.hub.fanout import BACKPLANE_RESTARTED_EVENT
 from messenger_realtime.hub.media import media_join
 from messenger_realtime.hub.protocols.base import Frame
 
 OVERRUN = "events dropped (channel layer overrun)"
+BACKPLANE_RESTARTED = "events may be lost (channel layer server restarted)"
 EVENT_TYPE = "realtime.event"  # backplane/publisher.py's dispatcher events
 _FRAMES = "_frames"  # a message's frames by protocol name, filled in by the first connection
 
@@ -118,6 +120,12 @@ async def _overrun(connection: Connection, message: dict[str, Any]) -> None:
     await connection.drop(OVERRUN)
 
 
+async def _backplane_restarted(connection: Connection, message: dict[str, Any]) -> None:
+    """A Redis server forgot the process's groups and queue (hub/fanout.py): events may
+    have been lost on the way here, so the client reconnects and recovers them."""
+    await connection.drop(BACKPLANE_RESTARTED)
+
+
 # Channels message type -> what it does to a connection.
 HANDLERS: dict[str, Callable[[Connection, dict[str, Any]], Awaitable[None]]] = {
     EVENT_TYPE: _event,
@@ -126,4 +134,5 @@ HANDLERS: dict[str, Callable[[Connection, dict[str, Any]], Awaitable[None]]] = {
     "realtime.session_ended": _session_ended,
     "realtime.revoked": _revoked,
     "realtime.overrun": _overrun,
+    BACKPLANE_RESTARTED_EVENT: _backplane_restarted,
 }

@@ -26,7 +26,7 @@ from messenger_realtime.exceptions import (
 from messenger_realtime.hub import admission, protocols, registry
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection.authentication import SESSION_ENDED, Authentication
-from messenger_realtime.hub.connection.events import OVERRUN
+from messenger_realtime.hub.connection.events import BACKPLANE_RESTARTED, OVERRUN
 from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.connection.invocations import handle
 from messenger_realtime.hub.connection.marks import StreamMarks
@@ -353,6 +353,7 @@ _REASONS = {
     "session expired": "expired",
     SEND_BUFFER_OVER: "send_buffer",
     OVERRUN: "overrun",
+    BACKPLANE_RESTARTED: "backplane_restart",
     REPLAY_OVERFLOW: "replay_buffer",
 }
 
