@@ -714,6 +714,8 @@ def read_logs(directory: Path) -> tuple[dict[str, list[Any]], list[tuple[float, 
                     logs[r["c"]].append(chaos_checker.Closed(r["a"]))
                 elif kind == "connected":
                     logs[r["c"]].append(chaos_checker.Connected())
+                elif kind == "recovered":
+                    logs[r["c"]].append(chaos_checker.Recovered())
     return logs, lags
 
 

@@ -34,7 +34,12 @@ Invariants (issue 31's numbering):
    something was dropped: the client recovers). A gap that recovery later filled was
    still silent if nothing told the client; each gap is reported once;
 4. order: within one connection, after dropping duplicates, each stream's offsets
-   rise; duplicates are counted per client (at-least-once: bounded, not forbidden).
+   rise from the moment its `Recover` completed: every event after that is above all
+   before it. Before it they may interleave: the live events the hub sent between the
+   connection's opening and the client's `Recover` left before the client said where it
+   stood, and the recovered ones follow them (docs/hub.md, "Recovery": the client holds
+   the early ones ahead of its contiguous offset, as StreamOffsets does). Duplicates are
+   counted per client (at-least-once: bounded, not forbidden).
 """
 
 from collections import defaultdict
@@ -64,7 +69,12 @@ class Connected:
     pass
 
 
-Record = Got | Told | Closed | Connected
+@dataclass(frozen=True)
+class Recovered:
+    """The connection's `Recover` completed (the clients invoke it on every connect)."""
+
+
+Record = Got | Told | Closed | Connected | Recovered
 
 
 @dataclass(frozen=True)
@@ -159,11 +169,14 @@ def _check_client(
     told: dict[str, int] = {}  # stream -> the highest offset a Told covers
     duplicates = 0
     connection: dict[str, list[int]] = defaultdict(list)  # this connection's offsets
+    ordered_from: dict[str, int] | None = None  # per stream: where its ordered part starts
     reported: set[tuple[str, int]] = set()
 
     def end_connection(excused: bool) -> None:
+        nonlocal ordered_from
         for stream, seen in connection.items():
-            _check_order(client, stream, seen, found)
+            start = len(seen) if ordered_from is None else ordered_from.get(stream, 0)
+            _check_order(client, stream, seen, start, found)
             if excused:
                 continue
             have = got[stream]
@@ -174,6 +187,7 @@ def _check_client(
                     reported.add((stream, offset))
                     found.silent.append((client, stream, offset))
         connection.clear()
+        ordered_from = None
 
     for record in log:
         if isinstance(record, Got):
@@ -190,6 +204,8 @@ def _check_client(
             end_connection(excused=record.allow_reconnect)
         elif isinstance(record, Connected):
             end_connection(excused=False)  # the socket dropped: no word from the hub
+        elif isinstance(record, Recovered) and ordered_from is None:
+            ordered_from = {stream: len(seen) for stream, seen in connection.items()}
     end_connection(excused=False)
     found.duplicates[client] = duplicates
     for (who, stream), spans in member_of.items():
@@ -205,12 +221,12 @@ def _check_client(
                 found.withheld.append((client, stream, offset))
 
 
-def _check_order(client: str, stream: str, seen: list[int], found: Violations) -> None:
-    """One connection's offsets of one stream, in arrival order, rise once duplicates are
-    dropped (recovered events come before the live ones held behind them)."""
-    highest = 0
-    distinct: set[int] = set()
-    for offset in seen:
+def _check_order(client: str, stream: str, seen: list[int], start: int, found: Violations) -> None:
+    """One connection's offsets of one stream, in arrival order: from index `start` (its
+    Recover's completion) on, each new offset is above every one before it."""
+    highest = max(seen[:start], default=0)
+    distinct = set(seen[:start])
+    for offset in seen[start:]:
         if offset in distinct:
             continue
         if offset < highest:

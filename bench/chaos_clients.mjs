@@ -108,6 +108,9 @@ class Client {
     } catch {
       return; // the connection ended meanwhile: the next one recovers
     }
+    // Logged once the completion's continuation runs: after the events of its frame,
+    // so a live event right behind it may count as before it (lenient, never wrong).
+    this.record("recovered");
     for (const [stream, outcome] of Object.entries(outcomes)) {
       if (outcome === "forbidden") this.offsets.forget(stream);
       else if (outcome !== "recovered") this.load(stream.startsWith("chat:") ? stream.slice(5) : undefined);
@@ -118,7 +121,12 @@ class Client {
     const { stream, offset } = payload ?? {};
     if (typeof stream !== "string" || !Number.isInteger(offset)) return;
     const fields = { s: stream, o: offset };
-    if (target === "message_received" && payload.sentAt) fields.lag = Date.now() - Date.parse(payload.sentAt);
+    if (target === "message_received" && payload.sentAt) {
+      // MessagePack brings the time as a Date (a timestamp extension), JSON as a string;
+      // Date.parse of a Date would go through its string, to the second.
+      const sent = payload.sentAt instanceof Date ? payload.sentAt.getTime() : Date.parse(payload.sentAt);
+      fields.lag = Date.now() - sent;
+    }
     this.record("got", fields);
     this.offsets.note(stream, offset);
     if (target === "chat_updated" && stream === `user:${this.user}`) {

@@ -16,7 +16,8 @@ over a raw WebSocket, so it sees what the official clients hide: the hub's Close
 - a dropped connection or a Close is followed by a new one, 0.5-1.5 s later, for ever.
 Records (one JSON object per line): {"c": client, "k": "got", "s": stream, "o": offset,
 "t": epoch s, "lag": ms for a message_received (from its sentAt)}; {"k": "told", "s",
-"o": the REST offset}; {"k": "closed", "a": allowReconnect}; {"k": "connected"}.
+"o": the REST offset}; {"k": "closed", "a": allowReconnect}; {"k": "connected"};
+{"k": "recovered"} where the Recover's completion came among the events.
 
 Commands on stdin, one JSON line each: {"cmd": "pause", "client": id, "seconds": S}
 (the client stops reading its socket: a client that stops reading), {"cmd": "census"}
@@ -208,6 +209,8 @@ class Client:
                     if kind == 1 and message.get("target") in self.targets:
                         self._event(message["target"], message["arguments"][0])
                     elif kind == 3 and (call := self.calls.pop(message["invocationId"], None)):
+                        if "error" not in message:  # (Recover is the only invocation)
+                            self.record("recovered")  # where it came among the events
                         if not call.done():
                             call.set_result(message)
                     elif kind == 7:

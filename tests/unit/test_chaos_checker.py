@@ -7,7 +7,7 @@ import sys
 from tests.support.runtime import ROOT
 
 sys.path.insert(0, str(ROOT))
-from bench.chaos_checker import Closed, Connected, Got, Membership, Told, check
+from bench.chaos_checker import Closed, Connected, Got, Membership, Recovered, Told, check
 
 CHAT = "chat:c1"
 COMMITTED = [(CHAT, offset) for offset in range(1, 11)]
@@ -63,10 +63,20 @@ def test_a_gap_is_silent_unless_the_hub_closed_with_allow_reconnect_or_said_resy
 
 
 def test_out_of_order_within_a_connection_and_duplicates_are_counted() -> None:
-    alice = every(1, 2, 4, 3, *range(5, 11), 10)
+    alice = [Recovered(), *every(1, 2, 4, 3, *range(5, 11), 10)]
     found = check(COMMITTED, MEMBERS, {"a": ("alice", alice)})
     assert found.disorder == [("a", CHAT, 3)]
     assert found.duplicates == {"a": 1}
+
+
+def test_before_its_recover_completed_a_connection_may_interleave_live_and_recovered() -> None:
+    # Live 5 came before the client's Recover reached the hub; the recovered 3 and 4
+    # follow it. After the completion, everything must be above what came before.
+    early = [*every(1, 2), Connected(), *every(5, 3, 4), Recovered()]
+    clean = check(COMMITTED, MEMBERS, {"a": ("alice", [*early, *every(*range(6, 11))])})
+    assert clean.disorder == [] and clean.lost == []
+    late = check(COMMITTED, MEMBERS, {"a": ("alice", [*early, *every(7, 6, 8, 9, 10)])})
+    assert late.disorder == [("a", CHAT, 6)]
 
 
 def test_a_resync_covers_only_up_to_the_offset_rest_said() -> None:
