@@ -654,7 +654,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 COMMITTED = """
 SELECT CASE target_kind WHEN 'User' THEN 'user:' || target_user_id ELSE 'chat:' || chat_id END,
        stream_offset, kind, message_id, status,
-       CASE status WHEN 'Done' THEN extract(epoch FROM updated_at)::float8 END
+       CASE status WHEN 'Done' THEN extract(epoch FROM updated_at)::float8 END,
+       extract(epoch FROM created_at)::float8
 FROM messenger.realtime_outbox WHERE stream_offset IS NOT NULL
 """
 # The chat-stream entry of every membership change, in offset order per chat.
@@ -711,7 +712,7 @@ def read_logs(directory: Path) -> tuple[dict[str, list[Any]], list[tuple[float, 
                 elif kind == "told":
                     logs[r["c"]].append(chaos_checker.Told(r["s"], r["o"]))
                 elif kind == "closed":
-                    logs[r["c"]].append(chaos_checker.Closed(r["a"]))
+                    logs[r["c"]].append(chaos_checker.Closed(r["a"], r["t"]))
                 elif kind == "connected":
                     logs[r["c"]].append(chaos_checker.Connected())
                 elif kind == "recovered":
@@ -739,7 +740,10 @@ async def analyse(
     for c, u in user_of.items():
         clients.setdefault(c, (u, []))
     done_at = {(r[0], r[1]): r[5] for r in rows if r[5] is not None}
-    found = chaos_checker.check([(r[0], r[1]) for r in rows], members, clients, done_at)
+    committed_at = {(r[0], r[1]): r[6] for r in rows}
+    found = chaos_checker.check(
+        [(r[0], r[1]) for r in rows], members, clients, done_at, committed_at
+    )
     by_entry = {(r[0], r[1]): (r[2], str(r[3]) if r[3] else None) for r in rows}
 
     def named(items: list[tuple[str, str, int]]) -> list[dict[str, Any]]:

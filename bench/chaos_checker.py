@@ -32,7 +32,9 @@ Invariants (issue 31's numbering):
    client got (an event skipped while later ones arrived), not covered by a Told, and
    the connection did not end with a Close that allows a reconnect (the hub's word that
    something was dropped: the client recovers). A gap that recovery later filled was
-   still silent if nothing told the client; each gap is reported once;
+   still silent if nothing told the client; each gap is reported once. A lost event is
+   silent too unless a Close allowing a reconnect reached the client after the event was
+   committed (`committed_at`): a loss nothing arrived after has no gap to show it;
 4. order: within one connection, after dropping duplicates, each stream's offsets
    rise from the moment its `Recover` completed: every event after that is above all
    before it. Before it they may interleave: the live events the hub sent between the
@@ -62,6 +64,7 @@ class Told:
 @dataclass(frozen=True)
 class Closed:
     allow_reconnect: bool
+    at: float | None = None  # epoch s, when the client read the Close
 
 
 @dataclass(frozen=True)
@@ -132,9 +135,11 @@ def check(
     memberships: Iterable[Membership],
     clients: Mapping[str, tuple[str, Sequence[Record]]],
     done_at: Mapping[tuple[str, int], float] | None = None,
+    committed_at: Mapping[tuple[str, int], float] | None = None,
 ) -> Violations:
     """`clients`: client id -> (its user, its log); `done_at`: (stream, offset) -> when
-    its row ended Done (epoch s). Every violation names the client, stream and offset."""
+    its row ended Done, `committed_at`: when it was committed (epoch s). Every violation
+    names the client, the stream and the offset."""
     offsets: dict[str, set[int]] = defaultdict(set)
     for stream, offset in committed:
         offsets[stream].add(offset)
@@ -143,7 +148,8 @@ def check(
         member_of[(membership.user, membership.stream)].append(membership)
     found = Violations()
     for client, (user, log) in sorted(clients.items()):
-        _check_client(client, user, log, offsets, member_of, done_at or {}, found)
+        times = (done_at or {}, committed_at or {})
+        _check_client(client, user, log, offsets, member_of, times, found)
     return found
 
 
@@ -153,9 +159,11 @@ def _check_client(
     log: Sequence[Record],
     offsets: Mapping[str, set[int]],
     member_of: Mapping[tuple[str, str], list[Membership]],
-    done_at: Mapping[tuple[str, int], float],
+    times: tuple[Mapping[tuple[str, int], float], Mapping[tuple[str, int], float]],
     found: Violations,
 ) -> None:
+    done_at, committed_at = times
+
     def admitted(stream: str, offset: int) -> bool:
         return any(m.admits(offset) for m in member_of.get((user, stream), ()))
 
@@ -208,6 +216,7 @@ def _check_client(
             ordered_from = {stream: len(seen) for stream, seen in connection.items()}
     end_connection(excused=False)
     found.duplicates[client] = duplicates
+    closes = [r.at for r in log if isinstance(r, Closed) and r.allow_reconnect and r.at]
     for (who, stream), spans in member_of.items():
         if who != user:
             continue
@@ -217,6 +226,11 @@ def _check_client(
             done = done_at.get((stream, offset))
             if any(m.owes(offset) and not m.withholds(done) for m in spans):
                 found.lost.append((client, stream, offset))
+                committed = committed_at.get((stream, offset))
+                told_after = committed is not None and any(at >= committed for at in closes)
+                if committed is not None and not told_after and (stream, offset) not in reported:
+                    reported.add((stream, offset))
+                    found.silent.append((client, stream, offset))
             elif any(m.owes(offset) for m in spans):
                 found.withheld.append((client, stream, offset))
 

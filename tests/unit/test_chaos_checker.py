@@ -115,3 +115,14 @@ def test_an_owed_event_read_after_the_removal_is_withheld_not_lost() -> None:
     found = check(COMMITTED, members, {"b": ("bob", every(1, 2, 3, 4, 5))}, done_at)
     assert found.lost == [("b", CHAT, 6)]
     assert found.withheld == [("b", CHAT, 7)]
+
+
+def test_a_loss_nothing_arrived_after_is_silent_unless_a_close_told_the_client() -> None:
+    committed_at = {(CHAT, offset): 100.0 + offset for offset in range(1, 11)}
+    quiet = every(*range(1, 9))  # 9 and 10 never came, and nothing came after them
+    found = check(COMMITTED, MEMBERS, {"a": ("alice", quiet)}, committed_at=committed_at)
+    assert found.lost == found.silent == [("a", CHAT, 9), ("a", CHAT, 10)]
+    told = [*quiet, Closed(allow_reconnect=True, at=109.5)]  # after 9, before 10
+    found = check(COMMITTED, MEMBERS, {"a": ("alice", told)}, committed_at=committed_at)
+    assert found.lost == [("a", CHAT, 9), ("a", CHAT, 10)]
+    assert found.silent == [("a", CHAT, 10)]  # the Close told it of 9 only
