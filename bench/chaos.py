@@ -24,10 +24,10 @@ jitter: 2 in a minute, 24 in 30 (at least 20 in a 30-minute run).
 
 After the last fault the traffic stops and the outbox must drain within 30 s with no row
 Pending or Quarantined; then the checker (bench/chaos_checker.py) reads every client's
-log and the committed outbox: lost, foreign, silent, disorder, duplicates. Prints JSON
-(the run's table); `--plot` draws delivery latency against time with the faults marked;
-`--markdown` writes the run's section of docs/reliability.md. Exit status 1 when an
-invariant failed.
+log and the committed outbox (bench/chaos_report.py): lost, foreign, silent, disorder,
+duplicates. Prints JSON (the run's table); `--plot` draws delivery latency against time
+with the faults marked; `--markdown` writes the run's section of docs/reliability.md.
+Exit status 1 when an invariant failed.
 
 `--self-test` runs the same soak (one minute unless told, no faults) with workers whose
 push drops one event in a hundred after building it (bench/chaos_dropping_worker.py,
@@ -43,7 +43,6 @@ import os
 import random
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,17 +56,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
-from bench import chaos_checker, e2e, hubclients, hubs  # noqa: E402
+from bench import e2e, hubclients, hubs  # noqa: E402
+from bench.chaos_report import FAULT_KINDS, Fault, analyse, markdown, passed, plot  # noqa: E402
 
-FAULT_KINDS = (
-    "worker_kill",
-    "worker_stop",
-    "daphne_kill",
-    "redis_restart",
-    "postgres_restart",
-    "slow_reader",
-    "burst",
-)
 LOCK_TTL = 6  # s: a stopped leader is replaced within this (the lease's heartbeat)
 DRAIN_LIMIT = 30.0  # s after the last fault's traffic for the outbox to drain
 SETTLE_IDLE = 3.0  # s without a new client record: the clients have caught up
@@ -75,8 +66,6 @@ BURST = 200
 PAUSE = 20.0  # s a slow reader stops reading
 GROUP_SIZE = 6
 FAULTS_PER_MINUTE = 0.8
-RECOVERED_LAG_MS = 500.0  # a commit-second whose p95 lag is below this: recovered
-DURING = 30.0  # s after a fault's start that count as "during" it for latency
 
 
 def as_postgres(argv: list[str]) -> list[str]:
@@ -125,14 +114,15 @@ class PrivateRedis:
     """A redis-server of the run's own, without persistence: a restart forgets all."""
 
     def __init__(self, port: int) -> None:
-        self.port, self.proc = port, None
+        self.port = port
+        self.proc: subprocess.Popen[bytes] | None = None
         self.url = f"redis://127.0.0.1:{port}/0"
 
     def start(self) -> None:
         argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port)]
         argv += ["--save", "", "--appendonly", "no"]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
-        hubclients_wait_port(self.port)
+        wait_port(self.port)
 
     def crash_restart(self) -> None:
         self.stop()
@@ -144,7 +134,7 @@ class PrivateRedis:
             self.proc.wait()
 
 
-def hubclients_wait_port(port: int, limit: float = 30.0) -> None:
+def wait_port(port: int, limit: float = 30.0) -> None:
     import socket
 
     deadline = time.monotonic() + limit
@@ -154,14 +144,6 @@ def hubclients_wait_port(port: int, limit: float = 30.0) -> None:
                 return
         time.sleep(0.05)  # a server starting: nothing else to wait on
     raise RuntimeError(f"nothing answers on port {port} after {limit} s")
-
-
-@dataclass
-class Fault:
-    kind: str
-    at: float  # epoch s
-    ended: float = 0.0
-    detail: str = ""
 
 
 @dataclass
@@ -380,7 +362,7 @@ class Traffic:
                 await self.post(chat, self.rng.choice(members))
 
         await asyncio.gather(*(one() for _ in range(BURST)))
-        return chat
+        return str(chat)
 
     async def run(self, rate: float, until: float) -> None:
         """Open loop: an action every 1/rate s on average, each in its own task."""
@@ -647,244 +629,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     else:
         shutil.rmtree(directory, ignore_errors=True)
     return result
-
-
-# -- the analysis ---------------------------------------------------------------------
-
-COMMITTED = """
-SELECT CASE target_kind WHEN 'User' THEN 'user:' || target_user_id ELSE 'chat:' || chat_id END,
-       stream_offset, kind, message_id, status,
-       CASE status WHEN 'Done' THEN extract(epoch FROM updated_at)::float8 END,
-       extract(epoch FROM created_at)::float8
-FROM messenger.realtime_outbox WHERE stream_offset IS NOT NULL
-"""
-# The chat-stream entry of every membership change, in offset order per chat.
-CHANGES = """
-SELECT 'chat:' || o.chat_id, o.stream_offset, e.kind, e.subject_user_id, e.id,
-       extract(epoch FROM o.created_at)::float8
-FROM messenger.realtime_outbox o JOIN messenger_chatevent e ON e.id = o.ref_id
-WHERE o.kind = 'ChatUpdated' AND o.target_kind = 'ChatGroup'
-  AND e.kind IN ('ChatCreated', 'ParticipantAdded', 'ParticipantRemoved')
-ORDER BY o.chat_id, o.stream_offset
-"""
-CREATED_WITH = """
-SELECT ref_id, target_user_id FROM messenger.realtime_outbox
-WHERE kind = 'ChatUpdated' AND target_kind = 'User' AND ref_id = ANY(%s)
-"""
-
-
-async def memberships(conn: Any, users: list[str]) -> list[chaos_checker.Membership]:
-    found = [chaos_checker.Membership(u, f"user:{u}") for u in users]
-    changes = await (await conn.execute(CHANGES)).fetchall()
-    created = [r[4] for r in changes if r[2] == "ChatCreated"]
-    founders: dict[Any, list[str]] = defaultdict(list)
-    for ref, user in await (await conn.execute(CREATED_WITH, (created,))).fetchall():
-        founders[ref].append(str(user))
-    open_since: dict[tuple[str, str], int] = {}
-    for stream, offset, kind, subject, event, at in changes:
-        joining = founders[event] if kind == "ChatCreated" else [str(subject)]
-        if kind == "ParticipantRemoved":
-            joined = open_since.pop((str(subject), stream), None)
-            if joined is not None:
-                found.append(chaos_checker.Membership(str(subject), stream, joined, offset, at))
-            continue
-        for user in joining:
-            open_since.setdefault((user, stream), offset)
-    found += [chaos_checker.Membership(u, s, j) for (u, s), j in open_since.items()]
-    return found
-
-
-def read_logs(directory: Path) -> tuple[dict[str, list[Any]], list[tuple[float, float]]]:
-    """Each client's records in its order, and (receipt time, lag ms) of every message."""
-    logs: dict[str, list[Any]] = defaultdict(list)
-    lags: list[tuple[float, float]] = []
-    for path in sorted(directory.glob("*.jsonl")):
-        with path.open() as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                r = json.loads(line)
-                kind = r["k"]
-                if kind == "got":
-                    logs[r["c"]].append(chaos_checker.Got(r["s"], r["o"]))
-                    if "lag" in r:
-                        lags.append((r["t"], r["lag"]))
-                elif kind == "told":
-                    logs[r["c"]].append(chaos_checker.Told(r["s"], r["o"]))
-                elif kind == "closed":
-                    logs[r["c"]].append(chaos_checker.Closed(r["a"], r["t"]))
-                elif kind == "connected":
-                    logs[r["c"]].append(chaos_checker.Connected())
-                elif kind == "recovered":
-                    logs[r["c"]].append(chaos_checker.Recovered())
-    return logs, lags
-
-
-def p95(values: list[float]) -> float | None:
-    if not values:
-        return None
-    return round(statistics.quantiles(values, n=20)[18], 1) if len(values) > 1 else values[0]
-
-
-async def analyse(
-    url: str, people: dict[str, Any], directory: Path, faults: list[Fault], started: float
-) -> dict[str, Any]:
-    import psycopg
-
-    async with await psycopg.AsyncConnection.connect(url) as conn:
-        rows = await (await conn.execute(COMMITTED)).fetchall()
-        members = await memberships(conn, people["users"])
-    logs, lags = read_logs(directory)
-    user_of = {f"c{i:04d}": u for i, u in enumerate(people["users"])}
-    clients = {c: (user_of[c], log) for c, log in logs.items()}
-    for c, u in user_of.items():
-        clients.setdefault(c, (u, []))
-    done_at = {(r[0], r[1]): r[5] for r in rows if r[5] is not None}
-    committed_at = {(r[0], r[1]): r[6] for r in rows}
-    found = chaos_checker.check(
-        [(r[0], r[1]) for r in rows], members, clients, done_at, committed_at
-    )
-    by_entry = {(r[0], r[1]): (r[2], str(r[3]) if r[3] else None) for r in rows}
-
-    def named(items: list[tuple[str, str, int]]) -> list[dict[str, Any]]:
-        out = []
-        for client, stream, offset in items[:20]:
-            kind, message = by_entry.get((stream, offset), (None, None))
-            out.append(
-                {
-                    "client": client,
-                    "stream": stream,
-                    "offset": offset,
-                    "kind": kind,
-                    "message": message,
-                }
-            )
-        return out
-
-    during = [f for f in faults]
-    in_fault = [
-        lag for t, lag in lags if any(f.at <= t <= max(f.ended, f.at + DURING) for f in during)
-    ]
-    outside = [
-        lag for t, lag in lags if not any(f.at <= t <= max(f.ended, f.at + DURING) for f in during)
-    ]
-    recovery: dict[str, float] = {}
-    for f in faults:
-        seconds = recovered_after(lags, f.at)
-        recovery[f.kind] = max(recovery.get(f.kind, 0.0), seconds)
-    return {
-        "committed": len(rows),
-        "messages": sum(1 for r in rows if r[2] == "MessageReceived"),
-        "deliveries": sum(
-            1 for log in logs.values() for r in log if isinstance(r, chaos_checker.Got)
-        ),
-        "faults_by_kind": dict(sorted(_count(f.kind for f in faults).items())),
-        **found.summary(),
-        "duplicates_by_fault": duplicates_by_fault(directory, faults),
-        "recovery_seconds": {k: round(v, 1) for k, v in sorted(recovery.items())},
-        "p95_ms": {"outside_faults": p95(outside), "during_faults": p95(in_fault)},
-        "violations": {
-            "lost": named(found.lost),
-            "silent": named(found.silent),
-            "foreign": named(found.foreign),
-            "disorder": named(found.disorder),
-            "withheld": named(found.withheld),
-        },
-    }
-
-
-def _count(items: Any) -> dict[str, int]:
-    counts: dict[str, int] = defaultdict(int)
-    for item in items:
-        counts[item] += 1
-    return counts
-
-
-def recovered_after(lags: list[tuple[float, float]], at: float) -> float:
-    """Seconds from `at` to the first commit-second after it whose deliveries' p95 lag
-    is below RECOVERED_LAG_MS (messages committed then reached everyone promptly)."""
-    by_second: dict[int, list[float]] = defaultdict(list)
-    for t, lag in lags:
-        committed = t - lag / 1000
-        if committed >= at:
-            by_second[int(committed - at)].append(lag)
-    for second in sorted(by_second):
-        if (p95(by_second[second]) or 0) < RECOVERED_LAG_MS:
-            return float(second)
-    return float("inf")
-
-
-def duplicates_by_fault(directory: Path, faults: list[Fault]) -> dict[str, int]:
-    """Each duplicate receipt counted against the latest fault before it ("none": none)."""
-    seen: set[tuple[str, str, int]] = set()
-    out: dict[str, int] = defaultdict(int)
-    for path in sorted(directory.glob("*.jsonl")):
-        with path.open() as f:
-            for line in f:
-                r = json.loads(line) if line.strip() else {}
-                if r.get("k") != "got":
-                    continue
-                key = (r["c"], r["s"], r["o"])
-                if key in seen:
-                    before = [x for x in faults if x.at <= r["t"]]
-                    out[before[-1].kind if before else "none"] += 1
-                seen.add(key)
-    return dict(out)
-
-
-def plot(directory: Path, faults: list[Fault], started: float, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    _, lags = read_logs(directory)
-    fig, ax = plt.subplots(figsize=(11, 4.5))
-    ax.scatter([t - started for t, _ in lags], [max(lag, 1) for _, lag in lags], s=1, alpha=0.3)
-    ax.set_yscale("log")
-    colours = dict(zip(FAULT_KINDS, plt.get_cmap("tab10").colors, strict=False))
-    for f in faults:
-        ax.axvline(f.at - started, color=colours[f.kind], linewidth=1.2, label=f.kind)
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles, strict=False))
-    ax.legend(unique.values(), unique.keys(), loc="upper right", fontsize=8)
-    ax.set_xlabel("seconds since the start")
-    ax.set_ylabel("delivery latency, ms (commit to receipt)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def markdown(result: dict[str, Any]) -> str:
-    """The run's table for docs/reliability.md."""
-    kinds = result["faults_by_kind"]
-    recovery = ", ".join(f"{k} {v} s" for k, v in result["recovery_seconds"].items())
-    drain, p95s = result["drain"], result["p95_ms"]
-    violations = " / ".join(str(result[k]) for k in ("lost", "silent", "foreign", "disorder"))
-    duplicates = f"{result['duplicates']} {result['duplicates_by_fault']}"
-    latency = f"{p95s['outside_faults']} / {p95s['during_faults']} ms"
-    left = f"{drain['seconds']} s; Pending {drain['pending']}, Quarantined {drain['quarantined']}"
-    rows = [
-        ("seed", result["seed"]),
-        ("minutes", result["minutes"]),
-        ("clients", result["clients"]["total"]),
-        ("faults", f"{sum(kinds.values())}: " + ", ".join(f"{k} {n}" for k, n in kinds.items())),
-        ("events committed (messages)", f"{result['committed']} ({result['messages']})"),
-        ("deliveries", result["deliveries"]),
-        ("lost / silent / foreign / disorder", violations),
-        ("withheld (read after a removal)", result["withheld"]),
-        ("duplicates (by the fault before them)", duplicates),
-        ("longest recovery per fault kind", recovery),
-        ("p95 latency outside / during faults", latency),
-        ("drain after the last fault", left),
-    ]
-    lines = ["| figure | value |", "| --- | --- |"]
-    return "\n".join(lines + [f"| {k} | {v} |" for k, v in rows])
-
-
-def passed(result: dict[str, Any]) -> bool:
-    drain = result["drain"]
-    clean = not (result["lost"] or result["silent"] or result["foreign"] or result["disorder"])
-    return clean and drain["seconds"] is not None and drain["quarantined"] == 0
 
 
 def main() -> None:
