@@ -28,6 +28,7 @@ from typing import Any
 from channels_redis.core import RedisChannelLayer
 
 from messenger_realtime.backplane import shards
+from messenger_realtime.backplane.backlog import QueueState
 from messenger_realtime.exceptions import UnencodablePayload
 from messenger_realtime.ops import metrics
 
@@ -84,13 +85,15 @@ end
 return members
 """
 
-# The length of each given channel queue (a hub process's pending messages).
-QUEUE_DEPTH_LUA = """
-local depths = {}
+# The length of each given channel queue (a hub process's pending messages) and its
+# oldest message's score (its push time; false when empty), as {depth, score}.
+QUEUE_STATE_LUA = """
+local states = {}
 for i = 1, #KEYS do
-    depths[i] = redis.call('ZCARD', KEYS[i])
+    local head = redis.call('ZRANGE', KEYS[i], 0, 0, 'WITHSCORES')
+    states[i] = {redis.call('ZCARD', KEYS[i]), head[2] or false}
 end
-return depths
+return states
 """
 
 SCORE_STEP = 1e-6  # seconds between consecutive messages' scores (representable at 1.7e9)
@@ -243,16 +246,16 @@ async def group_send_many(
     return ChunkSent(total, list(dict.fromkeys(reached)), unencodable)
 
 
-async def queue_depths(layer: Any, channel_keys: list[str]) -> dict[str, int]:
-    """Each of these channel queues' length, read on its own host: one round trip per
-    host, concurrently."""
+async def queue_states(layer: Any, channel_keys: list[str]) -> dict[str, QueueState]:
+    """Each of these channel queues' length and oldest message's time, read on its own
+    host: one round trip per host, concurrently."""
     buckets = shards.by_host(layer, channel_keys, lambda key: shards.channel_key_host(layer, key))
-    calls = {host: shards.script(QUEUE_DEPTH_LUA, keys, []) for host, keys in buckets.items()}
+    calls = {host: shards.script(QUEUE_STATE_LUA, keys, []) for host, keys in buckets.items()}
     replies = await shards.on_hosts(layer, calls)
     return {
-        key: int(depth)
+        key: QueueState(int(depth), float(oldest) if oldest else None)
         for host, keys in buckets.items()
-        for key, depth in zip(keys, replies[host], strict=True)
+        for key, (depth, oldest) in zip(keys, replies[host], strict=True)
     }
 
 

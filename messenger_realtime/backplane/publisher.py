@@ -65,7 +65,8 @@ class ChannelLayerPublisher:
         self.layer = layer
         self.scores = pipeline.ScoreClock()
         self.last_channels: list[str] = []  # hub process queues the last chunk reached
-        self.queues = QueueWatch()
+        # A head older than half the layer's expiry is swept, not read (backlog.py).
+        self.queues = QueueWatch(head_age_limit=getattr(layer, "expiry", 60) / 2)
         # An upper bound of the longest of the measured queues: the longest measured, plus
         # every message pushed since (each adds at most one entry to any queue).
         self._measured: set[str] = set()
@@ -146,9 +147,9 @@ class ChannelLayerPublisher:
             and self._measured.issuperset(self.last_channels)
         ):
             return self._bound
-        depths = await pipeline.queue_depths(self.layer, self.last_channels)
-        self._measured, self._measured_at = set(depths), now
-        self._bound = self.queues.longest_draining(depths)
+        states = await pipeline.queue_states(self.layer, self.last_channels)
+        self._measured, self._measured_at = set(states), now
+        self._bound = self.queues.longest_draining(states)
         return self._bound
 
 

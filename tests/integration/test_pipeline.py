@@ -1,13 +1,16 @@
 """The pipelined channel-layer path: same delivery as group_send, in order, overruns counted."""
 
 import asyncio
+import time
 import uuid
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import redis
 from prometheus_client import REGISTRY
 
+from messenger_realtime.backplane import pipeline
 from messenger_realtime.backplane.backlog import QueueWatch
 from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
@@ -187,3 +190,35 @@ def test_messages_swept_past_their_expiry_leave_a_notice_for_the_whole_process(
     assert client.zcard(key) == 1  # the stale one swept, the new one queued
     after = REGISTRY.get_sample_value("messenger_realtime_channel_overruns_total") or 0.0
     assert after - before == 1
+
+
+def test_backpressure_leaves_out_a_dead_queue_that_only_the_expiry_sweep_shrinks(
+    redis_url: str, monkeypatch: Any
+) -> None:
+    """A dead process's queue shrinks once its messages pass the layer's expiry (each
+    push sweeps them); that must not count as a process draining it, or every push
+    waits behind it (the chaos soak, docs/reliability.md). Its head is as old as what
+    was swept last; a queue a live process reads has a young one."""
+    now = [time.time() - 100]  # the pushes' clock: the first ones 100 s ago
+    monkeypatch.setattr(pipeline, "time", SimpleNamespace(time=lambda: now[0]))
+
+    async def scenario() -> tuple[int, int]:
+        channel_layer = layer(redis_url)
+        chat = uuid.uuid4()
+        member = await subscribe(channel_layer, chat)  # its process died: nobody reads
+        publisher = ChannelLayerPublisher(channel_layer)
+        clock = Clock()
+        publisher.queues = QueueWatch(clock, stall_after=0.5)
+        await publisher.publish_many([event(chat, seq) for seq in range(50)])
+        now[0] += 50
+        await publisher.publish_many([event(chat, seq) for seq in range(50, 60)])
+        await publisher.hub_backlog()
+        now[0] += 50  # the first 50 are past the expiry (60 s): this push sweeps them
+        clock.now += 0.1
+        await publisher.publish_many([event(chat, 60)])
+        depth = redis.Redis.from_url(redis_url).zcard(channel_layer.prefix + member)
+        return int(depth), await publisher.hub_backlog()
+
+    depth, backlog = run(scenario())
+    assert depth == 11  # it shrank from 60, by the sweep alone
+    assert backlog == 0

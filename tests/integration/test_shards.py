@@ -122,7 +122,8 @@ def test_queue_depths_and_backlog_read_each_process_queue_on_its_host(
         events = [chat_event(chats[0], n) for n in range(3)]
         events += [chat_event(chats[1], n) for n in range(5)]
         await publisher.publish_many(events)
-        depths = await pipeline.queue_depths(sender, publisher.last_channels)
+        states = await pipeline.queue_states(sender, publisher.last_channels)
+        depths = {key: state.depth for key, state in states.items()}
         return depths, await publisher.hub_backlog()
 
     depths, backlog = run(scenario())
