@@ -617,7 +617,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await settle(directory, 30)
         await stop_all()
         result.update(traffic={**traffic.counts}, refused={**traffic.failures})
-        result["drain"] = {"seconds": drained, "pending": pending, "quarantined": quarantined}
+        seconds = None if drained is None else round(drained, 2)
+        result["drain"] = {"seconds": seconds, "pending": pending, "quarantined": quarantined}
         result.update(await analyse(postgres.url, people, directory, faults, started))
         result["faults"] = [vars(f) | {"at": round(f.at - started, 1)} for f in faults]
         if args.plot:
