@@ -35,12 +35,9 @@ queue still unread a minute after the last push (its connections drain a burst s
 does not vanish with what it holds. A dead process's queue still expires.
 
 A Redis server restarted without persistence (or flushed) forgets the process's group
-memberships and the messages queued for it, without a word: every connection of the
-process would then hear nothing until it reconnected. So every EPOCH_CHECK the process
-reads each server's run id (`INFO server`); when one changed, it joins all its groups
-again and tells every local connection (BACKPLANE_RESTARTED_MESSAGE: a Close with
-allowReconnect), whose client reconnects and recovers what was lost meanwhile from the
-database (`Recover`).
+memberships and the messages queued for it (hub/restarts.py notices): the process joins
+all its groups again and tells every local connection (a Close with allowReconnect),
+whose client reconnects and recovers what was lost meanwhile from the database.
 
 Other layers (the in-memory one of single-process mode) get one receive task per group
 channel instead of the batched reader.
@@ -58,6 +55,7 @@ from messenger_realtime.backplane.layer import OVERRUN_EVENT
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.hub.copies import Copies
 from messenger_realtime.hub.inbox import Inbox
+from messenger_realtime.hub.restarts import BACKPLANE_RESTARTED_MESSAGE, RestartWatch
 from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
@@ -71,11 +69,6 @@ CONNECTION_SHARE = 100
 GROUP_REFRESH = 3600.0
 EVERY_CHANNEL = "*"  # an overrun for every connection of the process (backplane/pipeline.py)
 RETRY_AFTER = 1.0  # s before the reader tries again after a failed receive (Redis down)
-# How often each Redis server's run id is read: a restart is noticed within this, and the
-# events pushed to its forgotten groups meanwhile are recovered by the reconnecting clients.
-EPOCH_CHECK = 2.0
-BACKPLANE_RESTARTED_EVENT = "realtime.backplane_restarted"
-BACKPLANE_RESTARTED_MESSAGE: dict[str, Any] = {"type": BACKPLANE_RESTARTED_EVENT}
 _NAME_LIMIT = 99  # Channels' longest channel name
 
 _FANOUTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Fanout]" = (
@@ -106,7 +99,7 @@ class Fanout:
         self.copies = Copies(layer, self.channel_of)
         self._inboxes: weakref.WeakSet[Inbox] = weakref.WeakSet()  # every one made here
         self._batched = hasattr(layer, "receive_batch")
-        self.epochs: dict[int, str] = {}  # Redis server index -> its run id, once read
+        self.restarts = RestartWatch(layer, self._backplane_restarted)
         # Channels' specific-channel prefix: "specific.<client prefix>!" (channels-redis
         # keeps all of them in that one key), or the in-memory layer's own.
         prefix = getattr(layer, "client_prefix", "inmemory")
@@ -211,7 +204,7 @@ class Fanout:
         if self._batched and "queue" not in self._tasks:
             self._tasks["queue"] = asyncio.create_task(self._keep_queue())
         if self._batched and "epochs" not in self._tasks:
-            self._tasks["epochs"] = asyncio.create_task(self._watch_epochs())
+            self._tasks["epochs"] = asyncio.create_task(self.restarts.watch())
         key = "process" if self._batched else group
         if key not in self._tasks:
             channel = self.process_channel if self._batched else self.channel_of(group)
@@ -319,21 +312,6 @@ class Fanout:
                     "hub queue keep-alive failed",
                     extra={"action": "keep_queue", Field.ERROR_CODE: describe_error(exc)},
                 )
-
-    async def _watch_epochs(self) -> None:
-        """Notice a Redis server that restarted (its run id changed) and recover from it."""
-        while True:
-            await asyncio.sleep(EPOCH_CHECK)  # a period, not synchronisation
-            for index in range(self.layer.ring_size):
-                try:
-                    info = await self.layer.connection(index).info("server")
-                except Exception:  # unreachable now: read again next period
-                    continue
-                run_id = str(info.get("run_id", ""))
-                previous = self.epochs.get(index)
-                self.epochs[index] = run_id
-                if previous is not None and previous != run_id:
-                    await self._backplane_restarted(index)
 
     async def _backplane_restarted(self, index: int) -> None:
         """The server forgot this process's groups and queued messages: join the groups

@@ -16,6 +16,7 @@ from messenger_realtime.backplane.groups import layer_group
 from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.hub import fanout as fanout_module
+from messenger_realtime.hub import restarts
 from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.inbox import OVERRUN_MESSAGE, Inbox
 from tests.support.helpers import layer
@@ -387,7 +388,7 @@ def test_a_restarted_redis_gets_the_groups_back_and_every_connection_is_told(
     memberships and the messages queued for it. The process notices (the server's run
     id changed), joins its groups again and tells every connection (a Close with
     allowReconnect: its client reconnects and recovers what was lost meanwhile)."""
-    monkeypatch.setattr(fanout_module, "EPOCH_CHECK", 0.02)
+    monkeypatch.setattr(restarts, "EPOCH_CHECK", 0.02)
     chat = uuid.uuid4()
     group = layer_group(HubTarget.chat(chat))
 
@@ -397,7 +398,7 @@ def test_a_restarted_redis_gets_the_groups_back_and_every_connection_is_told(
         first, second = fanout.inbox(), fanout.inbox()
         await fanout.join(group, first)
         await fanout.join(group, second)
-        await until(lambda: fanout.epochs, "the server's run id learned")
+        await until(lambda: fanout.restarts.epochs, "the server's run id learned")
         await asyncio.to_thread(private_redis.restart)
         await until(lambda: len(first) and len(second), "both connections told")
         told = [await first.take(5), await second.take(5)]
@@ -409,5 +410,5 @@ def test_a_restarted_redis_gets_the_groups_back_and_every_connection_is_told(
 
     joined, told, after = run(scenario())
     assert len(joined) == 1 and joined[0].endswith(f"!{group}")
-    assert told == [[fanout_module.BACKPLANE_RESTARTED_MESSAGE]] * 2
+    assert told == [[restarts.BACKPLANE_RESTARTED_MESSAGE]] * 2
     assert after == [1]

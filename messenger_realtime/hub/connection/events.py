@@ -11,9 +11,9 @@ from typing import Any
 from messenger_realtime.hub.connection.authentication import REVOKED
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.state import Connection
-from messenger_realtime.hub.fanout import BACKPLANE_RESTARTED_EVENT
 from messenger_realtime.hub.media import media_join
 from messenger_realtime.hub.protocols.base import Frame
+from messenger_realtime.hub.restarts import BACKPLANE_RESTARTED_EVENT
 
 OVERRUN = "events dropped (channel layer overrun)"
 BACKPLANE_RESTARTED = "events may be lost (channel layer server restarted)"
