@@ -1,7 +1,8 @@
 """What a connection costs one Daphne: to open, to hold idle, and in memory (issue 27).
 
     .venv/bin/python bench/connections.py [--clients N] [--chats-per-user K]
-        [--procs P] [--concurrency C] [--idle S] [--rate R] [--repo PATH] [--quick]
+        [--procs P] [--concurrency C] [--idle S] [--rate R] [--repo PATH] [--app APP]
+        [--quick]
 
 N distinct users (default 500), each a member of K chats (default 5), connect to one
 real Daphne through the whole path a SignalR client takes: POST negotiate (version 1,
@@ -437,7 +438,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         port = hubclients.free_port()
         http = f"http://127.0.0.1:{port}"
         argv = [str(Path(sys.executable).with_name("daphne")), "-b", "127.0.0.1", "-p", str(port)]
-        argv += ["project.asgi:application"]
+        argv += [args.app]
         repo = args.repo.resolve()
         daphne_env = {**env, "PYTHONPATH": str(repo)}
         traces = Path(tempfile.mkdtemp(prefix="bench-tracemalloc-")) if args.tracemalloc else None
@@ -470,6 +471,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         latencies = [x for a in answers for x in a["latencies"]]
         result: dict[str, Any] = {
             "repo": str(repo),
+            "app": args.app,
             "clients": clients_n,
             "chats_per_user": args.chats_per_user,
             "file_limit": limits,
@@ -530,6 +532,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=0.0, help="events/s while held")
     parser.add_argument("--deliver", type=float, default=30.0, help="s of --rate traffic")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the checkout Daphne serves")
+    parser.add_argument(
+        "--app",
+        default="project.asgi:application",
+        help="the ASGI application Daphne serves (bench.floor_app:application: the floor)",
+    )
     parser.add_argument("--quick", action="store_true", help="a small run (the CI smoke)")
     parser.add_argument(
         "--tracemalloc", action="store_true", help="Daphne's memory per connection by site"

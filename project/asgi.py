@@ -14,23 +14,22 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
-from messenger_realtime.hub.routing import http_urlpatterns, websocket_urlpatterns  # noqa: E402
+from messenger_realtime.hub.routing import with_hub  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        "http": URLRouter(
-            [
-                # The hub's negotiate, Server-Sent Events and long polling (bearer
-                # tokens, or the session of the project's own pages, as for WebSockets).
-                *http_urlpatterns,
-                # Django, with static files (the web client, the demo page) straight
-                # from the app and npm; production puts collectstatic's output on a CDN.
-                re_path(r"", ASGIStaticFilesHandler(django_asgi_app)),  # type: ignore[arg-type]
-            ]
-        ),
-        # Bearer tokens, or the session of the project's own pages (the hub reads it).
-        "websocket": URLRouter(websocket_urlpatterns),
-    }
+# The hub's routes first: its WebSocket, negotiate, Server-Sent Events and long polling
+# at /hubs/messenger (bearer tokens, or the session of the project's own pages).
+application = with_hub(
+    ProtocolTypeRouter(
+        {
+            "http": URLRouter(
+                [
+                    # Django, with static files (the web client, the demo page) straight
+                    # from the app and npm; production puts collectstatic's output on a CDN.
+                    re_path(r"", ASGIStaticFilesHandler(django_asgi_app)),  # type: ignore[arg-type]
+                ]
+            ),
+        }
+    )
 )
 
 if "twisted.internet.reactor" in sys.modules:  # served by Daphne

@@ -1,5 +1,18 @@
-"""The hub's ASGI routes: put `http_urlpatterns` ahead of Django in the host's HTTP
-router, and `websocket_urlpatterns` in its WebSocket router (see project/asgi.py).
+"""The hub's ASGI routes, in front of the host's application (see project/asgi.py):
+
+    application = with_hub(ProtocolTypeRouter({...the host's own routes...}))
+
+`with_hub` answers the hub's paths under the server's root path: the WebSocket at
+/hubs/messenger, POST (and OPTIONS) /hubs/messenger/negotiate, and the HTTP transports
+(Server-Sent Events, long polling, their sends and DELETE) at /hubs/messenger; every
+other request goes to the host's application unchanged.
+
+A hub route is dispatched without a frame of its own: `with_hub` returns the hub's
+coroutine itself rather than awaiting it. A WebSocket is held for hours, and Channels'
+ProtocolTypeRouter and URLRouter each await the next application, so each keeps a
+suspended frame alive for the connection's life, and URLRouter a copy of the scope
+(with every header) besides: ~1.5 KB of every idle connection, and a path resolution
+through Django's URL patterns on every connect (docs/performance.md).
 
 No middleware: the session of the project's own pages is read from its cookie only when
 a request has no bearer token, in the same thread hop as the user's standing
@@ -7,21 +20,52 @@ a request has no bearer token, in the same thread hop as the user's standing
 middleware would (each also holding a copy of the scope for the connection's life).
 """
 
-from django.urls import path, re_path
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from messenger_realtime.hub.negotiate import negotiate
 from messenger_realtime.hub.transports.http import HubHttpConsumer
 from messenger_realtime.hub.transports.websocket import HubConsumer
 
 HUB_PATH = "hubs/messenger"
+NEGOTIATE_PATH = re.compile(rf"{HUB_PATH}/negotiate/?")  # with or without the slash
 
-__all__ = ["HUB_PATH", "http_urlpatterns", "websocket_urlpatterns"]
+__all__ = ["HUB_PATH", "with_hub"]
 
-http_urlpatterns = [
-    # negotiate, with and without a trailing slash
-    re_path(rf"^{HUB_PATH}/negotiate/?$", negotiate),  # type: ignore[arg-type]  # an ASGI app
-    # Server-Sent Events, long polling, their sends and DELETE
-    path(HUB_PATH, HubHttpConsumer.as_asgi()),
-]
+Application = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
-websocket_urlpatterns = [path(HUB_PATH, HubConsumer.as_asgi())]
+
+def hub_route(scope: dict[str, Any]) -> Application | None:
+    """The hub's application for this request, None when the path is not the hub's."""
+    path = scope.get("path", "")
+    root = scope.get("root_path", "")
+    if root:
+        if not path.startswith(root):
+            return None
+        path = path[len(root) :]
+    path = path.lstrip("/")
+    kind = scope["type"]
+    if path == HUB_PATH:
+        if kind == "websocket":
+            return HubConsumer()
+        if kind == "http":
+            return HubHttpConsumer()
+    elif kind == "http" and NEGOTIATE_PATH.fullmatch(path):
+        return negotiate
+    return None
+
+
+def with_hub(application: Application) -> Application:
+    """`application` with the hub's routes in front of it (see the module's docstring)."""
+
+    def route(scope: dict[str, Any], receive: Any, send: Any) -> Awaitable[None]:
+        hub = hub_route(scope)
+        # The coroutine itself, not awaited here: no frame of this function outlives the
+        # call (ASGI servers run what an application returns, as a task).
+        return (hub or application)(scope, receive, send)
+
+    # An ASGI 3 application although not a coroutine function (asgiref's test, which
+    # Daphne applies, would otherwise take it for an ASGI 2 double callable).
+    route._asgi_single_callable = True  # type: ignore[attr-defined]
+    return route

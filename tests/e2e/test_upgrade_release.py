@@ -59,3 +59,27 @@ def test_an_upgraded_connection_holds_no_http_channel_or_request(
             assert census.last["HubWebSocketProtocol"] == CONNECTIONS
     finally:
         server.kill()
+
+
+def test_an_open_hub_connection_keeps_nothing_of_its_opening(
+    live_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Once the handshake is answered, no router frame, scope with headers, Autobahn
+    request object or parsed handshake is alive for the connection's life (routing.py,
+    daphne/websocket.py, transports/websocket.py): a third of an idle connection's memory."""
+    path = os.pathsep.join(filter(None, [str(CENSUS), live_env.get("PYTHONPATH")]))
+    server = DaphneProcess({**live_env, "PYTHONPATH": path, "HUB_CENSUS": str(tmp_path)})
+    try:
+        users = [UserFactory() for _ in range(CONNECTIONS)]
+        census = Census(server, tmp_path)
+        with contextlib.ExitStack() as sockets:
+            for user in users:
+                sockets.enter_context(joined(server, user))
+            counts = census.take()
+            assert counts["HubWebSocketProtocol"] == CONNECTIONS, counts  # it sees them
+            assert counts["ConnectionRequest"] == 0, counts
+            assert counts["websocket_scopes"] == 0, counts
+            assert counts["router_frames"] == 0, counts
+            assert counts["handshake_leftovers"] == 0, counts
+    finally:
+        server.kill()

@@ -15,6 +15,11 @@
   buffer, and only what the kernel does not take waits for the reactor. Twisted alone
   buffers every write and registers the socket for writability (two epoll_ctl calls and
   a loop turn per frame), about a third of the hub's CPU per delivery (docs/performance.md).
+- Memory of an open connection: the handshake's leftovers (the raw request, its parsed
+  headers, the response, Daphne's cleaned headers and Autobahn's request object) are
+  released once the connection is open, and Autobahn's send queue, used only by sync
+  and chopped sends, is a list rather than a deque (a deque allocates a 64-slot block):
+  together ~3 KB of every idle connection (docs/performance.md).
 - The ASGI scope gets `scheme` (ws or wss), which Daphne leaves out for WebSockets, so the
   consumer's same-origin check can compare schemes (see scheme()).
 - Keep-alive: a client's Ping (the exact record the clients send, JSON or MessagePack) is
@@ -44,6 +49,44 @@ OVERFLOW_EVENT = "hub.send_overflow"
 MESSAGE_TOO_BIG = 1009  # WebSocket close code
 # A client's Ping record, as the official clients write it: JSON text, MessagePack binary.
 PINGS = {False: b'{"type":6}\x1e', True: b"\x02\x91\x06"}
+# What Autobahn and Daphne keep of the opening handshake and read no more once the
+# connection is open (Autobahn's processHandshake and succeedHandshake, Daphne's onConnect).
+HANDSHAKE_LEFTOVERS = (
+    "http_request_data",
+    "http_status_line",
+    "http_headers",
+    "http_request_uri",
+    "http_request_path",
+    "http_request_params",
+    "http_request_host",
+    "http_response_data",
+    "websocket_origin",
+    "websocket_extensions",
+    "websocket_protocols",
+    "_wskey",
+    "clean_headers",
+    "_raw_query_string",
+)
+
+
+class SendQueue(list):  # type: ignore[type-arg]
+    """Autobahn's queue of frames waiting to be sent in order, for sync and chopped
+    sends only (the hub makes neither): an empty list is 56 bytes, a deque 760."""
+
+    __slots__ = ()
+
+    def popleft(self) -> Any:
+        return self.pop(0)
+
+
+class UpgradeRequest:
+    """What Daphne reads of Autobahn's request once the connection is open: its path
+    (access log lines). Autobahn's keeps every header, parsed, for the socket's life."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
 
 
 def incoming_limit(max_message_size: int) -> int:
@@ -92,6 +135,7 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
     hub_state: dict[str, Any] = {}  # replaced per connection (hub/daphne/server.py)
     _written = 0  # bytes written since the socket was last asked (amortises the syscall)
     _settings_of: Any = None  # the factory whose settings the class holds
+    request: Any  # Autobahn's ConnectionRequest, then an UpgradeRequest once open
 
     def _connectionMade(self) -> None:
         """Autobahn copies its forty-odd settings from the factory onto every socket
@@ -111,6 +155,7 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
             for name in self.CONFIG_ATTRS:
                 setattr(self, name, getattr(factory, name))
         super()._connectionMade()
+        self.send_queue = SendQueue()
 
     def onConnect(self, request: Any) -> Any:
         options = load_hub_options()
@@ -121,6 +166,12 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
         self.max_message_size = options.max_message_size
         self.send_buffer_limit = options.send_buffer_limit
         return super().onConnect(request)
+
+    def onOpen(self) -> None:
+        super().onOpen()  # Daphne's access log line, which reads the request's path
+        for name in HANDSHAKE_LEFTOVERS:
+            setattr(self, name, None)
+        self.request = UpgradeRequest(self.request.path)
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         heard = self.hub_state.get("heard")

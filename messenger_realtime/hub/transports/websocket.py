@@ -109,6 +109,7 @@ class HubConsumer(AsyncConsumer):  # type: ignore[misc]
         socket brings, where Channels' await_many_dispatch makes a task and an
         asyncio.wait per message (every ping of every idle connection)."""
         self.scope, self.base_send = scope, send
+        del scope  # websocket_connect keeps only what the hub reads later (this frame lives on)
         try:
             while True:
                 await self.dispatch(await receive())
@@ -123,15 +124,19 @@ class HubConsumer(AsyncConsumer):  # type: ignore[misc]
         await handler(message)
 
     async def websocket_connect(self, message: dict[str, Any]) -> None:
+        # The scope's headers, query and the rest are read here, once: the connection
+        # keeps only the two keys it reads later (its Daphne socket and shared state).
+        scope = self.scope
+        self.scope = {key: scope[key] for key in (HUB_SOCKET, HUB_STATE) if key in scope}
         if not registry.accepting:
             await self._refuse("shutting down")  # the client retries elsewhere
             return
         options = load_hub_options()
-        ids = query_of(self.scope).get("id")
+        ids = query_of(scope).get("id")
         try:
             # The token's signature and claims here; the user's standing is read with
             # the connection's chats (admit) or, for a resume, on its own.
-            identity, token = await identify_scope(self.scope, options, lookup=False)
+            identity, token = await identify_scope(scope, options, lookup=False)
             existing = opening.find(ids[0], identity.user_id)[1] if ids else None
             if existing is not None:
                 await database_sync_to_async(check_standing)(identity, token)
