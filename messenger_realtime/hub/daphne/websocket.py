@@ -15,6 +15,14 @@
   buffer, and only what the kernel does not take waits for the reactor. Twisted alone
   buffers every write and registers the socket for writability (two epoll_ctl calls and
   a loop turn per frame), about a third of the hub's CPU per delivery (docs/performance.md).
+- Frames without Autobahn's general path where the hub's frames are plain: a message the
+  hub sends goes out as one unmasked, unfragmented, uncompressed frame built here (what
+  Autobahn's sendMessage and sendFrame build, minus their per-call assertions, settings
+  and statistics), and a client's Ping that arrives alone in a read, as one masked frame,
+  is recognised before Autobahn parses it (its frame parser, masker, UTF-8 validator and
+  a debug log line formatted per read). An idle connection sends and receives little
+  else: together they were most of its CPU (docs/performance.md). Anything else (a
+  fragment, compression, several frames in one read) takes Autobahn's path.
 - Memory of an open connection: the handshake's leftovers (the raw request, its parsed
   headers, the response, Daphne's cleaned headers and Autobahn's request object) are
   released once the connection is open, and Autobahn's send queue, used only by sync
@@ -49,6 +57,37 @@ OVERFLOW_EVENT = "hub.send_overflow"
 MESSAGE_TOO_BIG = 1009  # WebSocket close code
 # A client's Ping record, as the official clients write it: JSON text, MessagePack binary.
 PINGS = {False: b'{"type":6}\x1e', True: b"\x02\x91\x06"}
+# A client's Ping as one masked frame: FIN and the text (JSON) or binary (MessagePack)
+# opcode, then the mask bit with the record's length; the 4-byte mask and the masked
+# record follow.
+PING_FRAME_HEADS = {
+    bytes((0x81, 0x80 | len(PINGS[False]))): PINGS[False],
+    bytes((0x82, 0x80 | len(PINGS[True]))): PINGS[True],
+}
+PING_FRAME_MAX = 6 + max(len(ping) for ping in PINGS.values())
+
+
+def is_ping_frame(data: bytes) -> bool:
+    """Whether `data` is exactly one masked client frame carrying a hub Ping record."""
+    ping = PING_FRAME_HEADS.get(data[:2])
+    if ping is None or len(data) != 6 + len(ping):
+        return False
+    mask = data[2:6]
+    return bytes(octet ^ mask[i & 3] for i, octet in enumerate(data[6:])) == ping
+
+
+def server_frame(payload: bytes, binary: bool) -> bytes:
+    """One final, unmasked, uncompressed frame of a text or binary message (RFC 6455 5.2),
+    byte for byte what Autobahn's sendFrame builds for a server's unfragmented message."""
+    first = 0x82 if binary else 0x81
+    size = len(payload)
+    if size <= 125:
+        return bytes((first, size)) + payload
+    if size <= 0xFFFF:
+        return struct.pack("!BBH", first, 126, size) + payload
+    return struct.pack("!BBQ", first, 127, size) + payload
+
+
 # What Autobahn and Daphne keep of the opening handshake and read no more once the
 # connection is open (Autobahn's processHandshake and succeedHandshake, Daphne's onConnect).
 HANDSHAKE_LEFTOVERS = (
@@ -173,6 +212,22 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
             setattr(self, name, None)
         self.request = UpgradeRequest(self.request.path)
 
+    def dataReceived(self, data: bytes) -> None:
+        heard = self.hub_state.get("heard")
+        if (
+            heard is not None
+            and len(data) <= PING_FRAME_MAX
+            and self.state == self.STATE_OPEN
+            and not self.data  # nothing of an earlier frame waits to be parsed
+            and self.current_frame is None
+            and not self.inside_message
+            and not self.muted
+            and is_ping_frame(data)
+        ):
+            heard()  # a Ping alone in this read: the client is alive, nothing more to do
+            return
+        super().dataReceived(data)
+
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
         heard = self.hub_state.get("heard")
         if heard is not None and payload == PINGS[isBinary] and not self.muted:
@@ -210,8 +265,24 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
     ) -> None:
         if not self.overflowed and self.send_buffer_limit:
             self._check_send_buffer()
-        self._write(payload, isBinary, fragmentSize, sync, doNotCompress)
+        if fragmentSize is None and not sync and self._frames_are_plain():
+            self.sendData(server_frame(payload, isBinary))
+        else:
+            self._write(payload, isBinary, fragmentSize, sync, doNotCompress)
         self._written += len(payload)
+
+    def _frames_are_plain(self) -> bool:
+        """Open, between messages, and none of the settings that change a frame's bytes
+        (compression, automatic fragments, masked server frames) or log them."""
+        return (
+            self.state == self.STATE_OPEN
+            and self.send_state == self.SEND_STATE_GROUND
+            and self._perMessageCompress is None
+            and not self.autoFragmentSize
+            and not self.maskServerFrames
+            and not self.logFrames
+            and not self.trackedTimings
+        )
 
     def _write(self, payload: bytes, *args: Any) -> None:
         # Autobahn checks outgoing messages against the incoming message limit: lift it
