@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,50 +37,41 @@ class Census:
         return self.last
 
 
-def test_an_upgraded_connection_holds_no_http_channel_or_request(
-    live_env: dict[str, str], tmp_path: Path
-) -> None:
+@pytest.fixture
+def census(live_env: dict[str, str], tmp_path: Path) -> Iterator[Census]:
+    """A Daphne with the census loaded, and CONNECTIONS hub connections open on it."""
     path = os.pathsep.join(filter(None, [str(CENSUS), live_env.get("PYTHONPATH")]))
     server = DaphneProcess({**live_env, "PYTHONPATH": path, "HUB_CENSUS": str(tmp_path)})
     try:
         users = [UserFactory() for _ in range(CONNECTIONS)]
-        census = Census(server, tmp_path)
         with contextlib.ExitStack() as sockets:
             for user in users:
                 sockets.enter_context(joined(server, user))
-            assert census.take()["HubWebSocketProtocol"] == CONNECTIONS  # it sees them
-            # Daphne forgets an upgraded request at its next application check (each
-            # second); from then on nothing may hold the channel and request.
-            released = wait_until(
-                lambda: census.take()["HTTPChannel"] < CONNECTIONS // 2,
-                timeout=10,
-                what="the upgraded connections' HTTP channels released",
-            )
-            assert released and census.last["HubWebRequest"] < CONNECTIONS // 2, census.last
-            assert census.last["HubWebSocketProtocol"] == CONNECTIONS
+            yield Census(server, tmp_path)
     finally:
         server.kill()
 
 
-def test_an_open_hub_connection_keeps_nothing_of_its_opening(
-    live_env: dict[str, str], tmp_path: Path
-) -> None:
+def test_an_upgraded_connection_holds_no_http_channel_or_request(census: Census) -> None:
+    assert census.take()["HubWebSocketProtocol"] == CONNECTIONS  # it sees them
+    # Daphne forgets an upgraded request at its next application check (each
+    # second); from then on nothing may hold the channel and request.
+    released = wait_until(
+        lambda: census.take()["HTTPChannel"] < CONNECTIONS // 2,
+        timeout=10,
+        what="the upgraded connections' HTTP channels released",
+    )
+    assert released and census.last["HubWebRequest"] < CONNECTIONS // 2, census.last
+    assert census.last["HubWebSocketProtocol"] == CONNECTIONS
+
+
+def test_an_open_hub_connection_keeps_nothing_of_its_opening(census: Census) -> None:
     """Once the handshake is answered, no router frame, scope with headers, Autobahn
     request object or parsed handshake is alive for the connection's life (routing.py,
     daphne/websocket.py, transports/websocket.py): a third of an idle connection's memory."""
-    path = os.pathsep.join(filter(None, [str(CENSUS), live_env.get("PYTHONPATH")]))
-    server = DaphneProcess({**live_env, "PYTHONPATH": path, "HUB_CENSUS": str(tmp_path)})
-    try:
-        users = [UserFactory() for _ in range(CONNECTIONS)]
-        census = Census(server, tmp_path)
-        with contextlib.ExitStack() as sockets:
-            for user in users:
-                sockets.enter_context(joined(server, user))
-            counts = census.take()
-            assert counts["HubWebSocketProtocol"] == CONNECTIONS, counts  # it sees them
-            assert counts["ConnectionRequest"] == 0, counts
-            assert counts["websocket_scopes"] == 0, counts
-            assert counts["router_frames"] == 0, counts
-            assert counts["handshake_leftovers"] == 0, counts
-    finally:
-        server.kill()
+    counts = census.take()
+    assert counts["HubWebSocketProtocol"] == CONNECTIONS, counts  # it sees them
+    assert counts["ConnectionRequest"] == 0, counts
+    assert counts["websocket_scopes"] == 0, counts
+    assert counts["router_frames"] == 0, counts
+    assert counts["handshake_leftovers"] == 0, counts
