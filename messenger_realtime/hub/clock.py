@@ -9,6 +9,12 @@ loop timer is armed at the heap's earliest entry. When it fires, every due entry
 owner is called (`Timed.fire`, synchronous: quick work inline, anything that waits in a
 task of its own) and says when it wants to be called next.
 
+The loop timer is armed on a grid of GRANULE seconds, never early: every entry due
+within the same granule fires in one call. Keep-alive pings and client timeouts need
+no finer time than that, and thousands of idle connections' deadlines, spread over
+every instant, would otherwise each cost a loop turn and a re-armed timer
+(docs/performance.md).
+
 An entry is moved earlier by pushing a new one and marking the old one dead (a
 connection whose deadline moved later just finds nothing to do when called early, and
 schedules again); an ended connection's entry is marked dead, so the heap never keeps a
@@ -19,11 +25,13 @@ import asyncio
 import heapq
 import itertools
 import logging
+import math
 import weakref
 from typing import Protocol
 
 logger = logging.getLogger(__name__)
 
+GRANULE = 0.05  # seconds: how late a deadline may fire, at most, to share a loop turn
 _CLOCKS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Clock]" = weakref.WeakKeyDictionary()
 
 
@@ -65,15 +73,16 @@ class Clock:
             current.owner = None
         entry = Entry(when, next(self._seq), owner)
         heapq.heappush(self._heap, entry)
-        if when < self._timer_at:
-            self._arm(when)
+        at = on_grid(when)
+        if at < self._timer_at:
+            self._arm(at)
         return entry
 
-    def _arm(self, when: float) -> None:
+    def _arm(self, at: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._timer_at = when
-        self._timer = self.loop.call_at(when, self._fire)
+        self._timer_at = at
+        self._timer = self.loop.call_at(at, self._fire)
 
     def _fire(self) -> None:
         self._timer, self._timer_at = None, float("inf")
@@ -89,7 +98,12 @@ class Clock:
         while heap and heap[0].owner is None:  # cancelled at the top: no timer for them
             heapq.heappop(heap)
         if heap:
-            self._arm(heap[0].when)
+            self._arm(on_grid(heap[0].when))
+
+
+def on_grid(when: float) -> float:
+    """The first point of the GRANULE grid at or after `when` (never before it)."""
+    return max(when, math.ceil(when / GRANULE) * GRANULE)
 
 
 def clock() -> Clock:

@@ -71,3 +71,25 @@ def test_thousands_of_owners_share_one_loop_timer() -> None:
 
     entries, timers = run(scenario())
     assert entries == 5000 and timers == 1
+
+
+def test_deadlines_within_one_granule_fire_together_and_never_early() -> None:
+    async def scenario() -> list[tuple[float, float]]:
+        loop, calls, done = asyncio.get_running_loop(), [], asyncio.Event()
+        c = clock.clock()
+        edge = clock.on_grid(loop.time() + 0.2)  # a point of the grid ahead
+        for k in range(40):  # one a millisecond, over the 50 ms granule that ends at `edge`
+            when = edge - 0.045 + k * 0.001
+            owner = Owner(str(k), [])
+            owner.fire = lambda now, when=when: calls.append((when, now))  # type: ignore[method-assign]
+            c.schedule(owner, when, None)
+        closer = Owner("closer", [])
+        closer.fire = lambda now: done.set()  # type: ignore[method-assign]
+        c.schedule(closer, edge + clock.GRANULE, None)
+        await asyncio.wait_for(done.wait(), 5)
+        return calls
+
+    calls = run(scenario())
+    assert len(calls) == 40
+    assert len({now for _, now in calls}) == 1  # one loop turn for the whole granule
+    assert all(now >= when for when, now in calls)  # none fired before its deadline
