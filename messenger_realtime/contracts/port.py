@@ -174,6 +174,12 @@ class DomainPort(abc.ABC):
         A host that can revoke credentials overrides it; this default never does."""
         return UserStanding(self.user_exists(user_id))
 
+    def standing_and_chats(self, user_id: UUID) -> tuple[UserStanding, Mapping[UUID, int]]:
+        """user_standing and active_chats together: what the hub reads when a connection
+        opens. A host reads both in one statement (one round trip, one snapshot); this
+        default reads each."""
+        return self.user_standing(user_id), self.active_chats(user_id)
+
     @abc.abstractmethod
     def messages(self, ids: Ids) -> Mapping[UUID, MessageView]: ...
 

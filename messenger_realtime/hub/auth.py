@@ -18,7 +18,7 @@ from django.core import signing
 
 from messenger_realtime.backplane.control import session_digest
 from messenger_realtime.conf.settings import HubOptions
-from messenger_realtime.contracts.port import get_domain_port
+from messenger_realtime.contracts.port import UserStanding, get_domain_port
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.uuid7 import uuid7
 
@@ -198,7 +198,11 @@ def identify(
 def check_standing(identity: Identity, token: str | None) -> None:
     """InvalidToken unless the user is active and the token was issued after any
     revocation of the user's credentials (synchronous: one read of the domain)."""
-    standing = get_domain_port().user_standing(identity.user_id)
+    require_standing(get_domain_port().user_standing(identity.user_id), identity, token)
+
+
+def require_standing(standing: UserStanding, identity: Identity, token: str | None) -> None:
+    """check_standing's rule, over a standing already read."""
     if not standing.active:
         raise InvalidToken("unknown user")
     if (

@@ -115,20 +115,19 @@ class Fanout:
         return made
 
     async def join(self, group: str, inbox: Inbox) -> None:
-        self.members.setdefault(group, set()).add(inbox)
-        await self._reconcile(group)
+        await self.join_many([group], inbox)
 
     async def join_many(self, groups: list[str], inbox: Inbox) -> None:
-        """join() for several groups at once: the layer memberships this process lacks
-        are added in one round trip per Redis host (a connection joins its user's group
-        and all its chats' when it opens). Each group's reconcile lock is held while
-        its membership is added, taken in name order (no two batches wait on each
-        other), as _reconcile holds it."""
+        """Join `inbox` to `groups`: the layer memberships this process lacks are added
+        in one round trip per Redis host (a connection joins its user's group, then all
+        its chats', when it opens; channels-redis' group_add takes two round trips per
+        group). Each group's reconcile lock is held while its membership is added, taken
+        in name order (no two batches wait on each other), as _reconcile holds it."""
         for group in groups:
             self.members.setdefault(group, set()).add(inbox)
         add_many = getattr(self.layer, "group_add_many", None)
         needed = sorted({g for g in groups if g not in self.joined})
-        if add_many is None or len(needed) < 2:
+        if add_many is None or not needed:
             for group in needed:
                 await self._reconcile(group)
             return

@@ -19,9 +19,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from uuid import UUID
 
-from channels.db import database_sync_to_async
-
 from messenger_realtime.contracts.port import ChatRoster, get_domain_port
+from messenger_realtime.hub.reads import hub_read
 
 CACHED_CHATS = 4096  # rosters kept per process (the least recently asked go first)
 Reader = Callable[[UUID], Awaitable[ChatRoster | None]]
@@ -71,9 +70,9 @@ class Rosters:
         return roster
 
 
-async def _read_roster(chat: UUID) -> ChatRoster | None:
-    roster: ChatRoster | None = await database_sync_to_async(get_domain_port().chat_roster)(chat)
-    return roster
+@hub_read
+def _read_roster(chat: UUID) -> ChatRoster | None:
+    return get_domain_port().chat_roster(chat)
 
 
 _ROSTERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Rosters]" = (

@@ -74,6 +74,16 @@ ACTIVE_CHATS_SQL = (
 USER_STANDING_SQL = (
     f"SELECT is_active, credentials_revoked_at FROM {User._meta.db_table} WHERE id = %s"
 )
+# A connection opening: the user's standing and chats in one round trip. The user's row
+# joined to their active memberships: one row per chat, or one with NULLs for a user in
+# none; no row for an unknown user.
+STANDING_AND_CHATS_SQL = (
+    "SELECT u.is_active, u.credentials_revoked_at, p.chat_id, c.membership_version"
+    f" FROM {User._meta.db_table} u"
+    f" LEFT JOIN {Participant._meta.db_table} p ON p.user_id = u.id AND p.is_active"
+    f" LEFT JOIN {Chat._meta.db_table} c ON c.id = p.chat_id"
+    " WHERE u.id = %s"
+)
 MESSAGES_SQL = "SELECT {} FROM {} WHERE id = ANY(%s::uuid[])".format(
     ", ".join(f"{column} AS {field}" for field, column in MESSAGE_VIEW_COLUMNS.items()),
     Message._meta.db_table,
@@ -145,6 +155,17 @@ class HostDomainPort(DomainPort):
             return UserStanding(False)
         active, revoked = found
         return UserStanding(bool(active), revoked.timestamp() if revoked is not None else None)
+
+    def standing_and_chats(self, user_id: UUID) -> tuple[UserStanding, Mapping[UUID, int]]:
+        # Every hub connect reads both: one statement instead of two round trips.
+        with connection.cursor() as cursor:
+            cursor.execute(STANDING_AND_CHATS_SQL, [user_id])
+            rows = cursor.fetchall()
+        if not rows:
+            return UserStanding(False), {}
+        active, revoked = rows[0][:2]
+        standing = UserStanding(bool(active), revoked.timestamp() if revoked is not None else None)
+        return standing, {chat: version for _, _, chat, version in rows if chat is not None}
 
     def messages(self, ids: Ids) -> Mapping[UUID, MessageView]:
         # The hot path (every message event): one fixed statement with one array parameter,

@@ -9,6 +9,7 @@ import json
 import uuid
 from typing import Any
 
+import pytest
 import redis
 
 from messenger_realtime.backplane import pipeline
@@ -67,6 +68,39 @@ def test_two_local_connections_make_one_group_member_and_each_gets_every_event_o
     assert got == [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4]]
     assert tasks_left == 0  # no group left: the reader stopped
     assert left == []
+
+
+def test_joining_one_group_is_one_round_trip_with_its_expiry(
+    private_redis: PrivateRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection's user group is joined alone when it opens (its chats follow in one
+    batch): one pipelined round trip, where channels-redis' group_add takes two (the
+    member, then the key's expiry)."""
+    from redis.asyncio.connection import AbstractConnection
+
+    trips: list[bytes] = []
+    send_packed = AbstractConnection.send_packed_command
+
+    async def counted(self: Any, command: Any, check_health: bool = True) -> None:
+        chunks = command if isinstance(command, list | tuple) else [command]
+        packed = b"".join(bytes(c) for c in chunks)
+        if b"ZADD" in packed or b"EXPIRE" in packed:  # not the process's reader or watch
+            trips.append(packed)
+        await send_packed(self, command, check_health)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
+    group = layer_group(HubTarget.user(uuid.uuid4()))
+
+    async def scenario() -> int:
+        fanout = Fanout(layer(private_redis.url))
+        inbox = fanout.inbox()
+        await fanout.join(group, inbox)
+        joined = len(trips)
+        await fanout.leave(group, inbox)
+        return joined
+
+    assert run(scenario()) == 1
+    assert b"ZADD" in trips[0] and b"EXPIRE" in trips[0]
 
 
 def test_the_reader_takes_nothing_more_while_the_process_is_behind(

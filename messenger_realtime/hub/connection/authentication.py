@@ -12,10 +12,10 @@ import asyncio
 import time
 from uuid import UUID
 
-from channels.db import database_sync_to_async
-
 from messenger_realtime.hub.auth import Identity, session_holds
+from messenger_realtime.hub.reads import hub_read
 
+_session_holds = hub_read(session_holds)
 SESSION_ENDED = "session ended (logout)"
 REVOKED = "credentials revoked"
 
@@ -46,4 +46,4 @@ class Authentication:
         """Whether the Django session it came with (if any) still exists and is still
         its user's."""
         key = self.session_key
-        return key is None or await database_sync_to_async(session_holds)(key, user_id)
+        return key is None or await _session_holds(key, user_id)

@@ -5,16 +5,15 @@ process (not the connection) is the layer's group member (hub/fanout.py)."""
 from collections.abc import Collection, Mapping
 from uuid import UUID
 
-from channels.db import database_sync_to_async
-
 from messenger_realtime.backplane.groups import layer_group
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
-from messenger_realtime.hub.auth import Identity, check_standing, session_holds
+from messenger_realtime.hub.auth import Identity, require_standing, session_holds
 from messenger_realtime.hub.connection.membership import ChatMemberships, Verdict
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.fanout import Fanout, fanout_for
 from messenger_realtime.hub.inbox import Inbox
+from messenger_realtime.hub.reads import hub_read
 from messenger_realtime.hub.rosters import rosters
 
 
@@ -82,8 +81,7 @@ class Groups:
         handshake has been answered)."""
         fanout, inbox = self.fanout, self.inbox
         await fanout.join(layer_group(HubTarget.user(self.connection.user_id)), inbox)
-        read = database_sync_to_async(_admission_reads)
-        current, self.session_lost = await read(identity, token)
+        current, self.session_lost = await _admission_reads(identity, token)
         self.memberships.update(current)
         await fanout.join_many([layer_group(HubTarget.chat(c)) for c in current], inbox)
         self.admitted = True
@@ -96,7 +94,7 @@ class Groups:
         user_id = connection.user_id
         if not connection.handshaken and not self.admitted:
             await fanout.join(layer_group(HubTarget.user(user_id)), inbox)
-        current = await database_sync_to_async(get_domain_port().active_chats)(user_id)
+        current = await _active_chats(user_id)
         # Stop forwarding a left chat before anything else.
         left, joined = self.memberships.update(current)
         for chat_id in left:
@@ -118,10 +116,16 @@ class Groups:
         return [layer_group(t) for t in targets]
 
 
+@hub_read
 def _admission_reads(identity: Identity, token: str | None) -> tuple[Mapping[UUID, int], bool]:
-    """admit()'s reads, synchronous: (chat -> membership version, whether the Django
-    session the connection came with has ended since)."""
-    check_standing(identity, token)
-    chats = get_domain_port().active_chats(identity.user_id)
+    """admit()'s reads: (chat -> membership version, whether the Django session the
+    connection came with has ended since). The standing and the chats in one statement."""
+    standing, chats = get_domain_port().standing_and_chats(identity.user_id)
+    require_standing(standing, identity, token)
     key = identity.session_key
     return chats, key is not None and not session_holds(key, identity.user_id)
+
+
+@hub_read
+def _active_chats(user_id: UUID) -> Mapping[UUID, int]:
+    return get_domain_port().active_chats(user_id)

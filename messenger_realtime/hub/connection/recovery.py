@@ -6,15 +6,15 @@ import logging
 import time
 from typing import Any
 
-from channels.db import database_sync_to_async
-
 from messenger_realtime.hub.connection.events import encode, event_frame
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.state import Connection
+from messenger_realtime.hub.reads import hub_read
 from messenger_realtime.hub.recovery import RECOVERED, StreamRecovery, parse, read_missed
 from messenger_realtime.ops import metrics
 
 logger = logging.getLogger(__name__)
+_read_missed = hub_read(read_missed)
 
 
 async def recover(connection: Connection, argument: Any) -> dict[str, str]:
@@ -33,8 +33,7 @@ async def recover(connection: Connection, argument: Any) -> dict[str, str]:
     sent = 0
     try:
         options = connection.options
-        read = database_sync_to_async(read_missed)
-        results = await read(connection.user_id, asked, options.recovery_max_events)
+        results = await _read_missed(connection.user_id, asked, options.recovery_max_events)
         for result in results:
             sent += await _send(connection, marks, result)
     finally:

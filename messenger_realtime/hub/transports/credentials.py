@@ -12,11 +12,10 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs
 
-from channels.db import database_sync_to_async
-
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub import auth
+from messenger_realtime.hub.reads import hub_read
 
 CORS_HEADERS = b"authorization, content-type, x-requested-with, x-signalr-user-agent"
 
@@ -37,12 +36,11 @@ async def identify_scope(
     token = auth.bearer_token(headers, query_of(scope))
     if token is not None and not lookup:
         return auth.read_access_token(token, options), token
-    identity: auth.Identity = await database_sync_to_async(_identify)(
-        scope, headers, token, options, lookup
-    )
+    identity: auth.Identity = await _identify(scope, headers, token, options, lookup)
     return identity, token
 
 
+@hub_read
 def _identify(
     scope: dict[str, Any],
     headers: dict[bytes, bytes],

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from channels.consumer import AsyncConsumer, get_handler_name
-from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 
 from messenger_realtime.conf.settings import load_hub_options
@@ -22,6 +21,7 @@ from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub import registry
 from messenger_realtime.hub.auth import check_standing
 from messenger_realtime.hub.protocols.base import Frame
+from messenger_realtime.hub.reads import hub_read
 from messenger_realtime.hub.transports import opening
 from messenger_realtime.hub.transports.base import WEBSOCKETS
 from messenger_realtime.hub.transports.credentials import identify_scope, query_of
@@ -29,6 +29,7 @@ from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
+_check_standing = hub_read(check_standing)
 ABNORMAL_CLOSURE = 1006  # the TCP connection went without a close frame: resumable
 HUB_STATE = "hub.state"  # a dict Daphne's protocol shares with the hub (hub/daphne/server.py)
 HUB_SOCKET = "hub.socket"  # Daphne's WebSocket protocol itself, when served by Daphne
@@ -139,7 +140,7 @@ class HubConsumer(AsyncConsumer):  # type: ignore[misc]
             identity, token = await identify_scope(scope, options, lookup=False)
             existing = opening.find(ids[0], identity.user_id)[1] if ids else None
             if existing is not None:
-                await database_sync_to_async(check_standing)(identity, token)
+                await _check_standing(identity, token)
                 await self._resume(existing, identity, token)
                 return
             transport = WebSocketTransport(self)
