@@ -290,7 +290,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         sampler = asyncio.create_task(sample_cpu(daphne["storm-a"].proc.pid, a_cpu))
         if args.profile:  # where the restarted A's CPU goes during the storm
             profiler = await asyncio.create_subprocess_exec(
-                "py-spy",
+                str(Path(sys.executable).parent / "py-spy"),  # the venv's, not on PATH
                 "record",
                 "--gil",  # what holds the GIL: where the CPU of Python code goes
                 "--nonblocking",
