@@ -79,6 +79,11 @@ TEMPLATES = [
 # Numbers are parsed exactly or refused naming the variable (env_number: django-environ's
 # int() read "1e12" as 112); the bounds only catch nonsense (a pool of a million).
 _POOL_MAX_SIZE = int(env_number("DATABASE_POOL_MAX_SIZE", int, 10, 0, 1000))
+if _POOL_MAX_SIZE == 1:  # the hub's reads keep one pooled connection per process
+    raise ValueError(
+        "$DATABASE_POOL_MAX_SIZE: 1 leaves no pooled connection beside the one the hub's"
+        " reads keep (messenger_realtime/hub/reads.py): set 2 or more, or 0 for no pool"
+    )
 _DATABASE_OPTIONS: dict[str, object] = {
     "application_name": env.str("DATABASE_APPLICATION_NAME", default="messenger-web"),
 }

@@ -170,7 +170,7 @@ def test_a_request_that_finds_every_pooled_connection_busy_gets_503_with_retry_a
     """Under a load the pool cannot serve in DATABASE_POOL_TIMEOUT, a REST request is told
     so (503, Retry-After, the setting named) instead of a bare 500, and did nothing."""
     bob = UserFactory(name="bob")
-    pool = {"DATABASE_POOL_MAX_SIZE": "1", "DATABASE_POOL_MIN_SIZE": "1"}
+    pool = {"DATABASE_POOL_MAX_SIZE": "2", "DATABASE_POOL_MIN_SIZE": "2"}  # the least allowed
     daphne = DaphneProcess({**worker_env, **pool, "DATABASE_POOL_TIMEOUT": "0.5"})
     api = f"{daphne.http}/api/chats"
 
@@ -184,26 +184,28 @@ def test_a_request_that_finds_every_pooled_connection_busy_gets_503_with_retry_a
 
     token = token_for(bob.id)
     try:
-        assert get()[0] == 200  # the pool's one connection is made
+        assert get()[0] == 200  # the pool's connections are made
         with psycopg.connect(conninfo()) as lock, psycopg.connect(conninfo()) as watch:
-            # The request's first read (the caller's standing) waits on this lock.
+            # A request's first read (the caller's standing) waits on this lock.
             lock.execute("LOCK TABLE messenger_user IN ACCESS EXCLUSIVE MODE")
             first: list[tuple[int, str, dict[str, Any]]] = []
-            holder = threading.Thread(target=lambda: first.append(get()))
-            holder.start()  # it waits on the lock, holding the pool's only connection
+            holders = [threading.Thread(target=lambda: first.append(get())) for _ in range(2)]
+            for holder in holders:  # each waits on the lock, holding one pooled connection
+                holder.start()
             waiting = (
-                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
                 " AND wait_event_type = 'Lock' AND query LIKE '%%messenger_user%%'"
             )
             deadline = time.monotonic() + 20
-            while watch.execute(waiting).fetchone() is None:
+            while watch.execute(waiting).fetchone() != (2,):
                 watch.rollback()
-                assert time.monotonic() < deadline, f"the first request never waited: {first}"
+                assert time.monotonic() < deadline, f"the requests never waited: {first}"
             status, retry_after, answer = get()
             assert (status, retry_after) == (503, "1")
             assert "DATABASE_POOL_TIMEOUT" in answer["error"]
             lock.rollback()
-            holder.join(timeout=30)
-        assert first[0][0] == 200  # the request that held the connection went on
+            for holder in holders:
+                holder.join(timeout=30)
+        assert [f[0] for f in first] == [200, 200]  # the requests that held them went on
     finally:
         daphne.kill()

@@ -191,6 +191,8 @@ def test_numbers_in_the_environment_are_parsed_exactly_or_refused_by_name(
     ("variable", "text", "problem"),
     [
         ("DATABASE_POOL_MAX_SIZE", "1e3", "invalid value '1e3': not a whole number"),
+        # The hub's reads keep one pooled connection: one alone would starve every request.
+        ("DATABASE_POOL_MAX_SIZE", "1", "1 leaves no pooled connection beside"),
         ("DATABASE_POOL_TIMEOUT", "inf", "invalid value 'inf': not a finite number"),
         ("DATABASE_POOL_TIMEOUT", "nan", "invalid value 'nan': not a finite number"),
         ("CHANNEL_CAPACITY", "12abc", "invalid value '12abc': not a whole number"),
