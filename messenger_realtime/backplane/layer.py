@@ -33,6 +33,7 @@ from typing import Any
 from channels_redis.core import RedisChannelLayer
 
 from messenger_realtime.backplane import pipeline, shards
+from messenger_realtime.backplane.claims import Claim
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
@@ -108,16 +109,28 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
         sent = await pipeline.group_send_many(self, [(group, message)], self._scores)
         pipeline.report_lost(sent.lost)
 
-    async def group_add_many(self, memberships: list[tuple[str, str]]) -> None:
+    async def group_add_many(
+        self, memberships: list[tuple[str, str]], claim: Claim | None = None
+    ) -> bool:
         """channels-redis' group_add for several (group, channel) pairs: the same ZADD and
         EXPIRE of each group's member set, one pipelined round trip per host instead of
-        two round trips per group (a connection joins its user's group and every chat's
-        at once: hub/fanout.py)."""
+        two round trips per group (a connection joins its user's group, then every
+        chat's: hub/fanout.py). With `claim`, its SET NX goes in the same round trip (a
+        connection claims its token as it joins its user's group); returns whether the
+        claim was made (True without one)."""
         now = time.time()
+        buckets = shards.by_host(self, memberships, lambda m: shards.group_host(self, m[0]))
+        claim_host = -1
+        if claim is not None:
+            claim_host = int(self.consistent_hash(claim.key(self)))
+            buckets.setdefault(claim_host, [])
 
-        def adds(pairs: list[tuple[str, str]]) -> Any:
+        def adds(host: int, pairs: list[tuple[str, str]]) -> Any:
             async def call(connection: Any) -> Any:
                 pipe = connection.pipeline(transaction=False)
+                if host == claim_host:
+                    assert claim is not None
+                    pipe.set(claim.key(self), b"1", nx=True, ex=claim.seconds)  # result [0]
                 for group, channel in pairs:
                     key = self._group_key(group)
                     pipe.zadd(key, {channel: now})
@@ -126,8 +139,9 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
 
             return call
 
-        buckets = shards.by_host(self, memberships, lambda m: shards.group_host(self, m[0]))
-        await shards.on_hosts(self, {host: adds(pairs) for host, pairs in buckets.items()})
+        calls = {h: adds(h, pairs) for h, pairs in buckets.items() if pairs or h == claim_host}
+        results = await shards.on_hosts(self, calls) if calls else {}
+        return claim is None or bool(results[claim_host][0])
 
     async def receive_single(self, channel: str) -> tuple[Any, Any]:
         if not channel.endswith("!"):  # a general (non-process) channel: unchanged

@@ -51,6 +51,7 @@ import time
 import weakref
 from typing import Any
 
+from messenger_realtime.backplane.claims import Claim
 from messenger_realtime.backplane.layer import OVERRUN_EVENT
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.hub.copies import Copies
@@ -117,20 +118,25 @@ class Fanout:
     async def join(self, group: str, inbox: Inbox) -> None:
         await self.join_many([group], inbox)
 
-    async def join_many(self, groups: list[str], inbox: Inbox) -> None:
+    async def join_many(self, groups: list[str], inbox: Inbox, claim: Claim | None = None) -> bool:
         """Join `inbox` to `groups`: the layer memberships this process lacks are added
         in one round trip per Redis host (a connection joins its user's group, then all
         its chats', when it opens; channels-redis' group_add takes two round trips per
-        group). Each group's reconcile lock is held while its membership is added, taken
-        in name order (no two batches wait on each other), as _reconcile holds it."""
+        group). With `claim` (a connection's token, as it joins its user's group), the
+        claim is made in the same round trip; returns whether it was (True without one:
+        the caller refuses the connection and leaves the groups otherwise). Each group's
+        reconcile lock is held while its membership is added, taken in name order (no
+        two batches wait on each other), as _reconcile holds it."""
+        add_many = getattr(self.layer, "group_add_many", None)
+        if add_many is None and claim is not None and not await claim.make(self.layer):
+            return False  # a layer without pipelines (in-memory): the claim on its own
         for group in groups:
             self.members.setdefault(group, set()).add(inbox)
-        add_many = getattr(self.layer, "group_add_many", None)
         needed = sorted({g for g in groups if g not in self.joined})
-        if add_many is None or not needed:
+        if add_many is None or (not needed and claim is None):
             for group in needed:
                 await self._reconcile(group)
-            return
+            return True
         async with contextlib.AsyncExitStack() as held:
             for group in needed:
                 await held.enter_async_context(self._locks.setdefault(group, asyncio.Lock()))
@@ -138,7 +144,7 @@ class Fanout:
             for group in adds:
                 self.channels[self.channel_of(group)] = group  # before a message can come
             try:
-                await add_many([(g, self.channel_of(g)) for g in adds])
+                claimed = await add_many([(g, self.channel_of(g)) for g in adds], claim)
             except BaseException:
                 for group in adds:
                     self.channels.pop(self.channel_of(group), None)
@@ -149,6 +155,7 @@ class Fanout:
         for group in needed:  # left again while the batch waited: undo as leave() would
             if (group in self.members) != (group in self.joined):
                 await self._reconcile(group)
+        return bool(claimed)
 
     async def leave(self, group: str, inbox: Inbox) -> None:
         members = self.members.get(group)

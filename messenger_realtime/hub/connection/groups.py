@@ -5,9 +5,11 @@ process (not the connection) is the layer's group member (hub/fanout.py)."""
 from collections.abc import Collection, Mapping
 from uuid import UUID
 
+from messenger_realtime.backplane.claims import USED, Claim
 from messenger_realtime.backplane.groups import layer_group
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
+from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub.auth import Identity, require_standing, session_holds
 from messenger_realtime.hub.connection.membership import ChatMemberships, Verdict
 from messenger_realtime.hub.connection.state import Connection
@@ -68,19 +70,22 @@ class Groups:
                 await self.fanout.forget_copy(chat_group, user_group)
         return verdict is Verdict.FORWARD
 
-    async def admit(self, identity: Identity, token: str | None) -> None:
-        """Before a new connection is accepted: join its user's group, then read in one
-        thread hop (one database round trip each) that the user may connect (standing,
-        revocation), its chats and, for a Django session, that the session still holds;
-        join the chats' groups (one Redis round trip). InvalidToken when refused (the
-        caller ends the connection: transports/opening.py). The handshake then has
-        nothing to read.
+    async def admit(self, identity: Identity, token: str | None, claim: Claim | None) -> None:
+        """Before a new connection is accepted: join its user's group and make its
+        token's `claim` (one Redis round trip), then read in one thread hop (one
+        database round trip each) that the user may connect (standing, revocation), its
+        chats and, for a Django session, that the session still holds; join the chats'
+        groups (one Redis round trip). InvalidToken when refused (the caller ends the
+        connection, which leaves its groups: transports/opening.py). The handshake then
+        has nothing to read.
 
         The user's group comes first: a membership change or a logout committed after
         the reads is heard through it (its message waits in the inbox until the
         handshake has been answered)."""
         fanout, inbox = self.fanout, self.inbox
-        await fanout.join(layer_group(HubTarget.user(self.connection.user_id)), inbox)
+        user_group = layer_group(HubTarget.user(self.connection.user_id))
+        if not await fanout.join_many([user_group], inbox, claim):
+            raise InvalidToken(USED)
         current, self.session_lost = await _admission_reads(identity, token)
         self.memberships.update(current)
         await fanout.join_many([layer_group(HubTarget.chat(c)) for c in current], inbox)

@@ -16,6 +16,7 @@ import logging
 from typing import Any
 from uuid import UUID
 
+from messenger_realtime.backplane.claims import Claim
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import (
     HandshakeError,
@@ -136,9 +137,12 @@ class HubConnection:
         self.opened = True
         self.timeouts.start()
 
-    async def admit(self, identity: Identity, token: str | None) -> None:
-        """Before the transport accepts: the reads and joins of its groups (groups.py)."""
-        await self.groups.admit(identity, token)
+    async def admit(
+        self, identity: Identity, token: str | None, claim: Claim | None = None
+    ) -> None:
+        """Before the transport accepts: its token's claim, the reads and joins of its
+        groups (groups.py)."""
+        await self.groups.admit(identity, token, claim)
 
     # -- client -> server -------------------------------------------------------
 

@@ -5,15 +5,12 @@ from uuid import UUID
 
 from channels.layers import get_channel_layer
 
-from messenger_realtime.backplane.claims import claim_connection
+from messenger_realtime.backplane.claims import Claim
 from messenger_realtime.conf.settings import HubOptions
-from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub import auth, registry
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.transports.base import Transport
 from messenger_realtime.uuid7 import uuid7
-
-USED = "connection token already used (its connection ended, or lives in another process)"
 
 
 def find(connection_token: str, user_id: UUID) -> tuple[auth.ConnectionGrant, Any]:
@@ -37,15 +34,14 @@ async def new_connection(
     (lookup=False): admit reads the standing. Call open() once the transport has
     accepted."""
     layer = get_channel_layer()
-    stateful = False
+    stateful, claim = False, None
     if connection_token is None:
         connection_id = uuid7().hex  # skipNegotiation: WebSockets straight away
     else:
         ttl = options.connection_token_ttl
         grant = auth.read_connection_token(connection_token, identity.user_id, ttl)
-        if not await claim_connection(layer, grant.connection_id, ttl):
-            raise InvalidToken(USED)
         connection_id, stateful = grant.connection_id, grant.stateful
+        claim = Claim(connection_id, ttl)  # made as it joins its user's group (admit)
     connection = HubConnection(
         connection_id=connection_id,
         identity=identity,
@@ -56,7 +52,7 @@ async def new_connection(
         stateful_allowed=stateful and options.stateful_reconnect_buffer_size > 0,
     )
     try:
-        await connection.admit(identity, token)
+        await connection.admit(identity, token, claim)
     except BaseException:
         await connection.end()  # its groups, its count of connects in progress
         raise
