@@ -51,7 +51,8 @@ TRANSPORT_NAMES = ("WebSockets", "ServerSentEvents", "LongPolling")
 # Each partition's leader holds up to five database sessions, its standbys two each.
 MAX_DISPATCH_PARTITIONS = 64
 # A negotiate held longer than the official clients' request timeout (100 s in the
-# JavaScript and .NET clients) would be abandoned by them: stay well inside it.
+# JavaScript and .NET clients) would be abandoned by them: stay well inside it. The
+# default is this bound: a client shed sooner only sits out its next retry delay.
 MAX_ADMISSION_WAIT = 60.0
 # Coalescing trades latency for CPU: an event in a stream waits at most this much more.
 MAX_WAKE_COALESCE = 0.1
@@ -336,7 +337,7 @@ SETTINGS: tuple[Setting, ...] = (
     _key("ADMISSION_PER_USER", int, 8, H, "connects", "slots one user's negotiates may "
          "hold for connections not opened yet; past it 429", at_least(1, "E029"),
          at_most(1_000, "connects held per user")),
-    _key("ADMISSION_WAIT", float, 30.0, H, "s", "a negotiate waits in line this long, then "
+    _key("ADMISSION_WAIT", float, 60.0, H, "s", "a negotiate waits in line this long, then "
          "503 with Retry-After (0: at once)",
          within(0, MAX_ADMISSION_WAIT, "E029", " seconds (0: none)")),
     _key("RECOVERY_MAX_EVENTS", int, 1000, H, "events", "one stream's recovery sends at "
