@@ -95,7 +95,9 @@ $(for (( i = 1; i <= hubs; i++ )); do echo "        server 127.0.0.1:$((port + i
         keepalive 32;
     }
     server {
-        listen $listen:$port;
+        # A reconnect storm's connections wait in the kernel's queue, not dropped past
+        # nginx's default of 511 (the hub's Daphne listens with 4096 the same way).
+        listen $listen:$port backlog=4096;
         include $ROOT/ops/nginx/messenger/locations.conf;
     }
 }

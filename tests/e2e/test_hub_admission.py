@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from messenger_realtime.hub.daphne.server import LISTEN_BACKLOG
 from tests.support.api_client import http_get, sample
 from tests.support.factories import UserFactory
 from tests.support.hub_helpers import token_for
-from tests.support.runtime import wait_until
+from tests.support.runtime import listen_backlog, somaxconn, wait_until
 from tests.support.wire import RS, hub_socket, negotiate, records
 from tests.support.workers import DaphneProcess
 
@@ -166,3 +167,11 @@ def test_one_user_cannot_hold_more_than_its_share_of_the_slots(live_env: dict[st
             assert negotiate(server, token)[0] == 200
     finally:
         server.kill()
+
+
+def test_daphne_listens_with_a_backlog_a_storm_fits_in(daphne: DaphneProcess) -> None:
+    """Twisted listens with a backlog of 50: in a reconnect storm the kernel dropped the
+    rest of the burst, and a client whose connection it dropped sat out TCP's
+    retransmission backoff up to its request timeout (100 s) before it came back. The
+    hub's Daphne listens with LISTEN_BACKLOG, as far as the kernel allows."""
+    assert listen_backlog(daphne.port) == min(LISTEN_BACKLOG, somaxconn())

@@ -22,8 +22,8 @@ from project.messenger import services
 from tests.support.api_client import Api, http_get
 from tests.support.factories import UserFactory
 from tests.support.hub_helpers import token_for
-from tests.support.runtime import ROOT, wait_until
-from tests.support.served import Reader, Served, connect_on
+from tests.support.runtime import ROOT, listen_backlog, somaxconn, wait_until
+from tests.support.served import HUBS, Reader, Served, connect_on
 
 
 @pytest.fixture
@@ -235,3 +235,15 @@ def test_a_hub_that_keeps_dying_young_is_restarted_ever_more_slowly(
         env=dict(os.environ, MESSENGER_LOCAL_DIR=str(tmp_path)),
     )
     assert (done.returncode, done.stdout) == (0, f"{pause}\n"), done.stderr
+
+
+@pytest.mark.slow
+def test_serves_nginx_and_hub_processes_listen_with_a_backlog_a_storm_fits_in(
+    served: Served,
+) -> None:
+    """A reconnect storm's connections wait in the kernel's queues (nginx's default is
+    511, Twisted's 50): nginx's and every hub process's listening socket take 4096, as
+    far as the kernel allows."""
+    expected = min(4096, somaxconn())
+    assert listen_backlog(served.port) == expected  # nginx
+    assert [listen_backlog(served.port + i) for i in range(1, HUBS + 1)] == [expected] * HUBS

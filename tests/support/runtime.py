@@ -23,6 +23,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def listen_backlog(port: int) -> int:
+    """The backlog of the socket listening on loopback `port` (a listener's Send-Q in
+    `ss`: how many connections the kernel queues for it to accept)."""
+    out = subprocess.run(
+        ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return int(out[2])  # State, Recv-Q, Send-Q, ...
+
+
+def somaxconn() -> int:
+    """The kernel's cap on any listen backlog."""
+    return int(Path("/proc/sys/net/core/somaxconn").read_text())
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
     """Poll a condition with a deadline (synchronisation on state, not a fixed sleep)."""
     deadline = time.monotonic() + timeout
