@@ -1,6 +1,7 @@
 """A WebSocket upgrade hands its TCP transport over to the WebSocket protocol; the HTTP
 channel and request it came on must go with it, not stay alive for the connection's
-life (hub/daphne/http.py). Counted in a real Daphne (tests/support/census)."""
+life (hub/daphne/http.py). Counted in a real Daphne (tests/support/census), which also
+says how the process's collector is set (hub/daphne/server.py)."""
 
 import contextlib
 import json
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from messenger_realtime.hub.daphne.server import FULL_COLLECTION_AFTER
 from tests.support.factories import UserFactory
 from tests.support.runtime import wait_until
 from tests.support.wire import joined
@@ -75,3 +77,14 @@ def test_an_open_hub_connection_keeps_nothing_of_its_opening(census: Census) -> 
     assert counts["websocket_scopes"] == 0, counts
     assert counts["router_frames"] == 0, counts
     assert counts["handshake_leftovers"] == 0, counts
+
+
+def test_the_hub_process_runs_full_collections_rarely(census: Census) -> None:
+    """A full collection walks every connection the process holds: the hub's Daphne runs
+    one after FULL_COLLECTION_AFTER young collections, not CPython's 10 (a fifth of its
+    CPU in a reconnect storm); the young generations keep CPython's thresholds."""
+    import gc
+
+    young, middle, full = census.take()["gc_threshold"]
+    assert full == FULL_COLLECTION_AFTER
+    assert (young, middle) == gc.get_threshold()[:2]

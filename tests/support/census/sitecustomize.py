@@ -3,7 +3,7 @@ HUB_CENSUS set (tests/e2e/test_upgrade_release.py): on SIGUSR1, after a full gar
 collection, writes to $HUB_CENSUS/<n>.json (n = 0, 1, ...) how many objects of each
 class in CLASSES are alive, and what open connections still hold of their opening:
 WebSocket scopes with their headers, coroutines suspended in an ASGI router, and the
-handshake's leftovers on Daphne's WebSocket protocols."""
+handshake's leftovers on Daphne's WebSocket protocols; and the collector's thresholds."""
 
 import os
 import signal
@@ -40,6 +40,7 @@ if OUT and "daphne" in os.path.basename(sys.argv[0]):
                 counts["websocket_scopes"] += 1
             elif isinstance(obj, types.CoroutineType) and obj.__qualname__ in ROUTERS:
                 counts["router_frames"] += 1
+        counts["gc_threshold"] = list(gc.get_threshold())
         path = os.path.join(OUT, f"{taken[0]}.json")
         taken[0] += 1
         with open(path + ".tmp", "w") as out:
