@@ -206,7 +206,7 @@ def test_the_generated_nginx_config_for_three_hubs_on_ipv6_is_valid_for_nginx(
     text = (config / "nginx.conf").read_text()
     servers = re.findall(r"^\s+server (127\.0\.0\.1:\d+) ", text, re.M)
     assert servers == ["127.0.0.1:18001", "127.0.0.1:18002", "127.0.0.1:18003"]
-    assert "listen [::1]:18000;" in text and "daemon off;" in text
+    assert "listen [::1]:18000 backlog=4096;" in text and "daemon off;" in text
     assert f"pid {config}/nginx.pid;" in text
 
 
