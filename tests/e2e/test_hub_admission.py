@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from messenger_realtime.hub.daphne.server import LISTEN_BACKLOG
+from messenger_realtime.hub.daphne.capacity import LISTEN_BACKLOG
 from tests.support.api_client import http_get, sample
 from tests.support.factories import UserFactory
 from tests.support.hub_helpers import token_for

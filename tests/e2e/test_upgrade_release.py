@@ -1,7 +1,7 @@
 """A WebSocket upgrade hands its TCP transport over to the WebSocket protocol; the HTTP
 channel and request it came on must go with it, not stay alive for the connection's
 life (hub/daphne/http.py). Counted in a real Daphne (tests/support/census), which also
-says how the process's collector is set (hub/daphne/server.py)."""
+says how the process's collector is set (hub/daphne/capacity.py)."""
 
 import contextlib
 import json
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from messenger_realtime.hub.daphne.server import FULL_COLLECTION_AFTER
+from messenger_realtime.hub.daphne.capacity import FULL_COLLECTION_AFTER
 from tests.support.factories import UserFactory
 from tests.support.runtime import wait_until
 from tests.support.wire import joined

@@ -1,10 +1,10 @@
 """The hub's Daphne listens with a backlog a reconnect storm fits in
-(hub/daphne/server.py, with_backlog): added to Daphne's endpoints that take one,
+(hub/daphne/capacity.py, with_backlog): added to Daphne's endpoints that take one,
 never over an operator's own."""
 
 import pytest
 
-from messenger_realtime.hub.daphne.server import LISTEN_BACKLOG, with_backlog
+from messenger_realtime.hub.daphne.capacity import LISTEN_BACKLOG, with_backlog
 
 
 @pytest.mark.parametrize(

@@ -5,15 +5,8 @@ Daphne stops on SIGTERM/SIGINT through Twisted's reactor; a "before shutdown" tr
 runs while sockets are still open, so every live connection gets
 {"type":7,"allowReconnect":true} and the clients reconnect (to another process).
 
-Daphne's listening sockets get a backlog a reconnect storm fits in (LISTEN_BACKLOG, not
-Twisted's 50), unless an endpoint names its own (with_backlog).
-
-A hub process holds tens of thousands of long-lived objects (its connections), and
-CPython's full collection walks every one: in a reconnect storm of 10,000 clients, where
-the heap grows fast, the default thresholds ran 30 full collections of ~0.37 s each, a
-fifth of the process's CPU. The hub's Daphne runs a full collection after at most
-FULL_COLLECTION_AFTER young (generation 1) collections instead of 10; the young ones,
-which free almost all of its garbage, run as before (docs/performance.md).
+Daphne's listening sockets and the process's collector are set for a reconnect storm
+(daphne/capacity.py).
 
 Browsers must put the access token in the WebSocket URL's query string, and Daphne's
 access log prints HTTP request paths with their query; the scrubbing log generator
@@ -34,30 +27,20 @@ FULL_SCAN_EVERY runs, both still visit every connection, as a safety net.
 import asyncio
 import collections
 import functools
-import gc
 import logging
 import pprint
-import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from messenger_realtime.hub import registry
+from messenger_realtime.hub.daphne import capacity
 from messenger_realtime.ops.logging import scrub_query_secrets
 
 logger = logging.getLogger(__name__)
 daphne_logger = logging.getLogger("daphne.server")  # its messages, under its own name
 FULL_SCAN_EVERY = 30  # runs of a checker between two visits of every connection
-# Connections the kernel queues for Daphne to accept (it caps this at
-# net.core.somaxconn). Twisted's default is 50: a reconnect storm overflowed it, and a
-# client whose handshake the kernel dropped sat out TCP's retransmission backoff, up to
-# its request timeout (100 s), before it came back (docs/performance.md).
-LISTEN_BACKLOG = 4096
-# Generation-1 collections between two full collections at most (CPython's default: 10).
-FULL_COLLECTION_AFTER = 100
-# Endpoint kinds whose listen() takes a backlog (an adopted fd: its owner listened).
-_BACKLOG_KINDS = ("tcp", "tcp6", "ssl", "unix")
 
 
 async def close_all_connections() -> int:
@@ -108,8 +91,7 @@ def install_daphne_integration(also_stop: Callable[[], Awaitable[None]] | None =
 
     reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)  # type: ignore[arg-type]
     _install_protocol()
-    young, middle, _ = gc.get_threshold()
-    gc.set_threshold(young, middle, FULL_COLLECTION_AFTER)  # see the module's docstring
+    capacity.collect_in_full_rarely()
 
     # Daphne's CLI imports the application before it builds its access log generator,
     # so replacing the class it will use here covers `daphne project.asgi:application`.
@@ -124,17 +106,6 @@ def install_daphne_integration(also_stop: Callable[[], Awaitable[None]] | None =
                 super().write_entry(host, date, scrub_query_secrets(request), *args, **kw)
 
         cli.AccessLogGenerator = ScrubbingAccessLogGenerator  # type: ignore[attr-defined]
-
-
-def with_backlog(endpoint: str) -> str:
-    """A Twisted server endpoint description listening with LISTEN_BACKLOG, unless it
-    says its own `backlog=` (daphne -e tcp:port=8000:backlog=N) or takes none."""
-    kind, _, rest = endpoint.partition(":")
-    # Parameters are colon-separated; a colon inside a value is escaped ("\:").
-    parameters = re.split(r"(?<!\\):", rest)
-    if kind not in _BACKLOG_KINDS or any(p.startswith("backlog=") for p in parameters):
-        return endpoint
-    return f"{endpoint}:backlog={LISTEN_BACKLOG}"
 
 
 def _install_protocol() -> None:
@@ -281,14 +252,7 @@ def _install_server(server_class: Any) -> None:
                 protocol.check_timeouts()
         call_later(2, server.timeout_checker)
 
-    run = server_class.run
-
-    def run_with_backlog(server: Any) -> None:
-        """Daphne's run, its endpoints (-b/-p, -u, -e) listening with LISTEN_BACKLOG."""
-        server.endpoints = [with_backlog(str(e)) for e in server.endpoints]
-        run(server)
-
-    server_class.run = run_with_backlog
+    capacity.listen_with_backlog(server_class)
     server_class.create_application = create_application
     server_class.protocol_disconnected = watched_protocol_disconnected
     server_class.application_checker = application_checker
