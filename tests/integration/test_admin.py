@@ -152,3 +152,31 @@ def test_ops_command_incidents_groups_errors_alike_but_for_ids_and_numbers_large
 def test_ops_command_refuses_unclear_requests(args: list[str], reason: str) -> None:
     with pytest.raises(CommandError, match=reason):
         run(*args)
+
+
+# A host's TEMPLATES as `startproject` writes them: no DIRS, the apps' own templates only.
+STARTPROJECT_TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+
+def test_requeue_asks_for_confirmation_in_a_host_without_this_repository_s_templates(
+    settings: object,
+) -> None:
+    # Another project's settings: the confirmation page must come from the app's package.
+    settings.TEMPLATES = STARTPROJECT_TEMPLATES  # type: ignore[attr-defined]
+    rows = incident(1, LAYER_DOWN)
+    client = staff("requeue_realtimeoutboxentry")
+    ask = client.post(URL, {"action": "requeue", "_selected_action": [str(rows[0].id)]})
+    assert ask.status_code == 200 and b"Yes, requeue" in ask.content
