@@ -3,15 +3,12 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from messenger_realtime.ops import exposition, webhealth
 from project.messenger import demo
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    # This process' own metric families (keep it internal; the proxy does not route it).
-    path("metrics", exposition.web_metrics, name="prometheus-django-metrics"),
-    path("health/live", webhealth.live),
-    path("health/ready", webhealth.ready),
+    # /metrics (this process' own families; the proxy does not route it), /health/*.
+    path("", include("messenger_realtime.urls")),
     path("demo/", demo.page, name="demo"),
     path("demo/sign-in", demo.sign_in, name="demo-sign-in"),
     path("demo/sign-out", demo.sign_out, name="demo-sign-out"),

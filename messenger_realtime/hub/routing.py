@@ -1,13 +1,15 @@
-"""The hub's ASGI routes, in front of the host's application (see project/asgi.py):
+"""The hub's ASGI routes, in front of the host's application. Hosts call
+`messenger_realtime.asgi.with_hub`, which routes through `routed` here and also sets up
+the server that serves it (messenger_realtime/asgi.py):
 
     application = with_hub(ProtocolTypeRouter({...the host's own routes...}))
 
-`with_hub` answers the hub's paths under the server's root path: the WebSocket at
+`routed` answers the hub's paths under the server's root path: the WebSocket at
 /hubs/messenger, POST (and OPTIONS) /hubs/messenger/negotiate, and the HTTP transports
 (Server-Sent Events, long polling, their sends and DELETE) at /hubs/messenger; every
 other request goes to the host's application unchanged.
 
-A hub route is dispatched without a frame of its own: `with_hub` returns the hub's
+A hub route is dispatched without a frame of its own: `routed` returns the hub's
 coroutine itself rather than awaiting it. A WebSocket is held for hours, and Channels'
 ProtocolTypeRouter and URLRouter each await the next application, so each keeps a
 suspended frame alive for the connection's life, and URLRouter a copy of the scope
@@ -31,7 +33,7 @@ from messenger_realtime.hub.transports.websocket import HubConsumer
 HUB_PATH = "hubs/messenger"
 NEGOTIATE_PATH = re.compile(rf"{HUB_PATH}/negotiate/?")  # with or without the slash
 
-__all__ = ["HUB_PATH", "with_hub"]
+__all__ = ["HUB_PATH", "routed"]
 
 Application = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
@@ -56,7 +58,7 @@ def hub_route(scope: dict[str, Any]) -> Application | None:
     return None
 
 
-def with_hub(application: Application) -> Application:
+def routed(application: Application) -> Application:
     """`application` with the hub's routes in front of it (see the module's docstring)."""
 
     def route(scope: dict[str, Any], receive: Any, send: Any) -> Awaitable[None]:

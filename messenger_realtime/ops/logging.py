@@ -77,3 +77,21 @@ class KeyValueFormatter(logging.Formatter):
         if extras:
             line += " " + " ".join(f"{k}={v}" for k, v in extras)
         return scrub_query_secrets(line)
+
+
+APP_LOGGER = "messenger_realtime"
+
+
+def ensure_handler() -> None:
+    """Give the app's loggers a stderr handler (INFO, this formatter) when the host's
+    logging config reaches none: under Django's default LOGGING only the `django` logger
+    has handlers, and the worker's and the hub's lines would vanish below WARNING. A host
+    that configures any handler the app's records reach keeps full control."""
+    logger = logging.getLogger(APP_LOGGER)
+    if logger.hasHandlers():
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(KeyValueFormatter())
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)

@@ -108,9 +108,15 @@ class WorkerProcess(LoggedProcess):
 
 
 class DaphneProcess(LoggedProcess):
-    """Daphne serving project.asgi on a free loopback port (the real server)."""
+    """Daphne serving project.asgi (or `application`) on a free loopback port."""
 
-    def __init__(self, env: dict[str, str], port: int | None = None, **settings: object) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        port: int | None = None,
+        application: str = "project.asgi:application",
+        **settings: object,
+    ) -> None:
         env = dict(env)
         env.update({f"MESSENGER_REALTIME_{k.upper()}": str(v) for k, v in settings.items()})
         self.port = port or free_port()
@@ -119,7 +125,7 @@ class DaphneProcess(LoggedProcess):
         limit = str(int(str(settings.get("max_message_size", 32 * 1024))) + 1024)
         argv = [daphne, "-b", "127.0.0.1", "-p", str(self.port)]
         argv += ["--websocket-max-frame-size", limit, "--websocket-max-message-size", limit]
-        argv += ["project.asgi:application"]
+        argv += [application]
         super().__init__(argv, env)
         self.wait_for("Listening on TCP address", timeout=30)
 

@@ -7,7 +7,7 @@ import pytest
 from asgiref.compatibility import guarantee_single_callable
 
 from messenger_realtime.hub.negotiate import negotiate
-from messenger_realtime.hub.routing import hub_route, with_hub
+from messenger_realtime.hub.routing import hub_route, routed
 from messenger_realtime.hub.transports.http import HubHttpConsumer
 from messenger_realtime.hub.transports.websocket import HubConsumer
 
@@ -56,7 +56,7 @@ def test_the_host_gets_the_rest_and_no_router_frame_is_left_between() -> None:
     async def host(scope: dict[str, Any], receive: Any, send: Any) -> None:
         seen.append(scope)
 
-    application = with_hub(host)
+    application = routed(host)
     # Daphne makes every application a single callable; this one must stay itself.
     assert guarantee_single_callable(application) is application
     request = scope("http", "/api/chats")

@@ -1,10 +1,14 @@
 """The key=value log formatter: the same line logging's own formatter would write, plus the
-record's plain extra fields in name order, with tokens in URLs redacted."""
+record's plain extra fields in name order, with tokens in URLs redacted; and the handler
+the app gives itself when a host's logging config reaches none of its loggers."""
 
 import logging
 import uuid
+from collections.abc import Iterator
 
-from messenger_realtime.ops.logging import KeyValueFormatter
+import pytest
+
+from messenger_realtime.ops.logging import APP_LOGGER, KeyValueFormatter, ensure_handler
 
 
 def record(created: float, **extra: object) -> logging.LogRecord:
@@ -33,3 +37,40 @@ def test_tokens_in_a_logged_url_are_redacted_and_other_lines_left_alone() -> Non
         KeyValueFormatter().format(rec)
     )
     assert KeyValueFormatter().format(record(1.0, ChatId="x")).endswith("ChatId=x")
+
+
+@pytest.fixture
+def bare_app_logger() -> Iterator[logging.Logger]:
+    """The app's logger as a host with Django's default LOGGING leaves it: no handler
+    reaches it (the root has none: pytest's own capture handlers are set aside too), level
+    unset; everything restored afterwards."""
+    logger, root = logging.getLogger(APP_LOGGER), logging.getLogger()
+    saved = (logger.handlers[:], logger.level, root.handlers[:], root.level)
+    logger.handlers, root.handlers = [], []
+    logger.setLevel(logging.NOTSET)
+    root.setLevel(logging.WARNING)
+    yield logger
+    logger.handlers, root.handlers = saved[0], saved[2]
+    logger.setLevel(saved[1])
+    root.setLevel(saved[3])
+
+
+def test_without_a_host_handler_the_app_s_info_lines_reach_stderr(
+    bare_app_logger: logging.Logger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = logging.getLogger()
+    pytest_handlers, root.handlers = root.handlers[:], []  # pytest's, added for the call
+    try:
+        ensure_handler()
+        child = logging.getLogger("messenger_realtime.dispatch.x")
+        child.info("job completed", extra={"rows": 3})
+    finally:
+        root.handlers = pytest_handlers
+    assert "INFO messenger_realtime.dispatch.x job completed rows=3" in capsys.readouterr().err
+
+
+def test_a_host_s_own_handler_is_left_in_control(bare_app_logger: logging.Logger) -> None:
+    # pytest's capture handlers on the root stand for the host's own here.
+    assert logging.getLogger().handlers
+    ensure_handler()
+    assert bare_app_logger.handlers == [] and bare_app_logger.level == logging.NOTSET

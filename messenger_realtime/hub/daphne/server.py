@@ -79,7 +79,7 @@ async def _shutdown(also_stop: Callable[[], Awaitable[None]] | None) -> None:
 
 
 def install_daphne_integration(also_stop: Callable[[], Awaitable[None]] | None = None) -> None:
-    """Call from the ASGI module when served by Daphne (Twisted's reactor is loaded).
+    """Called once per process by messenger_realtime.asgi.with_hub when Daphne serves it.
 
     also_stop: awaited after the connections are closed and before Daphne exits (the
     in-process dispatcher's stop in single-process mode).
@@ -93,6 +93,7 @@ def install_daphne_integration(also_stop: Callable[[], Awaitable[None]] | None =
     _install_protocol()
     capacity.collect_in_full_rarely()
 
+    _scrub_runserver_log()
     # Daphne's CLI imports the application before it builds its access log generator,
     # so replacing the class it will use here covers `daphne project.asgi:application`.
     cli = sys.modules.get("daphne.cli")
@@ -106,6 +107,24 @@ def install_daphne_integration(also_stop: Callable[[], Awaitable[None]] | None =
                 super().write_entry(host, date, scrub_query_secrets(request), *args, **kw)
 
         cli.AccessLogGenerator = ScrubbingAccessLogGenerator  # type: ignore[attr-defined]
+
+
+def _scrub_runserver_log() -> None:
+    """`manage.py runserver` from Daphne's Django app logs each request's path with its
+    query string: the same scrubbing there."""
+    runserver = sys.modules.get("daphne.management.commands.runserver")
+    command = getattr(runserver, "Command", None)
+    if command is None or getattr(command, "hub_scrubbed", False):
+        return
+    log_action = command.log_action
+
+    def scrubbed(self: Any, protocol: str, action: str, details: dict[str, Any]) -> None:
+        if "path" in details:
+            details = {**details, "path": scrub_query_secrets(str(details["path"]))}
+        log_action(self, protocol, action, details)
+
+    command.log_action = scrubbed
+    command.hub_scrubbed = True
 
 
 def _install_protocol() -> None:

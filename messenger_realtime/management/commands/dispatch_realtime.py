@@ -22,6 +22,7 @@ from messenger_realtime.dispatch.connections import dedicate_django_connection
 from messenger_realtime.dispatch.runner import build_runner
 from messenger_realtime.exceptions import DatabaseUnusable
 from messenger_realtime.ops.health import serve
+from messenger_realtime.ops.logging import ensure_handler
 
 
 def settings_help() -> str:
@@ -101,6 +102,7 @@ class Command(BaseCommand):
         # System checks already ran (requires_system_checks); this re-validates and
         # refuses to start on any invalid MESSENGER_REALTIME value.
         options = load_options()
+        ensure_handler()  # its lines reach stderr under any host logging config
         if not options.realtime_backplane_enabled:
             raise CommandError(
                 "REALTIME_BACKPLANE_ENABLED is false: the in-memory channel layer cannot "

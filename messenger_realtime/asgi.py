@@ -1,0 +1,54 @@
+"""The host's one line in its ASGI module, and everything the app needs of the server:
+
+    application = with_hub(get_asgi_application())    # or any ASGI app of the host's
+
+`with_hub` puts the hub's routes (/hubs/messenger, its negotiate and HTTP transports) in
+front of the host's application (hub/routing.py) and, when Daphne serves the process,
+applies the app's Daphne integration itself, once per process: tokens scrubbed from
+Daphne's access log (and from `runserver`'s), the listen backlog and collector settings a
+reconnect storm needs, a polite Close to every connection at shutdown
+(hub/daphne/server.py). In single-process mode (REALTIME_BACKPLANE_ENABLED false) it also
+starts the dispatcher inside Daphne (dispatch/in_process.py). A host never calls any of
+that: forgetting it would leak tokens into its logs.
+
+This module composes the hub and the dispatcher, so it lives at the app's top level
+beside admin.py, not in either part.
+"""
+
+import sys
+
+from messenger_realtime.hub.routing import Application, routed
+
+__all__ = ["with_hub"]
+
+_integrated = False  # the server is set up once per process, whatever calls with_hub
+
+
+def with_hub(application: Application) -> Application:
+    """`application` with the hub's routes in front, served as the app needs it."""
+    if served_by_daphne():
+        _integrate_daphne()
+    return routed(application)
+
+
+def served_by_daphne() -> bool:
+    """Daphne (its CLI, or `runserver` from its Django app) installs Twisted's reactor
+    before it imports the ASGI application."""
+    return "twisted.internet.reactor" in sys.modules and "daphne.server" in sys.modules
+
+
+def _integrate_daphne() -> None:
+    global _integrated
+    if _integrated:
+        return
+    _integrated = True
+    from messenger_realtime.dispatch.in_process import start_if_single_process
+    from messenger_realtime.hub.daphne.server import install_daphne_integration
+    from messenger_realtime.ops.exposition import export_worker_families_from_web
+    from messenger_realtime.ops.logging import ensure_handler
+
+    ensure_handler()  # the hub's lines reach stderr under any host logging config
+    in_process = start_if_single_process()
+    if in_process is not None:
+        export_worker_families_from_web()
+    install_daphne_integration(also_stop=in_process.stop if in_process else None)
