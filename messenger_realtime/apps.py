@@ -11,10 +11,12 @@ class MessengerRealtimeConfig(AppConfig):
         from messenger_realtime.conf import checks  # noqa: F401  (registers the system checks)
         from messenger_realtime.conf.settings import clear_cache
         from messenger_realtime.contracts import checks as port_checks  # noqa: F401
+        from messenger_realtime.outbox.intents import unbuildable_kinds
 
         def forget_options(setting: str, **kwargs: object) -> None:
             if setting in ("MESSENGER_REALTIME", "CHANNEL_LAYERS"):
                 clear_cache()
+                unbuildable_kinds.cache_clear()
 
         setting_changed.connect(forget_options, weak=False, dispatch_uid="messenger_realtime")
         # A logout closes the hub connections its session opened (backplane/control.py).

@@ -34,7 +34,14 @@ INVALID_ROW_CODES = (
     "SessionKindMismatch",  # the row's session kind is not the session's
     "StateMismatch",  # the entity is not in the state the kind announces
     "UnencodablePayload",  # content no hub protocol carries exactly (contracts/content.py)
+    "Unsupported",  # the host's DomainPort does not read the kind's entity (outbox.enums.READ_BY)
 )
+
+
+class UnsupportedKind(RealtimeError, ValueError):
+    """outbox.enqueue of a kind the host's DomainPort cannot build: the optional read it
+    needs (outbox.enums.READ_BY) is not implemented. Refused where the row is written,
+    never quarantined an hour later."""
 
 
 class InvalidRow(RealtimeError, ValueError):

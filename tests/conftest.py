@@ -91,16 +91,21 @@ def worker_env(transactional_db: None, live_env: dict[str, str]) -> dict[str, st
 
 
 @pytest.fixture(autouse=True)
-def _clean_outbox_for_transactional_tests(request: pytest.FixtureRequest) -> None:
-    """Start transactional tests with an empty outbox and no dispatch lease.
+def _clean_outbox_for_transactional_tests(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Start and end transactional tests with an empty outbox and no dispatch lease.
 
     Django's flush only truncates tables it can see on the search_path, and the outbox
-    lives in the messenger schema, so committed rows would otherwise leak between tests.
+    lives in the messenger schema, so committed rows would otherwise leak between tests
+    (into a later test that counts rows in its own transaction, too).
     Tests without the database (the unit tier) never touch it.
     """
     if "transactional_db" not in request.fixturenames:
+        yield
         return
     request.getfixturevalue("django_db_setup")
     blocker: Any = request.getfixturevalue("django_db_blocker")
+    with blocker.unblock(), connection.cursor() as cur:
+        cur.execute("TRUNCATE messenger.realtime_outbox, messenger.realtime_dispatch_lease")
+    yield
     with blocker.unblock(), connection.cursor() as cur:
         cur.execute("TRUNCATE messenger.realtime_outbox, messenger.realtime_dispatch_lease")

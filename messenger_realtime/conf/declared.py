@@ -115,6 +115,16 @@ def _secret() -> Rule:
     )
 
 
+def _media_secret() -> Rule:
+    """A media secret is needed only by a host whose DomainPort reads calls (media
+    credentials are minted for calls alone): contracts/checks.py requires it there."""
+    return Rule(
+        "E012",
+        lambda v, _: v == "" or len(str(v).encode()) >= MIN_JWT_KEY_BYTES,
+        f"must be at least {MIN_JWT_KEY_BYTES} bytes (set when the DomainPort reads calls)",
+    )
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -299,13 +309,13 @@ SETTINGS: tuple[Setting, ...] = (
          Rule("E020", lambda v, _: v < CLIENT_POLL_TIMEOUT,
               f"must be below {CLIENT_POLL_TIMEOUT:.0f} s (the client's own poll timeout)")),
     _key("MEDIA_JWT_SIGNING_KEY", str, "", H, "", "HS256 key of the media room tokens "
-         "minted at delivery", _secret(), secret=True),
+         "minted at delivery", _media_secret(), secret=True),
     _key("MEDIA_JWT_ISSUER", str, "messenger", H, "", "the media tokens' iss"),
     _key("MEDIA_JWT_AUDIENCE", str, "media", H, "", "the media tokens' aud"),
     _key("MEDIA_TOKEN_TTL", float, 300.0, H, "s", "a media token's lifetime", POSITIVE,
          at_most(86_400.0, "seconds")),
     _key("TURN_SHARED_SECRET", str, "", H, "", "TURN REST credentials' shared secret",
-         _secret(), secret=True),
+         _media_secret(), secret=True),
     _key("TURN_TTL", float, 600.0, H, "s", "a TURN credential's lifetime", POSITIVE,
          at_most(86_400.0, "seconds")),
     _key("ICE_SERVERS", list, ["stun:127.0.0.1:3478", "turn:127.0.0.1:3478?transport=udp"],

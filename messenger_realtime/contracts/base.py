@@ -17,14 +17,14 @@ Payload = dict[str, Any]
 class Contract:
     """How one Kind becomes a payload.
 
-    entity: the DomainPort batch method that loads the referenced entity;
-    reference: which row field holds its id; build: (row, entity view) -> payload, after
-    validating the row against the view (raising InvalidRow); per_recipient: the hub
+    reference: which row field holds the id of the entity the kind refers to (the
+    DomainPort method that loads it is the kind's outbox.enums.READ_BY); build: (row,
+    entity view) -> payload, after validating the row against the view (raising
+    InvalidRow); per_recipient: the hub
     completes the payload for each receiving user (media credentials at delivery); joins:
     which chat the event's user has just joined, if any.
     """
 
-    entity: str
     reference: str  # "message_id" or "ref_id"
     build: Callable[[OutboxRow, Any], Payload]
     per_recipient: bool = False

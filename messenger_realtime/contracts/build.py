@@ -13,7 +13,7 @@ from messenger_realtime.contracts.base import Contract
 from messenger_realtime.contracts.events import HubTarget, OutboxRow, OutgoingEvent
 from messenger_realtime.contracts.port import DomainPort
 from messenger_realtime.exceptions import InvalidRow, UnencodablePayload
-from messenger_realtime.outbox.enums import RealtimeTargetKind, event_name
+from messenger_realtime.outbox.enums import READ_BY, RealtimeTargetKind, event_name
 
 CONTRACTS: Mapping[str, Contract] = {**chat.CONTRACTS, **people.CONTRACTS, **media.CONTRACTS}
 
@@ -31,10 +31,9 @@ def build_events(
     """
     wanted: dict[str, set[UUID]] = defaultdict(set)
     for row in rows:
-        contract = CONTRACTS[row.kind]
-        reference = getattr(row, contract.reference)
-        if reference is not None:
-            wanted[contract.entity].add(reference)
+        reference = getattr(row, CONTRACTS[row.kind].reference)
+        if reference is not None and type(port).provides(READ_BY[row.kind]):
+            wanted[READ_BY[row.kind]].add(reference)
     loaded: dict[str, Mapping[UUID, Any]] = {
         entity: getattr(port, entity)(refs) for entity, refs in wanted.items()
     }
@@ -65,9 +64,13 @@ def _build(
     try:
         if reference is None:
             raise InvalidRow(f"MissingReference: {row.kind} needs {contract.reference}")
-        view = loaded.get(contract.entity, {}).get(reference)
+        entity = READ_BY[row.kind]
+        if entity not in loaded:  # the port does not provide it (see build_events)
+            # Written before the host's port stopped reading it (enqueue refuses it now).
+            raise InvalidRow(f"Unsupported: {row.kind} needs DomainPort.{entity}()")
+        view = loaded.get(entity, {}).get(reference)
         if view is None:
-            raise InvalidRow(f"EntityNotFound: {row.kind} refers to a missing {contract.entity}")
+            raise InvalidRow(f"EntityNotFound: {row.kind} refers to a missing {entity}")
         payload = contract.build(row, view)
         # Content stored before the API checked it (or by another writer) fails here, for
         # this row alone, instead of in an encoder, where it would fail its whole chunk.

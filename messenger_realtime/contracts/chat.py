@@ -95,9 +95,9 @@ def joined_chat(row: OutboxRow, e: ChatEventView) -> UUID | None:
 
 
 CONTRACTS: dict[str, Contract] = {
-    K.MESSAGE_RECEIVED: Contract("messages", "message_id", message_received),
-    K.MESSAGE_EDITED: Contract("messages", "message_id", message_edited),
-    K.MESSAGE_DELETED: Contract("messages", "message_id", message_deleted),
-    K.READ_RECEIPT_UPDATED: Contract("participants", "ref_id", read_receipt_updated),
-    K.CHAT_UPDATED: Contract("chat_events", "ref_id", chat_updated, joins=joined_chat),
+    K.MESSAGE_RECEIVED: Contract("message_id", message_received),
+    K.MESSAGE_EDITED: Contract("message_id", message_edited),
+    K.MESSAGE_DELETED: Contract("message_id", message_deleted),
+    K.READ_RECEIPT_UPDATED: Contract("ref_id", read_receipt_updated),
+    K.CHAT_UPDATED: Contract("ref_id", chat_updated, joins=joined_chat),
 }

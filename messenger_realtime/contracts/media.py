@@ -19,8 +19,8 @@ from messenger_realtime.contracts.base import (
 from messenger_realtime.contracts.events import OutboxRow
 from messenger_realtime.contracts.port import CallParticipantView, CallView, RecordingView
 from messenger_realtime.exceptions import InvalidRow
+from messenger_realtime.outbox.enums import READ_BY, SessionKind
 from messenger_realtime.outbox.enums import RealtimeDispatchKind as K
-from messenger_realtime.outbox.enums import SessionKind
 
 MEDIA_INVITES = {K.CALL_INVITED, K.CONFERENCE_INVITED, K.CONFERENCE_STARTED}
 
@@ -100,27 +100,12 @@ def recording_event(row: OutboxRow, r: RecordingView) -> Payload:
     return payload
 
 
-_CALLS = (
-    K.CALL_INVITED,
-    K.CALL_ANSWERED,
-    K.CALL_DECLINED,
-    K.CALL_MISSED,
-    K.CALL_CANCELLED,
-    K.CALL_ENDED,
-    K.CONFERENCE_INVITED,
-    K.CONFERENCE_STARTED,
-    K.CONFERENCE_ENDED,
-)
-_PARTICIPANTS = (
-    K.CONFERENCE_PARTICIPANT_JOINED,
-    K.CONFERENCE_PARTICIPANT_LEFT,
-    K.SCREEN_SHARE_STARTED,
-    K.SCREEN_SHARE_STOPPED,
-)
-_RECORDINGS = (K.RECORDING_STARTED, K.RECORDING_STOPPED, K.RECORDING_AVAILABLE, K.RECORDING_FAILED)
+def _read_by(method: str) -> list[str]:
+    return [kind for kind, reader in READ_BY.items() if reader == method]
+
 
 CONTRACTS: dict[str, Contract] = {
-    **{kind: Contract("calls", "ref_id", call_event, kind in MEDIA_INVITES) for kind in _CALLS},
-    **{kind: Contract("call_participants", "ref_id", participant_event) for kind in _PARTICIPANTS},
-    **{kind: Contract("recordings", "ref_id", recording_event) for kind in _RECORDINGS},
+    **{kind: Contract("ref_id", call_event, kind in MEDIA_INVITES) for kind in _read_by("calls")},
+    **{kind: Contract("ref_id", participant_event) for kind in _read_by("call_participants")},
+    **{kind: Contract("ref_id", recording_event) for kind in _read_by("recordings")},
 }

@@ -52,8 +52,8 @@ def blacklist_changed(row: OutboxRow, b: BlacklistView) -> Payload:
 
 
 CONTRACTS: dict[str, Contract] = {
-    K.CONTACT_REQUEST_RECEIVED: Contract("contacts", "ref_id", contact_request_received),
-    K.CONTACT_REQUEST_ACCEPTED: Contract("contacts", "ref_id", contact_request_accepted),
-    K.CONTACT_REMOVED: Contract("contacts", "ref_id", contact_removed),
-    K.BLACKLIST_CHANGED: Contract("blacklist_entries", "ref_id", blacklist_changed),
+    K.CONTACT_REQUEST_RECEIVED: Contract("ref_id", contact_request_received),
+    K.CONTACT_REQUEST_ACCEPTED: Contract("ref_id", contact_request_accepted),
+    K.CONTACT_REMOVED: Contract("ref_id", contact_removed),
+    K.BLACKLIST_CHANGED: Contract("ref_id", blacklist_changed),
 }

@@ -143,15 +143,37 @@ class UserStanding:
 
 
 class DomainPort(abc.ABC):
-    """What the realtime app reads. Batch methods return only the ids that exist."""
+    """What the realtime app reads. Batch methods return only the ids that exist.
 
-    @abc.abstractmethod
+    A host implements the abstract methods (its users' chats and memberships, messages,
+    participants, chat events). The rest have defaults: chat_roster, user_standing and
+    standing_and_chats read more cheaply when a host overrides them; contacts,
+    blacklist_entries, calls, call_participants and recordings are optional capabilities
+    (OPTIONAL_READS): a host that has no calls implements none of those, sets no media
+    secret, and may not write their kinds (outbox.enqueue refuses them, naming the
+    method). `provides()` says which a port class implements.
+    """
+
+    OPTIONAL_READS = frozenset(
+        {"contacts", "blacklist_entries", "calls", "call_participants", "recordings"}
+    )
+
+    @classmethod
+    def provides(cls, method: str) -> bool:
+        """Whether this port implements `method` (an optional read is implemented when
+        the class overrides DomainPort's default)."""
+        found = getattr(cls, method, None)
+        return callable(found) and found is not getattr(DomainPort, method, None)
+
     def active_chat_ids(self, user_id: UUID) -> list[UUID]:
-        """Chats in which the user is an active participant (their hub chat groups)."""
+        """Chats in which the user is an active participant (their hub chat groups).
+        This default reads active_chats."""
+        return list(self.active_chats(user_id))
 
     @abc.abstractmethod
     def active_chats(self, user_id: UUID) -> Mapping[UUID, int]:
-        """As active_chat_ids, each with its chat's membership version, read together."""
+        """The chats in which the user is an active participant, each with its chat's
+        membership version, read together."""
 
     @abc.abstractmethod
     def membership_versions(self, chat_ids: Ids) -> Mapping[UUID, int]:
@@ -189,20 +211,30 @@ class DomainPort(abc.ABC):
     @abc.abstractmethod
     def chat_events(self, ids: Ids) -> Mapping[UUID, ChatEventView]: ...
 
-    @abc.abstractmethod
-    def contacts(self, ids: Ids) -> Mapping[UUID, ContactView]: ...
+    # Optional capabilities: a host without them leaves these as they are.
 
-    @abc.abstractmethod
-    def blacklist_entries(self, ids: Ids) -> Mapping[UUID, BlacklistView]: ...
+    def contacts(self, ids: Ids) -> Mapping[UUID, ContactView]:
+        raise NotProvided("contacts")
 
-    @abc.abstractmethod
-    def calls(self, ids: Ids) -> Mapping[UUID, CallView]: ...
+    def blacklist_entries(self, ids: Ids) -> Mapping[UUID, BlacklistView]:
+        raise NotProvided("blacklist_entries")
 
-    @abc.abstractmethod
-    def call_participants(self, ids: Ids) -> Mapping[UUID, CallParticipantView]: ...
+    def calls(self, ids: Ids) -> Mapping[UUID, CallView]:
+        raise NotProvided("calls")
 
-    @abc.abstractmethod
-    def recordings(self, ids: Ids) -> Mapping[UUID, RecordingView]: ...
+    def call_participants(self, ids: Ids) -> Mapping[UUID, CallParticipantView]:
+        raise NotProvided("call_participants")
+
+    def recordings(self, ids: Ids) -> Mapping[UUID, RecordingView]:
+        raise NotProvided("recordings")
+
+
+class NotProvided(NotImplementedError):
+    """An optional read the host's port does not implement (DomainPort.OPTIONAL_READS)."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__(f"the DomainPort does not implement {method}()")
+        self.method = method
 
 
 def port_problem(path: str) -> str | None:
@@ -214,7 +246,12 @@ def port_problem(path: str) -> str | None:
     except ImportError as exc:
         return f"cannot import {path!r}: {exc}"
     abstract = DomainPort.__abstractmethods__
-    missing = [name for name in abstract if not callable(getattr(port_class, name, None))]
+    missing = [
+        name
+        for name in abstract
+        if not callable(found := getattr(port_class, name, None))
+        or getattr(found, "__isabstractmethod__", False)
+    ]
     return f"{path} lacks {', '.join(sorted(missing))}" if missing else None
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from uuid import UUID
 
 import jwt
+from django.core.exceptions import ImproperlyConfigured
 
 from messenger_realtime.conf.settings import HubOptions
 
@@ -51,7 +52,16 @@ def room_token(room_name: str, user_id: UUID, options: HubOptions, now: float | 
 
 
 def media_join(room_name: str, user_id: UUID, options: HubOptions) -> dict[str, Any]:
-    """The MediaJoinModel a client needs to join `room_name` as `user_id`."""
+    """The MediaJoinModel a client needs to join `room_name` as `user_id`.
+
+    Raises ImproperlyConfigured rather than sign with an unset secret: the secrets may be
+    left unset only by a host whose port reads no calls (system check E012 says so at
+    `check`), and such a host has no call events to deliver."""
+    if not options.media_jwt_signing_key or not options.turn_shared_secret:
+        raise ImproperlyConfigured(
+            "MESSENGER_REALTIME MEDIA_JWT_SIGNING_KEY and TURN_SHARED_SECRET must be set to"
+            " deliver call events (system check messenger_realtime.E012)"
+        )
     now = time.time()
     turn = turn_credentials(user_id, options, now)
     ice_servers: list[dict[str, Any]] = []

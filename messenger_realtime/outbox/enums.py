@@ -2,6 +2,7 @@
 
 import functools
 import re
+from collections.abc import Mapping
 
 from django.db import models
 
@@ -50,6 +51,58 @@ class RealtimeDispatchKind(models.TextChoices):
     SCREEN_SHARE_STOPPED = "ScreenShareStopped"
     BLACKLIST_CHANGED = "BlacklistChanged"
 
+
+_K = RealtimeDispatchKind
+
+# The DomainPort method that reads the entity a kind's row refers to (its reference id):
+# the build loads it once per batch (contracts/build.py), and a host's port must implement
+# it before the host may write that kind (outbox.enqueue refuses the kind otherwise).
+# messages, participants and chat_events every port implements; the others are optional
+# capabilities (contacts, blacklists, calls and conferences, their participants,
+# recordings) that cost a host nothing until it uses them.
+READ_BY: Mapping[str, str] = {
+    _K.MESSAGE_RECEIVED: "messages",
+    _K.MESSAGE_EDITED: "messages",
+    _K.MESSAGE_DELETED: "messages",
+    _K.READ_RECEIPT_UPDATED: "participants",
+    _K.CHAT_UPDATED: "chat_events",
+    _K.CONTACT_REQUEST_RECEIVED: "contacts",
+    _K.CONTACT_REQUEST_ACCEPTED: "contacts",
+    _K.CONTACT_REMOVED: "contacts",
+    _K.BLACKLIST_CHANGED: "blacklist_entries",
+    **dict.fromkeys(
+        (
+            _K.CALL_INVITED,
+            _K.CALL_ANSWERED,
+            _K.CALL_DECLINED,
+            _K.CALL_MISSED,
+            _K.CALL_CANCELLED,
+            _K.CALL_ENDED,
+            _K.CONFERENCE_INVITED,
+            _K.CONFERENCE_STARTED,
+            _K.CONFERENCE_ENDED,
+        ),
+        "calls",
+    ),
+    **dict.fromkeys(
+        (
+            _K.CONFERENCE_PARTICIPANT_JOINED,
+            _K.CONFERENCE_PARTICIPANT_LEFT,
+            _K.SCREEN_SHARE_STARTED,
+            _K.SCREEN_SHARE_STOPPED,
+        ),
+        "call_participants",
+    ),
+    **dict.fromkeys(
+        (
+            _K.RECORDING_STARTED,
+            _K.RECORDING_STOPPED,
+            _K.RECORDING_AVAILABLE,
+            _K.RECORDING_FAILED,
+        ),
+        "recordings",
+    ),
+}
 
 # Time-critical kinds: claimed ahead of any backlog (a ringing phone, a call that ended).
 URGENT_KINDS = (

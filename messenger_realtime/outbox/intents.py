@@ -9,15 +9,24 @@ On commit the rows exist and one `NOTIFY realtime_outbox` wakes the worker; on r
 there is neither row nor notification (PostgreSQL delivers NOTIFY only at commit).
 """
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from uuid import UUID
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
+from django.utils.module_loading import import_string
 
-from messenger_realtime.exceptions import TransactionRequired
+from messenger_realtime.conf.settings import domain_port_path
+from messenger_realtime.exceptions import TransactionRequired, UnsupportedKind
 from messenger_realtime.ops import tracing
-from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind, SessionKind
+from messenger_realtime.outbox.enums import (
+    READ_BY,
+    RealtimeDispatchKind,
+    RealtimeTargetKind,
+    SessionKind,
+)
 from messenger_realtime.outbox.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.notify import notify
 from messenger_realtime.outbox.streams import stream_name, take_offsets
@@ -48,6 +57,28 @@ class OutboxIntent:
             raise ValueError(f"{self.kind}: a ChatGroup push needs chat_id")
         if self.target_kind == RealtimeTargetKind.USER and self.target_user_id is None:
             raise ValueError(f"{self.kind}: a User push needs target_user_id")
+        method = unbuildable_kinds().get(self.kind)
+        if method is not None:
+            raise UnsupportedKind(
+                f"{self.kind} cannot be delivered: the DomainPort ({domain_port_path()}) does"
+                f" not implement {method}(), which reads what {self.kind} refers to"
+            )
+
+
+@functools.cache
+def unbuildable_kinds() -> Mapping[str, str]:
+    """Each kind the host's DomainPort cannot build, with the optional read it lacks
+    (the port answers: DomainPort.provides). Read once per process; the app forgets it
+    when MESSENGER_REALTIME changes. A DOMAIN_PORT that cannot be imported refuses
+    nothing here: system check E011 names it, and the worker does not start."""
+    try:
+        port_class = import_string(domain_port_path())
+    except (ImportError, ImproperlyConfigured):
+        return {}
+    provides = getattr(port_class, "provides", None)
+    if provides is None:  # not a DomainPort subclass: E011 requires every method of it
+        return {}
+    return {kind: method for kind, method in READ_BY.items() if not provides(method)}
 
 
 def enqueue(
@@ -68,7 +99,8 @@ def enqueue(
     push target_user_id; `using` is the owner's database alias.
     Returns: the new RealtimeOutboxEntry (Pending, due now by the database clock).
     Raises: TransactionRequired outside transaction.atomic(); ValueError naming the
-    inconsistent field (unknown kind, missing target id).
+    inconsistent field (unknown kind, missing target id); UnsupportedKind (a ValueError)
+    for a kind the host's DomainPort does not read, naming the missing method.
     """
     intent = OutboxIntent(
         kind, target_kind, chat_id, target_user_id, message_id, ref_id, session_kind, seq

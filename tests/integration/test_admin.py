@@ -176,7 +176,7 @@ def test_requeue_asks_for_confirmation_in_a_host_without_this_repository_s_templ
 ) -> None:
     # Another project's settings: the confirmation page must come from the app's package.
     settings.TEMPLATES = STARTPROJECT_TEMPLATES  # type: ignore[attr-defined]
-    rows = incident(1, LAYER_DOWN)
+    rows = incident(1, "ConfirmationPage")  # an incident of its own (rows stay committed)
     client = staff("requeue_realtimeoutboxentry")
     ask = client.post(URL, {"action": "requeue", "_selected_action": [str(rows[0].id)]})
     assert ask.status_code == 200 and b"Yes, requeue" in ask.content

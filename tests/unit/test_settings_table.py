@@ -28,9 +28,12 @@ def test_each_roles_options_are_exactly_its_declared_keys() -> None:
 
 
 def test_every_default_meets_its_own_rules_but_the_secrets_it_leaves_empty() -> None:
+    # The media secrets may stay empty: only a port that reads calls needs them
+    # (contracts/checks.py requires them there).
     problems = validate(DEFAULTS)
+    media = {"MEDIA_JWT_SIGNING_KEY", "TURN_SHARED_SECRET"}
     assert {(check_id, key) for check_id, key, _ in problems} == {
-        ("E012", s.name) for s in SETTINGS if s.secret
+        ("E012", s.name) for s in SETTINGS if s.secret and s.name not in media
     }
 
 
