@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { ChatTimeline, RealtimeClient, StreamOffsets } from "../../messenger_realtime/static/messenger_realtime/realtime-client.js";
+import { restCallbacks } from "../../project/messenger/static/messenger/rest.js";
 
 const CHAT = "c1";
 const msg = (seq, extra = {}) => ({ chatId: CHAT, messageId: `m${seq}`, seq, body: `b${seq}`, ...extra });
@@ -89,7 +90,7 @@ test("a gap in realtime events is filled from list-messages", async () => {
   const connection = new FakeConnection();
   const history = [msg(1), msg(2), msg(3)];
   const { calls, fetchImpl } = server(history);
-  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", fetchImpl });
+  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", rest: restCallbacks({ getToken: () => "t", fetchImpl }) });
   await client.start();
   await client.openChat(CHAT);
   history.push(msg(4), msg(5));
@@ -104,7 +105,7 @@ test("after a reconnect every open chat is resynced", async () => {
   const connection = new FakeConnection();
   const history = [msg(1)];
   const { fetchImpl } = server(history);
-  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", fetchImpl });
+  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", rest: restCallbacks({ getToken: () => "t", fetchImpl }) });
   const states = [];
   client.addEventListener("state", (e) => states.push(e.detail.state));
   await client.start();
@@ -124,7 +125,7 @@ test("a send that got no answer is tried again with the same clientMessageId", a
     if (failures-- > 0) throw new TypeError("network down"); // as fetch() does offline
     return { ok: true, status: 201, json: async () => ({ ...msg(1), body: "hi" }) };
   };
-  const client = new RealtimeClient({ signalR: fakeSignalR(new FakeConnection()), getToken: () => "t", fetchImpl });
+  const client = new RealtimeClient({ signalR: fakeSignalR(new FakeConnection()), getToken: () => "t", rest: restCallbacks({ getToken: () => "t", fetchImpl }) });
   const sent = await client.send(CHAT, "hi");
   assert.equal(sent.messageId, "m1");
   assert.equal(bodies.length, 2);
@@ -141,7 +142,7 @@ test("a send the server refused is not retried", async () => {
     calls += 1;
     return { ok: false, status: 403, json: async () => ({ error: "blocked" }) };
   };
-  const client = new RealtimeClient({ signalR: fakeSignalR(new FakeConnection()), getToken: () => "t", fetchImpl });
+  const client = new RealtimeClient({ signalR: fakeSignalR(new FakeConnection()), getToken: () => "t", rest: restCallbacks({ getToken: () => "t", fetchImpl }) });
   await assert.rejects(client.send(CHAT, "hi"), /blocked/);
   assert.equal(calls, 1);
 });
@@ -181,7 +182,7 @@ test("after a reconnect what was missed comes through Recover, with no REST call
     return Object.fromEntries(Object.keys(asked).map((stream) => [stream, "recovered"]));
   });
   const { calls, fetchImpl } = server([msg(1)], 10);
-  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", fetchImpl });
+  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", rest: restCallbacks({ getToken: () => "t", fetchImpl }) });
   await client.start();
   await client.openChat(CHAT);
   connection.handlers.message_received(event(2, 11)); // live
@@ -202,7 +203,7 @@ test("only a chat the hub says to resync goes to REST; a forbidden one is closed
   const connection = new RecoveringConnection(() => outcomes);
   const history = [msg(1)];
   const { calls, fetchImpl } = server(history, 1);
-  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", fetchImpl });
+  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", rest: restCallbacks({ getToken: () => "t", fetchImpl }) });
   const forbidden = [];
   client.addEventListener("forbidden", (e) => forbidden.push(e.detail));
   await client.start();
@@ -217,4 +218,32 @@ test("only a chat the hub says to resync goes to REST; a forbidden one is closed
   assert.deepEqual(client.timeline(CHAT).messages().map((m) => m.seq), [1, 2]);
   assert.deepEqual(forbidden, [{ stream: `chat:${OTHER}`, chatId: OTHER }]);
   assert.deepEqual(Object.keys(client.offsets.asked()), [`chat:${CHAT}`]);
+});
+
+test("the module names no REST path: the host's callbacks are all it calls", async () => {
+  const { readFile } = await import("node:fs/promises");
+  const source = await readFile(new URL("../../messenger_realtime/static/messenger_realtime/realtime-client.js", import.meta.url), "utf8");
+  assert.ok(!/["'`]\/api\//.test(source), "realtime-client.js must not name the host's REST paths");
+  assert.throws(() => new RealtimeClient({ signalR: fakeSignalR(new FakeConnection()), getToken: () => "t" }), /needs `rest`/);
+
+  const connection = new FakeConnection();
+  const history = [msg(1), msg(2)];
+  const asked = [];
+  const rest = {
+    listChats: async () => ({ chats: [] }),
+    openChat: async (chatId) => ({ stream: `chat:${chatId}`, offset: 2 }),
+    messagesAfter: async (chatId, seq, limit) => {
+      asked.push([chatId, seq, limit]);
+      return history.filter((m) => m.seq > seq);
+    },
+  };
+  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", rest });
+  await client.start();
+  await client.openChat(CHAT);
+  history.push(msg(3), msg(4));
+  connection.handlers.message_received(msg(4)); // 3 was lost: the host's history fills it
+  await new Promise((resolve) => setImmediate(resolve));
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.deepEqual(client.timeline(CHAT).messages().map((m) => m.seq), [1, 2, 3, 4]);
+  assert.deepEqual(asked, [[CHAT, 0, 200], [CHAT, 2, 200]]);
 });

@@ -9,6 +9,20 @@
 //
 // The SignalR client is injected (`signalR`: the @microsoft/signalr namespace), so this
 // module runs in browsers (the package's browser build) and under Node (its npm import).
+//
+// The host's REST API is the host's: this module names no path. The host passes `rest`,
+// an object of async callbacks (docs/integration.md, "The web client"):
+//   listChats()                      -> { user?: { stream, offset }, chats: [{ stream, offset, ... }] }
+//   openChat(chatId)                 -> { stream, offset, ... }   the chat's stream, where it stands
+//   messagesAfter(chatId, seq, limit)-> [message, ...]           history after `seq`, in Seq order
+//   send(chatId, { body, clientMessageId }) -> message           (optional: for send())
+//   edit(chatId, messageId, body)    -> message                  (optional: for edit())
+//   remove(chatId, messageId)        -> anything                 (optional: for remove())
+// A callback that got no answer at all throws an error with `noAnswer: true` (or a
+// NetworkError): a send is then tried again with the same clientMessageId; any other
+// error is the host's answer.
+
+const PAGE = 200; // messages asked of the host's history per call
 
 /** One chat's messages, keyed by Seq. */
 export class ChatTimeline {
@@ -130,6 +144,7 @@ export class NetworkError extends Error {
   constructor(cause) {
     super(`no answer from the server (${cause?.message ?? cause})`);
     this.cause = cause;
+    this.noAnswer = true;
   }
 }
 
@@ -148,13 +163,13 @@ function newId() {
  * "forbidden" (a chat it may not read any more) and the hub's other events.
  */
 export class RealtimeClient extends EventTarget {
-  constructor({ signalR, hubUrl = "/hubs/messenger", apiBase = "", getToken, fetchImpl }) {
+  constructor({ signalR, hubUrl = "/hubs/messenger", getToken, rest }) {
     super();
+    if (!rest) throw new TypeError("RealtimeClient needs `rest`: the host's REST callbacks");
     this.signalR = signalR;
     this.hubUrl = hubUrl;
-    this.apiBase = apiBase;
     this.getToken = getToken;
-    this.fetch = fetchImpl || globalThis.fetch.bind(globalThis);
+    this.rest = rest;
     this.timelines = new Map();
     this.offsets = new StreamOffsets();
     this.recovering = false; // from a (re)connect until its recovery answered
@@ -234,7 +249,7 @@ export class RealtimeClient extends EventTarget {
 
   /** The caller's chats (REST); where each of its streams stands is noted for recovery. */
   async chats() {
-    const listed = await this.api("GET", "/api/chats");
+    const listed = await this.rest.listChats();
     if (listed.user) this.offsets.start(listed.user.stream, listed.user.offset);
     for (const chat of listed.chats) this.offsets.start(chat.stream, chat.offset);
     return listed.chats;
@@ -249,7 +264,7 @@ export class RealtimeClient extends EventTarget {
    * offset is never newer than the history: a recovery from it misses nothing).
    */
   async openChat(chatId) {
-    const chat = await this.api("GET", `/api/chats/${chatId}`);
+    const chat = await this.rest.openChat(chatId);
     this.offsets.start(chat.stream, chat.offset);
     if (!this.timelines.has(chatId)) this.timelines.set(chatId, new ChatTimeline(chatId));
     await this.resync(chatId);
@@ -264,17 +279,17 @@ export class RealtimeClient extends EventTarget {
     await Promise.all([...this.timelines.keys()].map((chatId) => this.resync(chatId)));
   }
 
-  /** Fetch everything after the contiguous Seq (pages of 200) from list-messages. */
+  /** Fetch everything after the contiguous Seq (pages of 200) from the host's history. */
   async resync(chatId) {
     const timeline = this.timelines.get(chatId);
     if (!timeline) return;
     let after = timeline.contiguousSeq();
     let changed = false;
     for (;;) {
-      const page = await this.api("GET", `/api/chats/${chatId}/messages?afterSeq=${after}&limit=200`);
-      for (const message of page.messages) changed = timeline.apply(message) || changed;
-      if (page.messages.length < 200) break;
-      after = page.messages[page.messages.length - 1].seq;
+      const page = await this.rest.messagesAfter(chatId, after, PAGE);
+      for (const message of page) changed = timeline.apply(message) || changed;
+      if (page.length < PAGE) break;
+      after = page[page.length - 1].seq;
     }
     if (changed) this.emit("messages", { chatId });
   }
@@ -299,41 +314,23 @@ export class RealtimeClient extends EventTarget {
   async send(chatId, body, { clientMessageId = newId(), attempts = 3 } = {}) {
     for (let attempt = 1; ; attempt += 1) {
       try {
-        const message = await this.api("POST", `/api/chats/${chatId}/messages`, { body, clientMessageId });
+        const message = await this.rest.send(chatId, { body, clientMessageId });
         this.receive(message);
         return message;
       } catch (error) {
-        if (!(error instanceof NetworkError) || attempt >= attempts) throw error;
+        if (error?.noAnswer !== true || attempt >= attempts) throw error;
       }
     }
   }
 
   async edit(chatId, messageId, body) {
-    this.receive(await this.api("PATCH", `/api/chats/${chatId}/messages/${messageId}`, { body }));
+    this.receive(await this.rest.edit(chatId, messageId, body));
   }
 
   async remove(chatId, messageId) {
-    await this.api("DELETE", `/api/chats/${chatId}/messages/${messageId}`);
+    await this.rest.remove(chatId, messageId);
     const known = this.timelines.get(chatId)?.messages().find((m) => m.messageId === messageId);
     if (known) this.receive({ chatId, messageId, seq: known.seq, deletedAt: new Date().toISOString() });
-  }
-
-  async api(method, path, body) {
-    const headers = { Authorization: `Bearer ${await this.getToken()}`, "Content-Type": "application/json" };
-    let response;
-    try {
-      response = await this.fetch(this.apiBase + path, {
-        method,
-        headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
-      });
-    } catch (error) {
-      throw new NetworkError(error); // no answer: the request may or may not have happened
-    }
-    if (response.status === 204) return null;
-    const data = await response.json();
-    if (!response.ok) throw new Error(data.error || `HTTP ${response.status}`);
-    return data;
   }
 
   setState(state) {

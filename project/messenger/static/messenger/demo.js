@@ -1,6 +1,7 @@
 // The demo page: a thin view over RealtimeClient (ordering, dedupe, recovery and resync
 // live there).
 import { RealtimeClient } from "../messenger_realtime/realtime-client.js";
+import { restCallbacks } from "./rest.js";
 
 const $ = (id) => document.getElementById(id);
 const me = $("me").dataset.userId;
@@ -19,7 +20,8 @@ async function getToken() {
   return token;
 }
 
-const client = new RealtimeClient({ signalR: window.signalR, getToken });
+const rest = restCallbacks({ getToken });
+const client = new RealtimeClient({ signalR: window.signalR, getToken, rest });
 
 client.addEventListener("state", (e) => {
   $("connection").textContent = e.detail.state;
@@ -92,7 +94,7 @@ function renderMessages() {
   const last = messages.length ? messages[messages.length - 1].seq : 0;
   if (last > (lastRead[current] || 0)) {
     lastRead[current] = last;
-    client.api("POST", `/api/chats/${current}/read`, { seq: last }).catch(() => {});
+    rest.call("POST", `/api/chats/${current}/read`, { seq: last }).catch(() => {});
   }
 }
 
@@ -130,7 +132,7 @@ $("call-answer").onclick = () => callAction("answer");
 $("call-decline").onclick = () => callAction("decline");
 
 async function callAction(action) {
-  if (incomingCall) await client.api("POST", `/api/calls/${incomingCall.callId}/${action}`).catch(() => {});
+  if (incomingCall) await rest.call("POST", `/api/calls/${incomingCall.callId}/${action}`).catch(() => {});
   $("call-banner").hidden = true;
 }
 
