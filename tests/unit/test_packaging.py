@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.packaging import build_wheel
 from tests.support.runtime import ROOT
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
@@ -165,28 +166,6 @@ def test_the_proxy_balances_several_hub_processes_sticky_by_id_as_serve_does() -
     web = services()["web"]  # HUBS=N replicas, each an upstream server of the proxy
     assert "replicas: ${HUBS:-1}" in web and "restart: unless-stopped" in web
     assert "MESSENGER_UPSTREAM: web:8000" in services()["proxy"]
-
-
-def build_wheel(into: Path) -> Path:
-    """The app's wheel, built from a copy of the tracked tree (the build writes build/
-    and *.egg-info beside the sources) with the pip and setuptools of the test venv."""
-    import shutil
-    import sys
-
-    source = into / "source"
-    tracked = (
-        subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
-        .stdout.decode()
-        .split("\0")
-    )
-    for name in filter(None, tracked):
-        if (ROOT / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, source / name)
-    argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-    subprocess.run([*argv, str(source), "-w", str(into)], check=True, capture_output=True)
-    (wheel,) = into.glob("messenger_realtime-*.whl")
-    return wheel
 
 
 def test_the_wheel_carries_everything_the_app_needs_at_run_time(tmp_path: Path) -> None:

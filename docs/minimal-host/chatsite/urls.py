@@ -1,0 +1,9 @@
+"""The minimal host's URLs."""
+
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("", include("messenger_realtime.urls")),
+]
