@@ -38,6 +38,7 @@ from messenger_realtime.outbox.streams import CHAT_PREFIX, USER_PREFIX
 
 RECOVERED, RESYNC, FORBIDDEN = "recovered", "resync", "forbidden"
 MAX_STREAMS = 1000  # streams one Recover may name (a user in more chats recovers in parts)
+MAX_OFFSET = 2**63 - 1  # a stream's offset is a PostgreSQL bigint
 READ_CHUNK = 50  # streams per database read: bounds what one read holds in memory
 _TARGET_KINDS = {CHAT_PREFIX: RealtimeTargetKind.CHAT_GROUP, USER_PREFIX: RealtimeTargetKind.USER}
 
@@ -162,8 +163,10 @@ def parse(argument: Any) -> dict[str, int]:
     asked: dict[str, int] = {}
     for stream, offset in argument.items():
         _stream_key(stream)  # raises for a malformed name
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise RecoverError(f"The offset of {stream!r} must be an integer >= 0.")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
+            raise RecoverError(
+                f"The offset of {stream!r} must be an integer from 0 to {MAX_OFFSET}."
+            )
         asked[stream] = offset
     return asked
 

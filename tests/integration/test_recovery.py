@@ -63,9 +63,10 @@ def team() -> tuple[Any, Any, Any, str]:
         ({"chat:not-a-uuid": 0}, "is not a stream"),
         ({"room:0192d0c8-0000-7000-8000-000000000000": 0}, "is not a stream"),
         ({"chat:0192D0C8-0000-7000-8000-000000000000": 0}, "is not a stream"),
-        ({"chat:0192d0c8-0000-7000-8000-000000000000": -1}, "integer >= 0"),
-        ({"chat:0192d0c8-0000-7000-8000-000000000000": "3"}, "integer >= 0"),
-        ({"chat:0192d0c8-0000-7000-8000-000000000000": True}, "integer >= 0"),
+        ({"chat:0192d0c8-0000-7000-8000-000000000000": -1}, "integer from 0 to"),
+        ({"chat:0192d0c8-0000-7000-8000-000000000000": "3"}, "integer from 0 to"),
+        ({"chat:0192d0c8-0000-7000-8000-000000000000": True}, "integer from 0 to"),
+        ({"chat:0192d0c8-0000-7000-8000-000000000000": 2**63}, "integer from 0 to"),
         ({f"chat:{uuid.UUID(int=n)}": 0 for n in range(1001)}, "at most 1000"),
     ],
 )
