@@ -41,6 +41,7 @@ EXPIRABLE_KINDS = frozenset(
     }
 )
 MIN_JWT_KEY_BYTES = 32  # RFC 7518: an HS256 key at least as long as the hash
+MAX_JWT_LEEWAY = 60.0  # clock skew is seconds; more would only lengthen every token
 # Twisted's own write buffer threshold: a smaller bound would close healthy connections
 # on a single large event.
 MIN_SEND_BUFFER_LIMIT = 64 * 1024
@@ -270,7 +271,15 @@ SETTINGS: tuple[Setting, ...] = (
     _key("JWT_ISSUER", str, "messenger", H, "", "the tokens' iss"),
     _key("JWT_AUDIENCE", str, "messenger-realtime", H, "", "the tokens' aud"),
     _key("JWT_LIFETIME", float, 3600.0, H, "s", "tokens minted by `manage.py realtime_token`",
-         POSITIVE, at_most(30 * 86_400.0, "seconds (30 days)")),
+         POSITIVE, at_most(30 * 86_400.0, "seconds (30 days)"),
+         Rule("E033", lambda v, values: v <= values.get("JWT_MAX_LIFETIME", v),
+              "must be at most JWT_MAX_LIFETIME")),
+    _key("JWT_MAX_LIFETIME", float, 86_400.0, H, "s", "a token whose exp is further than "
+         "this from its iat is refused (a token must carry iat)", POSITIVE,
+         at_most(30 * 86_400.0, "seconds (30 days)")),
+    _key("JWT_LEEWAY", float, 2.0, H, "s", "clock skew forgiven on a token's iat, nbf and "
+         "exp (a token is valid until exp plus this)",
+         within(0, MAX_JWT_LEEWAY, "E034", " (a small skew, not a longer life)")),
     _key("CORS_ALLOWED_ORIGINS", list, [], H, "", "origins negotiate answers with CORS "
          "(comma-separated in the environment)"),
     _key("CONNECTION_TOKEN_TTL", float, 300.0, H, "s", "negotiate -> WebSocket connect",

@@ -69,6 +69,8 @@ class HubOptions:
     jwt_issuer: str
     jwt_audience: str
     jwt_lifetime: float
+    jwt_max_lifetime: float
+    jwt_leeway: float
     cors_allowed_origins: list[str]
     connection_token_ttl: float
     keepalive_interval: float

@@ -85,6 +85,9 @@ def read_access_token(token: str, options: HubOptions) -> Identity:
 
 
 def _verify(token: str, options: HubOptions) -> Identity:
+    """The token's identity. It must say when it was issued (`iat`: revocation compares
+    with it) and live at most JWT_MAX_LIFETIME; JWT_LEEWAY forgives a skewed clock on
+    iat, nbf and exp, and the connection's expiry is exp plus it (the same rule)."""
     try:
         claims: dict[str, Any] = jwt.decode(
             token,
@@ -92,8 +95,11 @@ def _verify(token: str, options: HubOptions) -> Identity:
             algorithms=["HS256"],
             audience=options.jwt_audience,
             issuer=options.jwt_issuer,
-            options={"require": ["exp", "sub", "iss", "aud"]},
+            leeway=options.jwt_leeway,
+            options={"require": ["exp", "iat", "sub", "iss", "aud"]},
         )
+    except jwt.MissingRequiredClaimError as exc:
+        raise InvalidToken(f"token lacks the {exc.claim!r} claim") from exc
     except jwt.ExpiredSignatureError as exc:
         raise InvalidToken("token expired") from exc
     except jwt.InvalidAudienceError as exc:
@@ -102,12 +108,14 @@ def _verify(token: str, options: HubOptions) -> Identity:
         raise InvalidToken("token issuer is not accepted") from exc
     except jwt.InvalidTokenError as exc:
         raise InvalidToken(f"invalid token ({type(exc).__name__})") from exc
-    issued = claims.get("iat")
+    issued_at, expires = float(claims["iat"]), float(claims["exp"])  # numbers: PyJWT checked
+    if expires - issued_at > options.jwt_max_lifetime:
+        raise InvalidToken("token lives longer than JWT_MAX_LIFETIME")
     try:
-        issued_at = float(issued) if issued is not None else None
-        return Identity(UUID(str(claims["sub"])), float(claims["exp"]), issued_at=issued_at)
+        user_id = UUID(str(claims["sub"]))
     except (TypeError, ValueError) as exc:
         raise InvalidToken("token subject is not a user id") from exc
+    return Identity(user_id, expires + options.jwt_leeway, issued_at=issued_at)
 
 
 def bearer_token(headers: dict[bytes, bytes] | None, query: dict[str, list[str]]) -> str | None:

@@ -1,14 +1,19 @@
 """One authenticated user cannot hurt anyone else (issue 44), against a real Daphne: every
 argument a client sends that the hub cannot take is a HubException naming the problem,
-never an unexpected error with a traceback in the log."""
+never an unexpected error with a traceback in the log; a token says when it was issued,
+lives at most JWT_MAX_LIFETIME, and a small clock skew is forgiven (JWT_LEEWAY)."""
 
 import json
+import time
 from collections.abc import Iterator
+from typing import Any
 
+import jwt
 import pytest
 
+from messenger_realtime.conf.settings import load_hub_options
 from tests.support.factories import UserFactory
-from tests.support.wire import RS, joined, records
+from tests.support.wire import RS, joined, negotiate, records
 from tests.support.workers import DaphneProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
@@ -42,3 +47,41 @@ def test_a_recover_offset_past_any_stream_is_a_hub_exception_naming_it(
         f"The offset of {stream!r} must be an integer from 0 to {2**63 - 1}."
     )
     assert not any("Traceback" in line for line in daphne.lines)
+
+
+def signed(claims: dict[str, Any]) -> str:
+    """A token with exactly these claims (plus the hub's iss and aud), signed with the
+    hub's key: what a host's own minting code might produce."""
+    options = load_hub_options()
+    base = {"iss": options.jwt_issuer, "aud": options.jwt_audience}
+    return jwt.encode({**base, **claims}, options.jwt_signing_key, algorithm="HS256")
+
+
+def test_tokens_must_say_when_they_were_issued_and_live_at_most_jwt_max_lifetime(
+    daphne: DaphneProcess,
+) -> None:
+    user = UserFactory()
+    now = int(time.time())
+    no_iat = signed({"sub": str(user.id), "exp": now + 600})
+    ten_years = signed({"sub": str(user.id), "iat": now, "exp": now + 10 * 365 * 86_400})
+    day_and_more = signed({"sub": str(user.id), "iat": now, "exp": now + 86_400 + 60})
+    for token, reason in (
+        (no_iat, "token lacks the 'iat' claim"),
+        (ten_years, "token lives longer than JWT_MAX_LIFETIME"),
+        (day_and_more, "token lives longer than JWT_MAX_LIFETIME"),
+    ):
+        status, body, _ = negotiate(daphne, token)
+        assert (status, body) == (401, {"error": f"Unauthorized: {reason}"})
+
+
+def test_a_token_from_a_clock_a_second_ahead_is_accepted_within_the_leeway(
+    daphne: DaphneProcess,
+) -> None:
+    user = UserFactory()
+    ahead = time.time() + 1  # the issuer's clock runs a second ahead of the hub's
+    token = signed({"sub": str(user.id), "iat": ahead, "nbf": int(ahead), "exp": int(ahead) + 600})
+    status, body, _ = negotiate(daphne, token)
+    assert status == 200, body
+    far_ahead = time.time() + 60
+    token = signed({"sub": str(user.id), "iat": far_ahead, "exp": int(far_ahead) + 600})
+    assert negotiate(daphne, token)[0] == 401

@@ -23,8 +23,12 @@ class Command(BaseCommand):
             subject = UUID(user_id)
         except ValueError as exc:
             raise CommandError(f"not a user id (UUID): {user_id!r}") from exc
-        if lifetime is not None and lifetime <= 0:
-            raise CommandError("--lifetime must be > 0 seconds")
+        hub = load_hub_options()
+        if lifetime is not None and not 0 < lifetime <= hub.jwt_max_lifetime:
+            raise CommandError(
+                f"--lifetime must be > 0 and at most JWT_MAX_LIFETIME "
+                f"({hub.jwt_max_lifetime:g} seconds): the hub refuses longer tokens"
+            )
         # System checks (run before handle) refuse a missing or short JWT_SIGNING_KEY, so
         # the token is always signed with the key the hub verifies with.
-        self.stdout.write(mint_access_token(subject, load_hub_options(), lifetime))
+        self.stdout.write(mint_access_token(subject, hub, lifetime))
