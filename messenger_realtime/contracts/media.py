@@ -23,6 +23,10 @@ from messenger_realtime.outbox.enums import READ_BY, SessionKind
 from messenger_realtime.outbox.enums import RealtimeDispatchKind as K
 
 MEDIA_INVITES = {K.CALL_INVITED, K.CONFERENCE_INVITED, K.CONFERENCE_STARTED}
+# A session a user may still join (the rule the host's REST applies to answering or
+# joining): media credentials are minted at delivery only for one of these, whether the
+# event is pushed live or recovered later, when the call may be long over.
+JOINABLE = frozenset({"Ringing", "Active"})
 
 
 def session_payload(row: OutboxRow, call: CallView) -> Payload:
@@ -63,7 +67,7 @@ def session_payload(row: OutboxRow, call: CallView) -> Payload:
         answeredAt=iso(call.answered_at),
         endedAt=iso(call.ended_at),
     )
-    if row.kind in MEDIA_INVITES:
+    if row.kind in MEDIA_INVITES and call.status in JOINABLE:
         payload["media"] = {"roomName": call.room_name}
     return compact(payload)
 

@@ -16,6 +16,7 @@ from django.contrib.sessions.models import Session
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from messenger_realtime.conf.settings import load_hub_options
 from project.messenger import services
 from tests.support.factories import UserFactory
 from tests.support.helpers import layer
@@ -151,7 +152,9 @@ def test_a_connection_is_closed_at_its_tokens_expiry_and_forwards_nothing_after(
 ) -> None:
     user = UserFactory()
     token = token_for(user.id, lifetime=3)
+    # The token holds until its exp plus JWT_LEEWAY (a skewed issuer's clock forgiven).
     expires = jwt.decode(token, options={"verify_signature": False})["exp"]
+    expires += load_hub_options().jwt_leeway
     with hub_socket(daphne, token) as ws:
         ws.send('{"protocol":"json","version":1}' + RS)
         assert records(ws) == [{}]

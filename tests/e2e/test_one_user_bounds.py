@@ -12,6 +12,7 @@ import jwt
 import pytest
 
 from messenger_realtime.conf.settings import load_hub_options
+from project.messenger import services
 from tests.support.factories import UserFactory
 from tests.support.wire import RS, joined, negotiate, records
 from tests.support.workers import DaphneProcess
@@ -85,3 +86,32 @@ def test_a_token_from_a_clock_a_second_ahead_is_accepted_within_the_leeway(
     far_ahead = time.time() + 60
     token = signed({"sub": str(user.id), "iat": far_ahead, "exp": int(far_ahead) + 600})
     assert negotiate(daphne, token)[0] == 401
+
+
+def test_recovering_an_invitation_to_a_call_that_is_over_mints_no_media_credentials(
+    daphne: DaphneProcess,
+) -> None:
+    """The call was declined and the caller then blocked the callee: REST refuses to let
+    the callee join (409). Recovering the callee's stream must not mint a room token and
+    TURN credentials for it either: the same rule (a session that can still be joined)."""
+    alice, bob = UserFactory(name="alice"), UserFactory(name="bob")
+    chat = services.create_chat(alice.id, [bob.id])
+    call = services.start_call(alice.id, chat.id)
+    services.decline_call(bob.id, call.id)
+    services.set_blocked(alice.id, bob.id, True)
+    stream = f"user:{bob.id}"
+    with joined(daphne, bob) as ws:
+        call_frame = {
+            "type": 1,
+            "invocationId": "1",
+            "target": "Recover",
+            "arguments": [{stream: 0}],
+        }
+        ws.send(json.dumps(call_frame) + RS)
+        got: list[dict[str, Any]] = []
+        while not any(r.get("type") == 3 for r in got):
+            got += records(ws)
+    invited = [r["arguments"][0] for r in got if r.get("target") == "call_invited"]
+    assert len(invited) == 1 and invited[0]["status"] == "Declined"
+    assert "media" not in invited[0]  # no room token, no TURN credentials
+    assert [r["result"] for r in got if r.get("type") == 3] == [{stream: "recovered"}]

@@ -66,12 +66,15 @@ def test_session_kind_routes_direct_to_the_callee_and_conference_to_the_chat() -
     to_bob, to_team = publisher.events
     assert (str(to_bob.target), to_bob.payload["sessionKind"]) == (f"user:{bob.id}", "Direct")
     assert to_bob.payload["callId"] == str(call.id)
-    assert to_bob.payload["media"] == {"roomName": call.room_name}  # secrets come later
+    # The direct call was cancelled (to start the conference): no media for a session that
+    # cannot be joined any more; the active conference's invitation carries its room.
+    assert to_bob.payload["status"] == "Cancelled" and "media" not in to_bob.payload
     assert (str(to_team.target), to_team.payload["sessionKind"]) == (
         f"chat:{team.id}",
         "Conference",
     )
     assert to_team.payload["conferenceId"] == str(conference.id)
+    assert to_team.payload["media"] == {"roomName": conference.room_name}  # secrets come later
 
 
 @pytest.mark.parametrize(
