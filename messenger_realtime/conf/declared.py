@@ -359,9 +359,13 @@ SETTINGS: tuple[Setting, ...] = (
     _key("ADMISSION_WAIT", float, 60.0, H, "s", "a negotiate waits in line this long, then "
          "503 with Retry-After (0: at once)",
          within(0, MAX_ADMISSION_WAIT, "E029", " seconds (0: none)")),
-    _key("RECOVERY_MAX_EVENTS", int, 1000, H, "events", "one stream's recovery sends at "
-         "most this many; further behind: resync", at_least(1, "E030"),
-         at_most(100_000, "events per stream and recovery")),
+    _key("RECOVERY_MAX_EVENTS", int, 1000, H, "events", "one Recover call sends at most "
+         "this many, over all its streams; the streams past it: resync", at_least(1, "E030"),
+         at_most(100_000, "events per recovery")),
+    _key("RECOVERY_MAX_BYTES", int, 256 * 1024, H, "bytes", "one Recover call sends at most "
+         "this much, or half of SEND_BUFFER_LIMIT if less (a recovery never overflows a "
+         "drained connection); the streams past it: resync", at_least(16 * 1024, "E035"),
+         at_most(1024 * 1024 * 1024, "bytes")),
 )
 # fmt: on
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

@@ -102,6 +102,7 @@ class HubOptions:
     admission_per_user: int
     admission_wait: float
     recovery_max_events: int
+    recovery_max_bytes: int
 
 
 def env_name(key: str) -> str:

@@ -38,7 +38,9 @@ logger = logging.getLogger(__name__)
 WRITES = "rest"  # REST writes: POST, PATCH, DELETE under /api/
 INVOCATIONS = "hub"  # hub invocations with a target (not pings, acks or completions)
 KEY = "messenger_realtime:rate:{scope}:{user}"
-# KEYS[1]: the log; ARGV[1]: the limit (>= 1), ARGV[2]: the window in microseconds.
+# KEYS[1]: the log; ARGV[1]: the limit (>= 1), ARGV[2]: the window in microseconds,
+# ARGV[3] (optional): a charge, logged whatever the count (what a request turned out to
+# cost beyond the one it was counted as: a Recover's events, hub/connection/recovery.py).
 # Returns 0 when the request is let through (and logged), else the microseconds until
 # the oldest logged request leaves the window. TIME is Redis' clock (scripts may call it
 # since Redis 5, which replicates a script's effects, not the script). The member is
@@ -49,6 +51,14 @@ local t = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local window = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t - window)
 local count = redis.call('ZCARD', KEYS[1])
+local charge = tonumber(ARGV[3] or '0')
+if charge > 0 then
+  for i = 1, math.min(charge, tonumber(ARGV[1])) do
+    redis.call('ZADD', KEYS[1], t, now[1] .. '.' .. now[2] .. ':' .. (count + i))
+  end
+  redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000))
+  return 0
+end
 if count < tonumber(ARGV[1]) then
   redis.call('ZADD', KEYS[1], t, now[1] .. '.' .. now[2] .. ':' .. count)
   redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000))
@@ -130,6 +140,18 @@ async def acheck(scope: str, user_id: UUID, options: HubOptions) -> Refusal | No
         _failed(scope, user_id, exc)
         return None
     return _verdict(scope, int(wait_us), options)
+
+
+async def acharge(scope: str, user_id: UUID, units: int, options: HubOptions) -> None:
+    """Log `units` more requests of `user_id` in `scope` (at most the limit), whatever
+    the count: the cost of a request beyond the one acheck() counted it as."""
+    if units <= 0 or _limit(options, scope) <= 0 or not options.rate_limit_redis_url:
+        return
+    keys, args = _arguments(scope, user_id, options)
+    try:
+        await _async_script(options.rate_limit_redis_url)(keys, [*args, units])
+    except (redis.RedisError, OSError) as exc:
+        _failed(scope, user_id, exc)
 
 
 # A registered script is sent by its SHA (EVALSHA) and loaded again by redis-py when

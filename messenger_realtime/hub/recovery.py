@@ -173,7 +173,8 @@ def parse(argument: Any) -> dict[str, int]:
 
 def read_missed(user_id: UUID, asked: Mapping[str, int], most: int) -> list[StreamRecovery]:
     """Each asked stream's outcome, with its missed events when recovered (synchronous:
-    the hub runs it on Django's database thread)."""
+    the hub runs it on Django's database thread). At most `most` events in all, in the
+    order the streams were asked: a stream past that budget is "resync", unread."""
     port = get_domain_port()
     chats = port.active_chats(user_id)  # read at recovery, as a REST resync would check
     readable: dict[str, int] = {}
@@ -186,11 +187,22 @@ def read_missed(user_id: UUID, asked: Mapping[str, int], most: int) -> list[Stre
         else:
             results[stream] = StreamRecovery(stream, FORBIDDEN)
     names = list(readable)
+    budget = most  # events this call may still send
     for start in range(0, len(names), READ_CHUNK):
         chunk = {name: readable[name] for name in names[start : start + READ_CHUNK]}
-        for recovery in _read(chunk, most, port):
+        for recovery in _read(chunk, budget, port) if budget > 0 else _unread(chunk):
+            if recovery.outcome == RECOVERED:
+                if len(recovery.events) > budget:  # this chunk's earlier streams took it
+                    recovery = StreamRecovery(recovery.stream, RESYNC, recovery.offset)
+                budget -= len(recovery.events)
             results[recovery.stream] = recovery
     return [results[stream] for stream in asked]
+
+
+def _unread(asked: Mapping[str, int]) -> list[StreamRecovery]:
+    """The streams past the call's budget: resync, without a read (their offset unknown,
+    which a resync does not need)."""
+    return [StreamRecovery(stream, RESYNC) for stream in asked]
 
 
 def _read(asked: Mapping[str, int], most: int, port: Any) -> list[StreamRecovery]:

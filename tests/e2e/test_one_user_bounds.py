@@ -115,3 +115,61 @@ def test_recovering_an_invitation_to_a_call_that_is_over_mints_no_media_credenti
     assert len(invited) == 1 and invited[0]["status"] == "Declined"
     assert "media" not in invited[0]  # no room token, no TURN credentials
     assert [r["result"] for r in got if r.get("type") == 3] == [{stream: "recovered"}]
+
+
+def recover_frames(ws: Any, asked: dict[str, int], invocation: str) -> tuple[int, list[Any]]:
+    """Invoke Recover; (bytes of the frames before its completion, the records)."""
+    call = {"type": 1, "invocationId": invocation, "target": "Recover", "arguments": [asked]}
+    ws.send(json.dumps(call) + RS)
+    size, got = 0, []
+    while not any(r.get("type") == 3 for r in got):
+        frame = ws.recv(timeout=15)
+        size += len(frame.encode() if isinstance(frame, str) else frame)
+        text = frame if isinstance(frame, str) else frame.decode()
+        got += [json.loads(part) for part in text.split(RS)[:-1]]
+    return size, got
+
+
+@pytest.fixture
+def small_daphne(live_env: dict[str, str]) -> Iterator[DaphneProcess]:
+    """Bounds small enough to reach with a few hundred kilobytes."""
+    server = DaphneProcess(live_env, recovery_max_bytes=64 * 1024, rate_limit_invocations=50)
+    yield server
+    server.kill()
+
+
+def test_one_recover_sends_at_most_its_bytes_and_resyncs_the_streams_past_them(
+    small_daphne: DaphneProcess,
+) -> None:
+    """Before: one ~120-byte call returned every missed event of a chat in one frame
+    (9.9 MB against a 1 MiB send bound in the field), and cost one of the rate limit's
+    invocations. Now a call sends at most RECOVERY_MAX_BYTES; a stream that does not fit
+    is answered "resync" (the client reloads it over REST, no reconnect loop); the call
+    is charged to the rate limit by the events it sent."""
+    alice, bob = UserFactory(name="alice"), UserFactory(name="bob")
+    chat, small_chat = (services.create_chat(alice.id, [bob.id]) for _ in range(2))
+    for n in range(40):  # ~360 KB of events
+        services.post_message(alice.id, chat.id, f"{n:03d}" + "x" * 9_000)
+    for n in range(40):  # 40 small ones: a recovery of them costs 4 more invocations
+        services.post_message(alice.id, small_chat.id, f"{n:03d}")
+    chat_stream, user_stream = f"chat:{chat.id}", f"user:{bob.id}"
+    small_stream = f"chat:{small_chat.id}"
+    with joined(small_daphne, bob) as ws:
+        size, got = recover_frames(ws, {user_stream: 0, chat_stream: 0}, "1")
+        (completion,) = [r for r in got if r.get("type") == 3]
+        assert completion["result"] == {user_stream: "recovered", chat_stream: "resync"}
+        assert size <= 64 * 1024 + 1024  # its events, within the bound (+ the completion)
+        # The connection goes on: nothing overflowed, nothing closed.
+        _, got = recover_frames(ws, {small_stream: 1}, "2")
+        assert [r["result"] for r in got if r.get("type") == 3] == [{small_stream: "recovered"}]
+        assert len([r for r in got if r.get("target") == "message_received"]) == 40
+    # 50 invocations a window: two Recovers and 47 more fit, unless the 40 events
+    # recovered were charged (4 more): then the last 3 or 4 are refused.
+    with joined(small_daphne, bob) as ws:
+        refused = 0
+        for n in range(47):
+            call = {"type": 1, "invocationId": f"g{n}", "target": "GetGroups", "arguments": []}
+            ws.send(json.dumps(call) + RS)
+            (reply,) = records(ws)
+            refused += "rate limit exceeded" in reply.get("error", "")
+    assert refused >= 3

@@ -1,20 +1,39 @@
 """The `Recover` hub method on a connection: what the client missed is read from the
 database (hub/recovery.py) and sent before the completion; live events of the streams it
-recovers wait meanwhile and follow (the rules are StreamMarks', marks.py)."""
+recovers wait meanwhile and follow (the rules are StreamMarks', marks.py).
+
+What one call may cost is bounded: at most RECOVERY_MAX_EVENTS events and
+RECOVERY_MAX_BYTES bytes (or half the send bound if less, so a recovery never overflows
+a drained connection), sent in messages of at most SEND_CHUNK bytes so the send bound is
+checked as they go; a stream that does not fit is answered "resync" (the client reloads
+it over REST instead of reconnecting and recovering it again). The call is charged to
+the user's invocation rate limit by the events it sent (one more per EVENTS_PER_CHARGE).
+A connection runs its invocations one at a time, so one Recover is in flight per
+connection."""
 
 import logging
 import time
 from typing import Any
 
+from messenger_realtime.hub import ratelimit
 from messenger_realtime.hub.connection.events import encode, event_frame
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.state import Connection
+from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.reads import hub_read
-from messenger_realtime.hub.recovery import RECOVERED, StreamRecovery, parse, read_missed
+from messenger_realtime.hub.recovery import (
+    RECOVERED,
+    RESYNC,
+    StreamRecovery,
+    parse,
+    read_missed,
+)
 from messenger_realtime.ops import metrics
 
 logger = logging.getLogger(__name__)
 _read_missed = hub_read(read_missed)
+SEND_CHUNK = 64 * 1024  # bytes per message of recovered events (Twisted's own threshold)
+EVENTS_PER_CHARGE = 10  # recovered events that cost one more invocation of the rate limit
 
 
 async def recover(connection: Connection, argument: Any) -> dict[str, str]:
@@ -30,35 +49,67 @@ async def recover(connection: Connection, argument: Any) -> dict[str, str]:
         marks.held.setdefault(stream, [])
     # Frames an event delivery built before the hold go out before any recovered one.
     await connection.outbound.flush()
-    sent = 0
+    sent = size = 0
+    options = connection.options
+    most_bytes = min(options.recovery_max_bytes, options.send_buffer_limit // 2)
+    outcomes: dict[str, str] = {}
     try:
-        options = connection.options
         results = await _read_missed(connection.user_id, asked, options.recovery_max_events)
         for result in results:
-            sent += await _send(connection, marks, result)
+            frames = _frames(connection, marks, result)
+            bytes_ = sum(_size(frame) for frame in frames)
+            if size + bytes_ > most_bytes:  # does not fit: the client reloads it over REST
+                outcomes[result.stream] = RESYNC
+                continue
+            await _send(connection, frames)
+            marks.recovered[result.stream] = max(
+                marks.recovered.get(result.stream, 0), result.offset
+            )
+            outcomes[result.stream] = result.outcome
+            sent, size = sent + len(frames), size + bytes_
     finally:
         for stream in asked:
             await _release(connection, marks, stream)
         marks.sent = None  # the notes are for the first recovery only
-    outcomes = {result.stream: result.outcome for result in results}
+    if sent >= EVENTS_PER_CHARGE:
+        units = sent // EVENTS_PER_CHARGE
+        await ratelimit.acharge(ratelimit.INVOCATIONS, connection.user_id, units, options)
     elapsed = time.perf_counter() - started
     _report(connection, outcomes, sent, elapsed)
     return outcomes
 
 
-async def _send(connection: Connection, marks: StreamMarks, result: StreamRecovery) -> int:
+def _frames(connection: Connection, marks: StreamMarks, result: StreamRecovery) -> list[Frame]:
     """The recovered events of one stream, in offset order, but those sent live."""
     if result.outcome != RECOVERED:
-        return 0
+        return []
     already = marks.sent_live(result.stream)
-    frames = [
+    return [
         encode(connection, message)
         for message in result.events
         if message["payload"].get("offset") not in already
     ]
-    await connection.outbound.emit_many(frames)
-    marks.recovered[result.stream] = max(marks.recovered.get(result.stream, 0), result.offset)
-    return len(frames)
+
+
+async def _send(connection: Connection, frames: list[Frame]) -> None:
+    """In messages of at most SEND_CHUNK bytes (one event may be larger): the server's
+    send bound is checked before each, not once for all of them."""
+    chunk: list[Frame] = []
+    size = 0
+    for frame in frames:
+        if chunk and size + _size(frame) > SEND_CHUNK:
+            await connection.outbound.emit_many(chunk)
+            chunk, size = [], 0
+        chunk.append(frame)
+        size += _size(frame)
+    await connection.outbound.emit_many(chunk)
+
+
+def _size(frame: Frame) -> int:
+    """A frame's bytes on the wire (JSON is text: UTF-8)."""
+    if isinstance(frame, bytes) or frame.isascii():
+        return len(frame)
+    return len(frame.encode())
 
 
 async def _release(connection: Connection, marks: StreamMarks, stream: str) -> None:
