@@ -345,6 +345,13 @@ SETTINGS: tuple[Setting, ...] = (
     _key("RATE_LIMIT_INVOCATIONS", int, 600, H, "per window", "hub invocations per user "
          "(0: no limit)", at_least(0, "E026", " (0: no limit)"),
          at_most(1_000_000, "per window")),
+    _key("RATE_LIMIT_CONNECTS", int, 120, H, "per window", "connects per user: negotiates, "
+         "and WebSockets that skip negotiate (0: no limit)",
+         at_least(0, "E026", " (0: no limit)"), at_most(1_000_000, "per window")),
+    _key("MAX_CONNECTIONS_PER_USER", int, 32, H, "connections", "one user's open connections "
+         "across every hub process (counted beside the rate limits); past it a connect is "
+         "429 (0: no cap)", at_least(0, "E036", " (0: no cap)"),
+         at_most(100_000, "connections per user")),
     _key("RATE_LIMIT_FLOOD", int, 20, H, "refusals", "a connection refused this often is "
          "closed", at_least(1, "E026"), at_most(100_000, "refusals")),
     _key("RATE_LIMIT_REDIS_URL", str, "", H, "", "where the counters live (empty: nothing "
@@ -353,8 +360,9 @@ SETTINGS: tuple[Setting, ...] = (
     _key("ADMISSION_LIMIT", int, 200, H, "connects", "in progress per hub process, past "
          "which a negotiate waits in line", at_least(1, "E029"),
          at_most(100_000, "connects in progress per hub process")),
-    _key("ADMISSION_PER_USER", int, 8, H, "connects", "slots one user's negotiates may "
-         "hold for connections not opened yet; past it 429", at_least(1, "E029"),
+    _key("ADMISSION_PER_USER", int, 8, H, "connects", "one user's connects in progress "
+         "(negotiated, or upgraded without negotiate, and not handshaken yet); past it 429 "
+         "(a WebSocket: refused)", at_least(1, "E029"),
          at_most(1_000, "connects held per user")),
     _key("ADMISSION_WAIT", float, 60.0, H, "s", "a negotiate waits in line this long, then "
          "503 with Retry-After (0: at once)",

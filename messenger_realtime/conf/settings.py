@@ -96,6 +96,8 @@ class HubOptions:
     rate_limit_window: float
     rate_limit_writes: int
     rate_limit_invocations: int
+    rate_limit_connects: int
+    max_connections_per_user: int
     rate_limit_flood: int
     rate_limit_redis_url: str
     admission_limit: int

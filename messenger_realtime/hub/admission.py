@@ -12,7 +12,8 @@ converge. So at most ADMISSION_LIMIT connects are in progress: a negotiate past 
 waits in line (first come, first served) for one to finish, up to ADMISSION_WAIT
 seconds, and only then answers 503 with Retry-After (negotiate.py). A transport that
 opens without a held slot (its reservation ran out, a resume, a client that skipped
-negotiate) is never refused: its client was admitted once; it counts from then on.
+negotiate) counts from then on, for its user too: a client that skipped negotiate is
+refused past ADMISSION_PER_USER (below), the others were admitted once.
 
 Waiting, not refusing at once, is what lets a storm converge with the official
 clients: the JavaScript client's default reconnect policy tries four times (after 0, 2,
@@ -23,12 +24,15 @@ a connect ahead of it finishes, so the process admits at its full rate and the l
 10,000 clients is in after 10,000 / (that rate) seconds instead of at the attempt after
 next.
 
-One user may hold at most ADMISSION_PER_USER of the slots negotiates reserved for their
-connections: a client that negotiates again and again without opening what it was
-granted (a bug, or abuse) would otherwise hold up to every slot of the process for
-RESERVED_FOR seconds each and keep everyone else in line. Past the cap its negotiate is
-answered 429 with Retry-After (negotiate.py); its own connections, once open, do not
-count.
+One user may hold at most ADMISSION_PER_USER connects in progress: slots negotiates
+reserved for their connections, and WebSockets opened without negotiate whose handshake
+has not come yet. A client that negotiates again and again without opening what it was
+granted, or opens WebSockets and never sends their handshake (a bug, or abuse), would
+otherwise hold up to every slot of the process (for RESERVED_FOR seconds, or the
+handshake timeout, each) and keep everyone else in line. Past the cap its negotiate is
+answered 429 with Retry-After (negotiate.py) and its WebSocket is refused at the upgrade
+(transports/opening.py); its own connections, once open, do not count here (the cap on
+open connections is MAX_CONNECTIONS_PER_USER's, user_connections.py).
 
 Negotiates in line are a gauge (messenger_realtime_hub_connects_waiting). Waits that run
 out are counted (messenger_realtime_hub_connects_shed_total) and logged
@@ -67,6 +71,7 @@ class Admission:
         # timer that gives the slot up, and the user it was granted to.
         self._reserved: dict[str, tuple[asyncio.TimerHandle, str]] = {}
         self._held_by: dict[str, int] = {}  # user -> reserved slots (ADMISSION_PER_USER)
+        self._opening_by: dict[str, int] = {}  # user -> connects in progress without one
         self._shed_unlogged = 0
         self._logged_at = float("-inf")
 
@@ -97,7 +102,7 @@ class Admission:
 
     def may_hold(self, user: str, options: HubOptions) -> bool:
         """Whether `user` may have one more slot held for a connection (the cap above)."""
-        return self._held_by.get(user, 0) < options.admission_per_user
+        return self.may_open(user, options)
 
     def _reserve(self, connection_id: str, user: str) -> None:
         loop = asyncio.get_running_loop()
@@ -145,13 +150,30 @@ class Admission:
             timer.cancel()
             metrics.hub_connects_waiting.dec()
 
-    def opening(self, connection_id: str) -> "Opening":
+    def may_open(self, user: str, options: HubOptions) -> bool:
+        """Whether `user` may have one more connect in progress, held for a negotiate or
+        opened without one (a WebSocket that skipped negotiate): ADMISSION_PER_USER
+        counts both, so upgrades that never send their handshake cannot hold every slot."""
+        held = self._held_by.get(user, 0) + self._opening_by.get(user, 0)
+        return held < options.admission_per_user
+
+    def opening(self, connection_id: str, user: str) -> "Opening":
         """Count a transport's connect until its handshake is answered (or it ends): in
-        the slot its negotiate held, else one more. Never refused: its client was
-        admitted at negotiate."""
-        if not self._unreserve(connection_id):
-            self.in_progress += 1
-        return Opening(self)
+        the slot its negotiate held, else one more, counted for its user too (may_open
+        refused the one too many before it got here)."""
+        if self._unreserve(connection_id):
+            return Opening(self, "")
+        self.in_progress += 1
+        self._opening_by[user] = self._opening_by.get(user, 0) + 1
+        return Opening(self, user)
+
+    def _opened(self, user: str) -> None:
+        """A connect without a held slot finished: its user's count goes down."""
+        left = self._opening_by.get(user, 0) - 1
+        if left > 0:
+            self._opening_by[user] = left
+        else:
+            self._opening_by.pop(user, None)
 
     def _release(self) -> None:
         """A connect finished: its slot goes to the first negotiate still in line, else
@@ -203,13 +225,16 @@ class Slot:
 class Opening:
     """One transport's connect in progress; done() once, whichever way it ends."""
 
-    __slots__ = ("_admission",)
+    __slots__ = ("_admission", "_user")
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Admission, user: str) -> None:
         self._admission: Admission | None = admission
+        self._user = user  # counted for this user (no held slot), or ""
 
     def done(self) -> None:
         if self._admission is not None:
+            if self._user:
+                self._admission._opened(self._user)
             self._admission._release()
             self._admission = None
 
@@ -221,8 +246,12 @@ def connect(options: HubOptions) -> contextlib.AbstractAsyncContextManager[Slot 
     return ADMISSION.connect(options)
 
 
-def opening(connection_id: str) -> Opening:
-    return ADMISSION.opening(connection_id)
+def opening(connection_id: str, user: str) -> Opening:
+    return ADMISSION.opening(connection_id, user)
+
+
+def may_open(user: str, options: HubOptions) -> bool:
+    return ADMISSION.may_open(user, options)
 
 
 def may_hold(user: str, options: HubOptions) -> bool:

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs
 
 from messenger_realtime.conf.settings import HubOptions, load_hub_options
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub import admission
+from messenger_realtime.hub import admission, ratelimit, user_connections
 from messenger_realtime.hub.auth import new_connection_token
 from messenger_realtime.hub.transports.credentials import cors_headers, identify_scope
 from messenger_realtime.ops.logging import Field
@@ -116,14 +116,16 @@ async def answer(scope: dict[str, Any]) -> tuple[int, bytes, list[tuple[bytes, b
             return 401, _json({"error": f"Unauthorized: {exc}"}), [JSON, www]
         user = str(identity.user_id)
         if not admission.may_hold(user, options):  # its slot is released on the way out
-            reason = "too many connects in progress for this user"
-            fields = {"action": "refused", "reason": reason, Field.USER_ID: user}
-            logger.info("negotiate refused", extra=fields)
-            retry = (b"retry-after", str(admission.RETRY_AFTER).encode())
-            return 429, _json({"error": f"Too many requests: {reason}"}), [JSON, retry]
+            return _too_many(user, "too many connects in progress for this user")
+        limited = await ratelimit.acheck(ratelimit.CONNECTS, identity.user_id, options)
+        if limited is not None:
+            return _too_many(user, str(limited), limited.retry_after)
         version = min(requested, MAX_NEGOTIATE_VERSION)
         stateful = version >= 1 and wants_stateful(query, options)
         connection_id, connection_token = new_connection_token(identity.user_id, stateful=stateful)
+        if not await user_connections.take(identity.user_id, connection_id, options):
+            reason = user_connections.refusal(options)
+            return _too_many(user, reason, user_connections.RETRY_AFTER)
         slot.hold_for(connection_id, user)  # until its transport opens (hub/admission.py)
     granted: dict[str, Any] = {"negotiateVersion": version}
     if version >= 1:
@@ -136,6 +138,15 @@ async def answer(scope: dict[str, Any]) -> tuple[int, bytes, list[tuple[bytes, b
         granted.update(connectionId=connection_token)
     granted["availableTransports"] = available_transports(options)
     return 200, _json(granted), [JSON]
+
+
+def _too_many(
+    user: str, reason: str, retry_after: int = admission.RETRY_AFTER
+) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    fields = {"action": "refused", "reason": reason, Field.USER_ID: user}
+    logger.info("negotiate refused", extra=fields)
+    retry = (b"retry-after", str(retry_after).encode())
+    return 429, _json({"error": f"Too many requests: {reason}"}), [JSON, retry]
 
 
 def _json(data: dict[str, Any]) -> bytes:

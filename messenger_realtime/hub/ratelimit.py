@@ -37,6 +37,7 @@ from messenger_realtime.ops.logging import Field
 logger = logging.getLogger(__name__)
 WRITES = "rest"  # REST writes: POST, PATCH, DELETE under /api/
 INVOCATIONS = "hub"  # hub invocations with a target (not pings, acks or completions)
+CONNECTS = "connect"  # negotiates, and WebSocket upgrades that skip negotiate
 KEY = "messenger_realtime:rate:{scope}:{user}"
 # KEYS[1]: the log; ARGV[1]: the limit (>= 1), ARGV[2]: the window in microseconds,
 # ARGV[3] (optional): a charge, logged whatever the count (what a request turned out to
@@ -85,7 +86,9 @@ class Refusal:
 
 
 def _limit(options: HubOptions, scope: str) -> int:
-    return options.rate_limit_writes if scope == WRITES else options.rate_limit_invocations
+    if scope == WRITES:
+        return options.rate_limit_writes
+    return options.rate_limit_connects if scope == CONNECTS else options.rate_limit_invocations
 
 
 def _arguments(scope: str, user_id: UUID, options: HubOptions) -> tuple[list[str], list[int]]:
@@ -135,7 +138,7 @@ async def acheck(scope: str, user_id: UUID, options: HubOptions) -> Refusal | No
         return None
     keys, args = _arguments(scope, user_id, options)
     try:
-        wait_us = await _async_script(options.rate_limit_redis_url)(keys, args)
+        wait_us = await registered_script(options.rate_limit_redis_url)(keys, args)
     except (redis.RedisError, OSError) as exc:
         _failed(scope, user_id, exc)
         return None
@@ -149,7 +152,7 @@ async def acharge(scope: str, user_id: UUID, units: int, options: HubOptions) ->
         return
     keys, args = _arguments(scope, user_id, options)
     try:
-        await _async_script(options.rate_limit_redis_url)(keys, [*args, units])
+        await registered_script(options.rate_limit_redis_url)(keys, [*args, units])
     except (redis.RedisError, OSError) as exc:
         _failed(scope, user_id, exc)
 
@@ -164,22 +167,31 @@ def _script(url: str) -> Any:
 
 
 # One asyncio client per event loop and URL: a client is bound to the loop it was made on.
-_async_scripts: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]]" = (
+Scripts = dict[tuple[str, str], Any]  # (url, source) -> the script on that URL's client
+_async_scripts: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Scripts]" = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _async_script(url: str) -> Any:
+def registered_script(url: str, source: str = SLIDING_LOG) -> Any:
+    """`source` registered on this loop's client of `url` (one client per loop and URL:
+    the per-user connection count, hub/user_connections.py, shares it)."""
     scripts = _async_scripts.setdefault(asyncio.get_running_loop(), {})
-    script = scripts.get(url)
+    script = scripts.get((url, source))
     if script is None:
-        client = redis.asyncio.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
-        script = scripts[url] = client.register_script(SLIDING_LOG)
+        client = next(
+            (s.registered_client for (u, _), s in scripts.items() if u == url), None
+        ) or redis.asyncio.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+        script = scripts[(url, source)] = client.register_script(source)
     return script
 
 
 async def close_clients() -> None:
     """Close this event loop's clients (a test's loop before it ends; Daphne never needs
     to: its one loop lives as long as the process)."""
-    for script in _async_scripts.pop(asyncio.get_running_loop(), {}).values():
-        await script.registered_client.aclose()
+    clients = {
+        id(s.registered_client): s.registered_client
+        for s in _async_scripts.pop(asyncio.get_running_loop(), {}).values()
+    }
+    for client in clients.values():
+        await client.aclose()

@@ -3,6 +3,7 @@ argument a client sends that the hub cannot take is a HubException naming the pr
 never an unexpected error with a traceback in the log; a token says when it was issued,
 lives at most JWT_MAX_LIFETIME, and a small clock skew is forgiven (JWT_LEEWAY)."""
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -10,11 +11,14 @@ from typing import Any
 
 import jwt
 import pytest
+from websockets.exceptions import InvalidStatus
 
 from messenger_realtime.conf.settings import load_hub_options
 from project.messenger import services
 from tests.support.factories import UserFactory
-from tests.support.wire import RS, joined, negotiate, records
+from tests.support.hub_helpers import token_for
+from tests.support.runtime import wait_until
+from tests.support.wire import RS, hub_socket, joined, negotiate, records
 from tests.support.workers import DaphneProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
@@ -173,3 +177,86 @@ def test_one_recover_sends_at_most_its_bytes_and_resyncs_the_streams_past_them(
             (reply,) = records(ws)
             refused += "rate limit exceeded" in reply.get("error", "")
     assert refused >= 3
+
+
+@pytest.fixture
+def capped(live_env: dict[str, str]) -> Iterator[list[DaphneProcess]]:
+    """Two hub processes sharing Redis, with small per-user bounds."""
+    bounds = {"max_connections_per_user": 3, "admission_per_user": 2, "admission_wait": 0}
+    servers = [DaphneProcess(live_env, admission_limit=6, **bounds) for _ in range(2)]
+    yield servers
+    for server in servers:
+        server.kill()
+
+
+def open_negotiated(server: DaphneProcess, token: str, stack: contextlib.ExitStack) -> Any:
+    status, granted, _ = negotiate(server, token)
+    assert status == 200, granted
+    ws = stack.enter_context(hub_socket(server, token, f"?id={granted['connectionToken']}"))
+    ws.send('{"protocol":"json","version":1}' + RS)
+    assert records(ws) == [{}]
+    return ws
+
+
+def test_a_user_s_open_connections_are_capped_across_hub_processes(
+    capped: list[DaphneProcess],
+) -> None:
+    """Before: one user opened 19,982 connections in ~31 s until Daphne ran out of file
+    descriptors and other users' requests were reset. Now MAX_CONNECTIONS_PER_USER holds
+    across every hub process: the next negotiate is 429 with the reason; another user is
+    not affected; closing one frees its place."""
+    a, b = capped
+    greedy, other = UserFactory(), UserFactory()
+    token = token_for(greedy.id)
+    with contextlib.ExitStack() as stack:
+        first = open_negotiated(a, token, stack)
+        open_negotiated(a, token, stack)
+        open_negotiated(b, token, stack)
+        for server in (a, b):
+            status, body, headers = negotiate(server, token)
+            assert status == 429, body
+            assert body == {"error": "Too many requests: at most 3 open connections per user"}
+            assert int({k.lower(): v for k, v in headers.items()}["retry-after"]) >= 1
+        # A WebSocket that skips negotiate is counted the same (refused at its upgrade).
+        with pytest.raises(InvalidStatus):
+            hub_socket(b, token)
+        assert negotiate(a, token_for(other.id))[0] == 200
+        first.close()
+        wait_until(lambda: negotiate(b, token)[0] == 200, what="the closed one's place")
+
+
+def test_websockets_that_skip_negotiate_cannot_hold_everyone_s_connect_slots(
+    capped: list[DaphneProcess],
+) -> None:
+    """Before: 205 WebSockets opened without negotiate and never handshaking held the
+    process's connect slots, and another user's negotiate waited 14.9 s. Now such an
+    upgrade counts against its user's ADMISSION_PER_USER like a negotiate does."""
+    server = capped[0]
+    abuser, other = UserFactory(), UserFactory()
+    token = token_for(abuser.id)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(hub_socket(server, token))  # upgraded, no handshake sent
+        stack.enter_context(hub_socket(server, token))
+        with pytest.raises(InvalidStatus):  # a third connect in progress for this user
+            hub_socket(server, token)
+        status, body, _ = negotiate(server, token_for(other.id))
+        assert status == 200, body  # not shed: the abuser holds 2 of 6 slots
+
+
+@pytest.fixture
+def connect_limited(live_env: dict[str, str]) -> Iterator[DaphneProcess]:
+    server = DaphneProcess(live_env, rate_limit_connects=5)
+    yield server
+    server.kill()
+
+
+def test_connect_attempts_are_rate_limited_per_user(connect_limited: DaphneProcess) -> None:
+    """Before: reconnecting undid a close for flooding, ~650 connects/s from one user."""
+    user, other = UserFactory(), UserFactory()
+    token = token_for(user.id)
+    answers = [negotiate(connect_limited, token) for _ in range(6)]
+    assert [status for status, _, _ in answers] == [200] * 5 + [429]
+    assert "rate limit exceeded: at most 5 per 60 s" in answers[-1][1]["error"]
+    with pytest.raises(InvalidStatus):  # nor may it skip negotiate instead
+        hub_socket(connect_limited, token)
+    assert negotiate(connect_limited, token_for(other.id))[0] == 200

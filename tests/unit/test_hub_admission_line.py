@@ -87,10 +87,10 @@ def test_a_wait_runs_out_and_counts_nothing() -> None:
     assert run(scenario()) == (["a admitted", "b shed"], 0)
 
 
-def test_an_upgrade_is_never_refused_and_its_end_frees_a_slot() -> None:
+def test_an_upgrade_past_the_limit_is_counted_and_its_end_frees_a_slot() -> None:
     async def scenario() -> list[str]:
         admission, log = Admission(), []
-        opening = admission.opening("c1")  # over the limit's worth already: still counted
+        opening = admission.opening("c1", "u")  # over the limit's worth already: still counted
         waiter = asyncio.create_task(negotiate(admission, log, "a", asyncio.Event()))
         await line_up(admission, 1)
         opening.done()
@@ -118,7 +118,7 @@ def test_a_negotiates_slot_is_held_until_its_connection_opens() -> None:
         assert admission.in_progress == 1  # answered, but its client has not come yet
         waiter = asyncio.create_task(negotiate(admission, log, "b", asyncio.Event()))
         await line_up(admission, 1)
-        opening = admission.opening("c1")  # takes over the held slot: no second one
+        opening = admission.opening("c1", "u")  # takes over the held slot: no second one
         assert admission.in_progress == 1 and admission.waiting == 1
         opening.done()  # its handshake answered: the slot goes to the line
         while not log:
@@ -139,7 +139,7 @@ def test_a_held_slot_goes_on_when_its_client_never_comes(
         admission, log = Admission(), []
         await admitted_for(admission, "c1")
         await negotiate(admission, log, "b", _set())  # waits for c1's slot to run out
-        late = admission.opening("c1")  # it came after all: counted on its own
+        late = admission.opening("c1", "u")  # it came after all: counted on its own
         assert admission.in_progress == 1
         late.done()
         assert admission.in_progress == 0
@@ -168,7 +168,7 @@ def test_one_user_holds_at_most_admission_per_user_slots_until_they_open_or_run_
                 slot.hold_for(connection_id, "alice")
         assert not admission.may_hold("alice", options)  # two held: her cap
         assert admission.may_hold("bob", options)  # another user is not held up
-        admission.opening("a1").done()  # her connection opened: it counts no more
+        admission.opening("a1", "alice").done()  # her connection opened: it counts no more
         assert admission.may_hold("alice", options)
         async with admission.connect(options) as slot:
             assert slot is not None
@@ -176,7 +176,29 @@ def test_one_user_holds_at_most_admission_per_user_slots_until_they_open_or_run_
         assert not admission.may_hold("alice", options)
         admission._expire("a2")  # a grant she never used ran out (RESERVED_FOR)
         assert admission.may_hold("alice", options)
-        admission.opening("a3").done()
+        admission.opening("a3", "alice").done()
         assert admission.in_progress == 0 and admission._held_by == {}
+
+    run(scenario())
+
+
+def test_upgrades_without_a_held_slot_count_against_their_user_s_cap_too() -> None:
+    """A WebSocket that skipped negotiate and never sends its handshake holds a connect
+    in progress: at most ADMISSION_PER_USER of them (with held slots) per user."""
+    options = load_hub_options(admission_limit=100, admission_wait=30, admission_per_user=2)
+
+    async def scenario() -> None:
+        admission = Admission()
+        first = admission.opening("x1", "mallory")  # no negotiate: no held slot
+        assert admission.may_open("mallory", options)
+        async with admission.connect(options) as slot:
+            assert slot is not None
+            slot.hold_for("x2", "mallory")  # and one negotiated, not opened yet
+        assert not admission.may_open("mallory", options)
+        assert not admission.may_hold("mallory", options)
+        assert admission.may_open("bob", options)
+        first.done()
+        assert admission.may_open("mallory", options)
+        assert admission._opening_by == {}
 
     run(scenario())

@@ -24,7 +24,7 @@ from messenger_realtime.exceptions import (
     ProtocolError,
     SequenceError,
 )
-from messenger_realtime.hub import admission, protocols, registry
+from messenger_realtime.hub import admission, protocols, registry, user_connections
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection.authentication import SESSION_ENDED, Authentication
 from messenger_realtime.hub.connection.events import BACKPLANE_RESTARTED, OVERRUN
@@ -41,6 +41,7 @@ from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
+_PENDING: set["asyncio.Future[None]"] = set()  # places being given back (hub/user_connections.py)
 UNEXPECTED = "Connection closed with an error."  # ASP.NET's words when it does not say why
 FIRST_MESSAGE_WAIT = 0.5  # stateful: the longest events wait for the client's first message
 
@@ -101,7 +102,7 @@ class HubConnection:
         self.handshake_buffer: handshake.HandshakeBuffer | None = handshake.HandshakeBuffer(
             options.max_message_size
         )
-        self.admission = admission.opening(connection_id)
+        self.admission = admission.opening(connection_id, str(identity.user_id))
         self.receiving: asyncio.Lock | None = None  # made at first use (long polling only)
         self.auth = Authentication(identity, token, self.loop)
         self.groups = Groups(self)
@@ -287,6 +288,10 @@ class HubConnection:
         self.ended = self.closing = True
         self.timeouts.stop()
         self.admission.done()
+        # Its place among its user's open connections frees (hub/user_connections.py).
+        _give_back = user_connections.give_back(self.user_id, self.connection_id, self.options)
+        _PENDING.add(task := asyncio.ensure_future(_give_back))
+        task.add_done_callback(_PENDING.discard)
         transport = self.transport
         if transport is None or not transport.lingers():
             registry.remove(self.connection_id, self)

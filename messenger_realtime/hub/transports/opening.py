@@ -7,7 +7,8 @@ from channels.layers import get_channel_layer
 
 from messenger_realtime.backplane.claims import Claim
 from messenger_realtime.conf.settings import HubOptions
-from messenger_realtime.hub import auth, registry
+from messenger_realtime.exceptions import InvalidToken
+from messenger_realtime.hub import admission, auth, ratelimit, registry, user_connections
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.transports.base import Transport
 from messenger_realtime.uuid7 import uuid7
@@ -29,14 +30,16 @@ async def new_connection(
     transport: Transport,
 ) -> HubConnection:
     """A connection for a fresh negotiated token used for the first time anywhere (or,
-    without one, for skipNegotiation), admitted (its user's standing, chats and groups:
-    Groups.admit); InvalidToken otherwise. `identity` may come unchecked
-    (lookup=False): admit reads the standing. Call open() once the transport has
-    accepted."""
+    without one, for skipNegotiation, bounded as negotiate bounds a connect: the
+    user's connects in progress, connect rate and open connections), admitted (its
+    user's standing, chats and groups: Groups.admit); InvalidToken otherwise.
+    `identity` may come unchecked (lookup=False): admit reads the standing. Call open()
+    once the transport has accepted."""
     layer = get_channel_layer()
     stateful, claim = False, None
     if connection_token is None:
         connection_id = uuid7().hex  # skipNegotiation: WebSockets straight away
+        await _admit_unnegotiated(identity.user_id, connection_id, options)
     else:
         ttl = options.connection_token_ttl
         grant = auth.read_connection_token(connection_token, identity.user_id, ttl)
@@ -57,3 +60,15 @@ async def new_connection(
         await connection.end()  # its groups, its count of connects in progress
         raise
     return connection
+
+
+async def _admit_unnegotiated(user_id: UUID, connection_id: str, options: HubOptions) -> None:
+    """What negotiate checks of a connect, for a WebSocket that skipped it; InvalidToken
+    (the upgrade is refused) past a bound."""
+    if not admission.may_open(str(user_id), options):
+        raise InvalidToken("too many connects in progress for this user")
+    limited = await ratelimit.acheck(ratelimit.CONNECTS, user_id, options)
+    if limited is not None:
+        raise InvalidToken(str(limited))
+    if not await user_connections.take(user_id, connection_id, options):
+        raise InvalidToken(user_connections.refusal(options))
