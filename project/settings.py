@@ -138,12 +138,11 @@ if env.bool("REALTIME_BACKPLANE_ENABLED", default=True):
             # channels-redis' core layer, receiving a process's messages in batches
             "BACKEND": "messenger_realtime.backplane.layer.BatchReceiveRedisChannelLayer",
             "CONFIG": {
-                # No read timeout: an idle consumer blocks in BZPOPMIN by design (the
-                # worker bounds each push with PUBLISH_TIMEOUT instead); connecting to a
-                # dead Redis still fails fast.
+                # The layer bounds every connection itself (socket timeout, keepalives,
+                # TCP_USER_TIMEOUT: MESSENGER_REALTIME NETWORK_TIMEOUT, whatever is set
+                # here; docs/reliability.md); connecting to a dead Redis fails fast.
                 "hosts": [
-                    {"address": url, "socket_timeout": None, "socket_connect_timeout": 5}
-                    for url in CHANNEL_REDIS_URLS
+                    {"address": url, "socket_connect_timeout": 5} for url in CHANNEL_REDIS_URLS
                 ],
                 # The queue of one Daphne process: channels-redis keeps every connection
                 # of a process in one Redis key, so this bounds the whole process'

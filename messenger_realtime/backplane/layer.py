@@ -15,6 +15,14 @@ layer's receive_single pops up to RECEIVE_BATCH with one Lua call that also back
 up atomically (a receive cancelled mid-call leaves them in the backup key, and the next
 receive puts them back in front: nothing is lost, at worst a message comes twice).
 
+Silence is a fault (docs/reliability.md). Every Redis connection of the layer gets
+NETWORK_TIMEOUT as its socket timeout (a reply, or a send, that does not come within it
+fails the command and drops the connection), keepalives and TCP_USER_TIMEOUT inside it
+(bounded_hosts: the kernel ends a silent flow on a real network), whatever the hosts in
+CHANNEL_LAYERS say. A blocking receive waits at most half of it (brpop_timeout), so an
+idle receive always answers inside its socket timeout and only a silent one fails. The
+hub notices a failed receive or probe and recovers (hub/fanout.py, hub/restarts.py).
+
 Drops are never silent. A message dropped at a full key leaves the channel names it was
 for in the key's overrun set (backplane/pipeline.py; group_send here goes the same way);
 the next pop takes that set and each named channel gets an OVERRUN_EVENT before anything
@@ -25,18 +33,23 @@ allowReconnect.
 
 import asyncio
 import collections
+import contextlib
 import functools
 import logging
+import socket
 import time
 from typing import Any
 
+import redis
 from channels_redis.core import RedisChannelLayer
 
 from messenger_realtime.backplane import pipeline, shards
 from messenger_realtime.backplane.claims import Claim
+from messenger_realtime.conf.settings import network_timeout
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.network import REDIS, WAITS
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +81,32 @@ return {popped, lost}
 OVERRUN_NAMES = 10_000
 
 
+def bounded_hosts(hosts: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
+    """channels-redis host entries (decoded: dicts) whose connections are bounded by
+    `timeout` (NETWORK_TIMEOUT): a socket timeout on every read and send, a connect
+    timeout, and keepalives that end an idle silent flow (a probe after a third of it
+    idle, two more a third apart) plus TCP_USER_TIMEOUT for unacknowledged data."""
+    step = max(1, int(timeout // 3))
+    keepalive = {
+        socket.TCP_KEEPIDLE: step,
+        socket.TCP_KEEPINTVL: step,
+        socket.TCP_KEEPCNT: 2,
+        socket.TCP_USER_TIMEOUT: int(timeout * 1000),
+    }
+    return [
+        {
+            **host,
+            "socket_timeout": timeout,
+            "socket_connect_timeout": min(
+                float(host.get("socket_connect_timeout") or timeout), timeout
+            ),
+            "socket_keepalive": True,
+            "socket_keepalive_options": keepalive,
+        }
+        for host in hosts
+    ]
+
+
 class OverrunQueue(asyncio.Queue[Any]):
     """A connection's in-process buffer: when full, what it holds is dropped and replaced
     by one OVERRUN_EVENT (channels-redis' BoundedQueue drops the oldest silently)."""
@@ -85,8 +124,16 @@ class OverrunQueue(asyncio.Queue[Any]):
 class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
     """Drop-in for channels_redis.core.RedisChannelLayer (same settings, same keys)."""
 
+    hosts: list[dict[str, Any]]  # channels-redis' decoded host entries
+    brpop_timeout: int  # a blocking receive's wait (channels-redis: 5 s)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.network_timeout = network_timeout()
+        self.hosts = bounded_hosts(self.hosts, self.network_timeout)
+        # Every blocking receive (this one's and channels-redis' own) answers well
+        # inside its socket timeout when the connection lives, however idle.
+        self.brpop_timeout = max(1, min(int(self.brpop_timeout), int(self.network_timeout / 2)))
         self._received: dict[str, collections.deque[tuple[Any, Any]]] = {}
         self.receive_buffer: collections.defaultdict[str, OverrunQueue] = collections.defaultdict(
             functools.partial(OverrunQueue, self.capacity)
@@ -177,17 +224,42 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
         overrun = channel_key + pipeline.OVERRUN_SUFFIX
         connection = self.connection(self.consistent_hash(channel))
         received: list[tuple[Any, Any]] = []
+        block = self.brpop_timeout
         while not received:
-            async with connection.pipeline(transaction=False) as pipe:
-                pipe.execute_command(
-                    "BZMPOP", self.brpop_timeout, 1, channel_key, "MIN", "COUNT", RECEIVE_BATCH
-                )
-                pipe.execute_command("SPOP", overrun, OVERRUN_NAMES)
-                reply, lost = await pipe.execute()
+            # The reply may take the block itself: past it, the wait is overdue (ops/network).
+            with WAITS.waiting(REDIS, self.network_timeout, allowance=block):
+                async with connection.pipeline(transaction=False) as pipe:
+                    pipe.execute_command(
+                        "BZMPOP", block, 1, channel_key, "MIN", "COUNT", RECEIVE_BATCH
+                    )
+                    pipe.execute_command("SPOP", overrun, OVERRUN_NAMES)
+                    try:
+                        reply, lost = await pipe.execute()
+                    except redis.TimeoutError:
+                        WAITS.timed_out(REDIS)  # silent for NETWORK_TIMEOUT: dropped
+                        raise
             received.extend((name.decode(), {"type": OVERRUN_EVENT}) for name in lost or ())
             for content, _score in reply[1] if reply else ():
                 self._append_decoded(channel, content, received)
         return received
+
+    async def run_id(self, index: int) -> str:
+        """Redis server `index`'s run id (INFO server: it changes when the server
+        restarts), within NETWORK_TIMEOUT (redis.TimeoutError past it, counted)."""
+        try:
+            with WAITS.waiting(REDIS, self.network_timeout):
+                info = await self.connection(index).info("server")
+        except redis.TimeoutError:
+            WAITS.timed_out(REDIS)
+            raise
+        return str(info.get("run_id", ""))
+
+    async def drop_connections(self, index: int) -> None:
+        """Close every connection of this event loop to server `index`, in use or idle
+        (a silent one would hold the next command for NETWORK_TIMEOUT too): the next
+        commands connect afresh."""
+        with contextlib.suppress(Exception):  # a dead connection is dropped all the same
+            await self.connection(index).connection_pool.disconnect()
 
     async def keep_alive(self, channel: str) -> None:
         """Give a live process's queue its full expiry again. channels-redis sets a key's

@@ -73,6 +73,11 @@ CLIENT_POLL_TIMEOUT = 100.0
 CLIENT_SERVER_TIMEOUT = 30.0
 # The shortest lease (E031): three heartbeats of at least a second each.
 MIN_LOCK_TTL = 3.0
+# NETWORK_TIMEOUT's range (E037): below 3 s the keepalives derived from it (a probe every
+# third of it, whole seconds) no longer fit inside it, and a slow but live peer (a busy
+# server, a long round trip) would be taken for gone; above a minute a lost flow stops
+# deliveries (the hub) or dispatch (the worker) for longer than a client waits.
+MIN_NETWORK_TIMEOUT, MAX_NETWORK_TIMEOUT = 3.0, 60.0
 
 
 @dataclass(frozen=True)
@@ -265,6 +270,11 @@ SETTINGS: tuple[Setting, ...] = (
     # -- both ----------------------------------------------------------------------------
     _key("DOMAIN_PORT", str, "", BOTH, "", "dotted path of the host's DomainPort (E011: "
          "importable, implements it)"),
+    _key("NETWORK_TIMEOUT", float, 10.0, BOTH, "s", "a PostgreSQL or Redis connection "
+         "silent this long (no reply, no close) is dropped and made again; its keepalives "
+         "and TCP_USER_TIMEOUT fit inside it (docs/reliability.md)",
+         within(MIN_NETWORK_TIMEOUT, MAX_NETWORK_TIMEOUT, "E037", " seconds: a slow but live "
+                "peer must not look gone, a lost one must not stop delivery for long")),
     # -- the hub (Daphne) ----------------------------------------------------------------
     _key("JWT_SIGNING_KEY", str, "", H, "", "HS256 key of the access tokens",
          _secret(), secret=True),

@@ -60,6 +60,7 @@ class RealtimeDispatchOptions:
     dispatched_log_sample: float
     dispatch_partitions: int
     wake_coalesce: float
+    network_timeout: float
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class HubOptions:
     admission_wait: float
     recovery_max_events: int
     recovery_max_bytes: int
+    network_timeout: float
 
 
 def env_name(key: str) -> str:
@@ -221,6 +223,14 @@ def domain_port_path() -> str:
     return str(_validated(frozenset({"DOMAIN_PORT"}), {})["domain_port"])
 
 
+@functools.cache
+def network_timeout() -> float:
+    """The validated NETWORK_TIMEOUT (both roles read it; the channel layer, built by
+    Channels from CHANNEL_LAYERS, reads it here)."""
+    return float(_validated(frozenset({"NETWORK_TIMEOUT"}), {})["network_timeout"])
+
+
 def clear_cache() -> None:
     """Forget the loaded options (after settings or the environment changed)."""
     _cached.cache_clear()
+    network_timeout.cache_clear()

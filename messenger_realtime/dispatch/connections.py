@@ -3,29 +3,61 @@
 The worker does not use Django's connection for its hot path: it needs an autocommit
 session of its own for the advisory lock and LISTEN (which is also why it must reach
 PostgreSQL directly or through a *session*-pooling PgBouncer, never transaction pooling).
+
+Silence is a fault (docs/reliability.md): every connection the worker opens, its own and
+Django's, carries libpq's keepalives and tcp_user_timeout within NETWORK_TIMEOUT (on a
+real network the kernel then ends a flow that went silent), and a connect_timeout. Its
+own connections (BoundedConnection) also give every reply NETWORK_TIMEOUT at most: a
+statement still unanswered then drops the connection with an OperationalError, which the
+dispatcher takes as any lost session (reconnect, take the lease back, LISTEN again). That
+bound holds whatever the kernel does; the keepalives alone do not when a middlebox
+acknowledges for a peer that is gone.
 """
 
+import asyncio
 from typing import Any
 
 import psycopg
 from django.db import connections
+from psycopg import pq, waiting
+from psycopg.abc import PQGen
 from psycopg.conninfo import make_conninfo
+
+from messenger_realtime.conf.settings import network_timeout
+from messenger_realtime.ops.network import POSTGRESQL, WAITS
 
 # libpq parameters that may sit in DATABASES[...]["OPTIONS"] and mean the same to psycopg.
 APPLICATION = "messenger-realtime-dispatch"  # the worker sessions' application_name
 _LIBPQ_OPTIONS = {"sslmode", "sslrootcert", "sslcert", "sslkey", "options", "connect_timeout"}
 
 
+def keepalives(timeout: float) -> dict[str, int]:
+    """libpq's parameters that end a silent flow within `timeout` seconds on a real
+    network: an idle connection is probed after a third of it, twice a third apart, and
+    data unacknowledged for all of it ends the connection (tcp_user_timeout, ms); a
+    connect gets as long."""
+    step = max(1, int(timeout // 3))
+    return {
+        "keepalives": 1,
+        "keepalives_idle": step,
+        "keepalives_interval": step,
+        "keepalives_count": 2,
+        "tcp_user_timeout": int(timeout * 1000),
+        "connect_timeout": max(2, int(timeout)),
+    }
+
+
 def conninfo(alias: str = "default", **extra: Any) -> str:
     """A libpq connection string for a Django database alias (its test name under tests)."""
     settings_dict = connections[alias].settings_dict
-    params = {
+    params: dict[str, Any] = {
         "dbname": settings_dict["NAME"],
         "user": settings_dict.get("USER"),
         "password": settings_dict.get("PASSWORD"),
         "host": settings_dict.get("HOST"),
         "port": settings_dict.get("PORT"),
         "application_name": APPLICATION,
+        **keepalives(network_timeout()),
     }
     options = settings_dict.get("OPTIONS", {})
     params.update({k: v for k, v in options.items() if k in _LIBPQ_OPTIONS})
@@ -33,9 +65,49 @@ def conninfo(alias: str = "default", **extra: Any) -> str:
     return make_conninfo(**{k: v for k, v in params.items() if v not in (None, "")})
 
 
-async def connect(alias: str = "default", **extra: Any) -> psycopg.AsyncConnection[Any]:
-    """A new autocommit async connection; transactions are opened explicitly."""
-    return await psycopg.AsyncConnection.connect(conninfo(alias, **extra), autocommit=True)
+class BoundedConnection(psycopg.AsyncConnection[Any]):
+    """An async connection whose every wait for the server is bounded by NETWORK_TIMEOUT.
+
+    psycopg waits for a reply as long as the socket stays open, and a silent flow keeps
+    it open for ever. Here a wait that runs past network_timeout finishes the connection
+    (its protocol state is unknown mid-reply) and raises OperationalError. Waits the
+    caller bounds itself (notifies(timeout=...): the idle LISTEN wait) are left as asked.
+    A statement whose caller gives up on it (a task cancelled: a failed sibling, a stop)
+    finishes the connection too: psycopg would cancel it in the server and then wait up to
+    5 s more for its end on the same, maybe silent, connection.
+    """
+
+    network_timeout: float = 10.0  # set by connect() from NETWORK_TIMEOUT
+
+    async def wait(
+        self, gen: PQGen[Any], interval: float = 0.1, timeout: float | None = None
+    ) -> Any:
+        bounded = timeout is None
+        limit = self.network_timeout if timeout is None else timeout
+        try:
+            with WAITS.waiting(POSTGRESQL, self.network_timeout, 0.0 if bounded else limit):
+                return await waiting.wait_async(gen, self.pgconn.socket, interval, limit)
+        except psycopg.errors._WaitTimeout:
+            if not bounded:
+                raise  # the caller's own timeout (notifies() handles it)
+            WAITS.timed_out(POSTGRESQL)
+            self.pgconn.finish()  # never used again: a reply may still be on its way
+            raise psycopg.OperationalError(
+                f"no reply from the server within NETWORK_TIMEOUT "
+                f"({self.network_timeout:g} s): the connection was dropped"
+            ) from None
+        except asyncio.CancelledError:
+            if self.pgconn.transaction_status == pq.TransactionStatus.ACTIVE:
+                self.pgconn.finish()
+            raise
+
+
+async def connect(alias: str = "default", **extra: Any) -> BoundedConnection:
+    """A new autocommit async connection (bounded: BoundedConnection); transactions are
+    opened explicitly."""
+    conn = await BoundedConnection.connect(conninfo(alias, **extra), autocommit=True)
+    conn.network_timeout = network_timeout()
+    return conn
 
 
 def dedicate_django_connection(
@@ -58,6 +130,9 @@ def dedicate_django_connection(
         wrapper.close_pool()  # type: ignore[attr-defined]
     options = {k: v for k, v in settings_dict.get("OPTIONS", {}).items() if k != "pool"}
     options["application_name"] = "messenger-realtime-dispatch"
+    # A read on a silent flow: the build thread abandons it at BUILD_TIMEOUT, and the
+    # kernel ends its connection within NETWORK_TIMEOUT (so the thread ends too).
+    options = {**keepalives(network_timeout()), **options}
     if statement_timeout:
         timeout = f"-c statement_timeout={int(statement_timeout * 1000)}"
         options["options"] = f"{options.get('options', '')} {timeout}".strip()

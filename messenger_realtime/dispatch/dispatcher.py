@@ -159,7 +159,10 @@ class Dispatcher:
                             "reason": database_cause(exc),
                         },
                     )
-                    await self.close()
+                    # Abandoned, not closed politely: a session that went silent would
+                    # make every goodbye wait out NETWORK_TIMEOUT again (lease.py ends
+                    # its own abandoned lease session from the next one).
+                    await self.close(abandon=True)
                     if once:
                         raise
                     await self._sleep(RECONNECT_DELAY)
@@ -277,14 +280,15 @@ class Dispatcher:
             await store.prepare_claim_session(self.claim_conn)
         return self.claim_conn
 
-    async def close(self) -> None:
-        """Release the lock and close every session (run() does this on exit)."""
+    async def close(self, abandon: bool = False) -> None:
+        """Release the lock and close every session (run() does this on exit); abandon:
+        after a failed session, close the lease's without releasing (Leader.close)."""
         self._leading(False)
         self.liveness.connected = False
         # The domain reads' Django connection lives in the builder's thread: close it there.
         await self.builder.close()
         await self.listener.close()
-        await self.leader.close()
+        await self.leader.close(abandon=abandon)
         for conn in (self.conn, self.claim_conn):
             if conn is not None and not conn.closed:
                 await conn.close()

@@ -23,6 +23,14 @@ clock, that the lease was proven less than 2/3 LOCK_TTL ago (a standby waits for
 than LOCK_TTL), else it proves it again first: a leader resumed after a stop therefore
 learns it lost the lease before it pushes or claims anything. The standby's side:
 Standby.take_over_if_stale.
+
+A silent lease connection (a lost flow: the server's session lives on, holding the
+lock) is noticed by the keeper: between heartbeats it probes the connection every half
+NETWORK_TIMEOUT, and a probe or heartbeat unanswered for NETWORK_TIMEOUT fails the
+connection (connections.BoundedConnection): the lease is lost. The worker then abandons
+that session without a word to it (a RELEASE would only wait on the silence again) and,
+reconnected, ends it itself: a lock held by a session this Leader abandoned, whose lease
+row names this very process, is its own and is ended at once, not after LOCK_TTL.
 """
 
 import asyncio
@@ -43,6 +51,7 @@ logger = logging.getLogger(__name__)
 Conn = psycopg.AsyncConnection[Any]
 
 TERMINATE_WAIT_MS = 5000  # pg_terminate_backend waits this long for the backend to exit
+ABANDONED_KEPT = 8  # lease sessions of ours a Standby remembers to end (Leader.close)
 
 # Take the lock and, in the same statement (so the same commit), name this session as the
 # holder with a fresh heartbeat. The CTE runs pg_try_advisory_lock exactly once (a volatile
@@ -154,6 +163,9 @@ class Standby:
         from before migration 0009)."""
         self.params = {"lock_key": lock_key, "key": key, "ttl": ttl}
         self.ttl = ttl
+        # Backend pids of lease sessions this worker abandoned (their connection went
+        # silent): still holding the lock on the server, they are ours to end.
+        self.abandoned: set[int] = set()
         # A lock holder without a lease row of its own (an older worker, a person's psql
         # session, or a leader between its lock and its commit): first seen when, by us.
         self.unleased: tuple[int, float] | None = None
@@ -169,6 +181,12 @@ class Standby:
         lock_pid, lease_pid, holder, age, stale_after = row
         fields: dict[str, Any] = {"action": "take_over", Field.HOLDER_PID: lock_pid}
         try:
+            if lock_pid in self.abandoned and lease_pid == lock_pid and holder == holder_name():
+                # This process's own session, left on a silent connection: no one else's
+                # lease (the row names this process; a reused pid would not), so no wait.
+                fields.update({"reason": "own abandoned session", Field.HOLDER: holder})
+                self.abandoned.discard(lock_pid)
+                return await self._terminate(conn, lock_pid, fields)
             if lease_pid != lock_pid:
                 now = time.monotonic()
                 if self.unleased is None or self.unleased[0] != lock_pid:
@@ -199,8 +217,16 @@ class Standby:
                 self.refused = lock_pid
             return False
 
+    def abandon(self, pid: int) -> None:
+        """A lease session of ours left on a failed connection (a few kept: each ends
+        itself once the server notices, and pids may be reused)."""
+        self.abandoned = {*list(self.abandoned)[-(ABANDONED_KEPT - 1) :], pid}
+
     async def _terminate(self, conn: Conn, pid: int, fields: dict[str, Any]) -> bool:
-        cur = await conn.execute(TERMINATE, {"pid": pid, "wait_ms": TERMINATE_WAIT_MS})
+        # Waiting for the backend's exit must end inside the connection's own bound.
+        bound_ms = int(getattr(conn, "network_timeout", 10.0) * 500)
+        wait_ms = min(TERMINATE_WAIT_MS, bound_ms)
+        cur = await conn.execute(TERMINATE, {"pid": pid, "wait_ms": wait_ms})
         row = await cur.fetchone()
         logger.warning("stale dispatch lease: ended the holder's session", extra=fields)
         self.unleased = None
@@ -239,6 +265,7 @@ class Leader:
         }
         self.standby = Standby(lock_key, self.key, lock_ttl)
         self.conn: psycopg.AsyncConnection[Any] | None = None  # the lock and the heartbeat
+        self.backend_pid = 0  # the lease session's server pid, while it may live
         self.holds_lock = False
         self.proven_at = float("-inf")  # monotonic time of the last heartbeat that held
         self.lost = asyncio.Event()
@@ -247,9 +274,17 @@ class Leader:
     def heartbeat_interval(self) -> float:
         return self.lock_ttl / 3
 
+    @property
+    def probe_interval(self) -> float:
+        """How often the keeper looks at the lease connection between heartbeats: half
+        its NETWORK_TIMEOUT, so a silent one is noticed within 1.5 x NETWORK_TIMEOUT."""
+        bound = float(getattr(self.conn, "network_timeout", self.heartbeat_interval))
+        return min(self.heartbeat_interval, bound / 2)
+
     async def connect(self) -> None:
         """Open the lease connection (no lock yet)."""
         self.conn = await db.connect(self.alias)
+        self.backend_pid = self.conn.info.backend_pid
         self.lost = asyncio.Event()
         # A vanished host's session (and so its lock) ends within ~2/3 of LOCK_TTL; a
         # wedged process that stays connected is what the heartbeat is for.
@@ -382,11 +417,18 @@ class Leader:
             await self.heartbeat()
 
     async def keep(self) -> None:
-        """Heartbeat every LOCK_TTL/3 while leading (a task); ends when the lease is lost."""
+        """Heartbeat every LOCK_TTL/3 while leading (a task), and probe the connection
+        (SELECT 1, no write) between heartbeats every probe_interval; ends when the lease
+        is lost (a failed heartbeat, or a probe unanswered: a silent connection)."""
+        stamped = time.monotonic()
         while not self.lost.is_set():
-            await asyncio.sleep(self.heartbeat_interval)
+            await asyncio.sleep(self.probe_interval)  # a period, not synchronisation
             try:
-                await self.heartbeat()
+                if time.monotonic() - stamped >= self.heartbeat_interval - 0.01:
+                    await self.heartbeat()
+                    stamped = time.monotonic()
+                else:
+                    await self._connection().execute("SELECT 1")
             except (LeadershipLost, psycopg.Error) as exc:
                 self._lose()  # the next claim or push raises; the idle wait ends now
                 logger.warning(
@@ -394,11 +436,19 @@ class Leader:
                     extra={"action": "lease_lost", Field.ERROR_CODE: describe_error(exc)},
                 )
 
-    async def close(self) -> None:
+    async def close(self, abandon: bool = False) -> None:
         """Give the lease and the lock back (if held) and close; closing alone frees the
-        lock too (the next holder then overwrites the lease row)."""
+        lock too (the next holder then overwrites the lease row). abandon: the session
+        may be unreachable (a connection failed): close without a word to it, and end it
+        from the next session if it still holds the lock (Standby.abandoned)."""
         conn, self.conn = self.conn, None
         self.guarded = False  # a session's locks end with it
+        if abandon and conn is not None:
+            if self.backend_pid:  # (read at connect: a failed connection no longer knows)
+                self.standby.abandon(self.backend_pid)
+            self.holds_lock = False
+            await conn.close()
+            return
         if conn is None or conn.closed:
             self.holds_lock = False
             return

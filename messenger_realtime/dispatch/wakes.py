@@ -21,7 +21,12 @@ spent more CPU per message at 500 msg/s than at 1,000 (docs/performance.md). Two
 
 The wait itself (Listener.wait) reads the LISTEN connection, which exists only while
 the worker leads: a standby reads no notifications, which would otherwise pile up in its
-client. Polling is the safety net; NOTIFY only cuts latency.
+client. Polling is the safety net; NOTIFY only cuts latency. A LISTEN connection only
+waits, and a silent one would just look quiet (no NOTIFY ever again, every event a poll
+late), so an idle wait first probes it (SELECT 1) when it has not answered for half
+NETWORK_TIMEOUT; a probe unanswered for NETWORK_TIMEOUT fails the connection
+(connections.BoundedConnection), and the worker reconnects and LISTENs again. Noticed
+within max(POLLING_INTERVAL, NETWORK_TIMEOUT / 2) + NETWORK_TIMEOUT.
 """
 
 import asyncio
@@ -150,21 +155,31 @@ class Listener:
 
     def __init__(self, alias: str = "default") -> None:
         self.alias = alias
-        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self.conn: db.BoundedConnection | None = None
+        self.answered = float("-inf")  # when the connection last answered (monotonic)
 
     async def listen(self) -> None:
         """LISTEN for new rows on a connection of its own (before the catch-up pass)."""
         if self.conn is None or self.conn.closed:
             self.conn = await db.connect(self.alias)
             await self.conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            self.answered = time.monotonic()
 
     async def wait(
         self, timeout: float, ends: tuple[asyncio.Event, ...], policy: WakePolicy | None = None
     ) -> Wake:
-        """Wait for a NOTIFY, the timeout or any of `ends` (stop, a lost lease)."""
+        """Wait for a NOTIFY, the timeout or any of `ends` (stop, a lost lease); first
+        probe the connection if it has not answered for half its NETWORK_TIMEOUT
+        (OperationalError once it stays silent for all of it)."""
         if self.conn is None:
             raise RuntimeError("Listener.listen() first")
-        return await wait_for_wake(self.conn, timeout, ends, policy)
+        if time.monotonic() - self.answered >= self.conn.network_timeout / 2:
+            await self.conn.execute("SELECT 1")  # NOTIFYs meanwhile wait in its backlog
+            self.answered = time.monotonic()
+        wake = await wait_for_wake(self.conn, timeout, ends, policy)
+        if wake.notified:
+            self.answered = time.monotonic()
+        return wake
 
     async def close(self) -> None:
         conn, self.conn = self.conn, None

@@ -37,7 +37,9 @@ does not vanish with what it holds. A dead process's queue still expires.
 A Redis server restarted without persistence (or flushed) forgets the process's group
 memberships and the messages queued for it (hub/restarts.py notices): the process joins
 all its groups again and tells every local connection (a Close with allowReconnect),
-whose client reconnects and recovers what was lost meanwhile from the database.
+whose client reconnects and recovers what was lost meanwhile from the database. So does
+a server whose connections went silent or failed (a receive or a probe without a reply
+within NETWORK_TIMEOUT): the reader's pop may have been taken by Redis and never arrived.
 
 Other layers (the in-memory one of single-process mode) get one receive task per group
 channel instead of the batched reader.
@@ -244,6 +246,8 @@ class Fanout:
                     "hub receive failed; retrying",
                     extra={"action": "receive", Field.ERROR_CODE: describe_error(exc)},
                 )
+                if self._batched:  # what the failed receive carried may be lost (restarts.py)
+                    await self.restarts.lost(layer.consistent_hash(channel), exc)
                 await asyncio.sleep(RETRY_AFTER)  # a retry pause, not synchronisation
                 continue
             for target, message in received:

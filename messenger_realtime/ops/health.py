@@ -2,7 +2,9 @@
 /health/ready for Kubernetes probes. Runs in a daemon thread beside the event loop.
 
 live:  the dispatch loop showed a sign of life recently (it beats at least every
-       POLLING_INTERVAL, or every batch during a long pass).
+       POLLING_INTERVAL, or every batch during a long pass), and no wait on PostgreSQL
+       or Redis has outlived twice NETWORK_TIMEOUT (ops/network.py: the bound that
+       should have ended it failed); the answer names what stalled ("stalled").
 ready: the loop is alive and this worker either leads or stands by with a working
        database session (it will take over if the leader goes), and is not stopping.
 
@@ -19,6 +21,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from messenger_realtime.ops import network
 from messenger_realtime.ops.exposition import worker_registry
 
 
@@ -39,13 +42,16 @@ class Liveness:
     def state(self) -> tuple[bool, bool, dict[str, Any]]:
         """(live, ready, details) as the probes report them."""
         age = time.monotonic() - self.heartbeat
-        live = age <= self.stale_after
+        stalled = network.WAITS.wedged()
+        live = age <= self.stale_after and not stalled
         ready = live and self.connected and not self.stopping()
         details: dict[str, Any] = {
             "leading": self.leading,
             "database": self.connected,
             "heartbeatAgeSeconds": round(age, 3),
         }
+        if stalled:
+            details["stalled"] = stalled  # dependency -> seconds its wait is overdue
         if not self.connected and self.cause:
             details["databaseError"] = self.cause
         return live, ready, details
@@ -67,6 +73,9 @@ class LivenessGroup(Liveness):
             "database": all(d["database"] for _, _, d in states),
             "heartbeatAgeSeconds": max(d["heartbeatAgeSeconds"] for _, _, d in states),
         }
+        stalled = [d["stalled"] for _, _, d in states if "stalled" in d]
+        if stalled:
+            details["stalled"] = stalled[0]
         causes = [d["databaseError"] for _, _, d in states if "databaseError" in d]
         if causes:
             details["databaseError"] = causes[0]

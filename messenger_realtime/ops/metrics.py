@@ -82,6 +82,20 @@ build_duration = Histogram(
     "Time to build one batch's events (the domain reads).",
     buckets=STAGE_BUCKETS,
 )
+# Waits on the network (ops/network.py): a silent peer, seen while it lasts and once noticed.
+network_wait = Gauge(
+    "messenger_realtime_network_wait_seconds",
+    "How long this process's oldest wait on a dependency (postgresql, redis) has gone "
+    "without its reply, past what it may take (a blocking receive's own wait); 0 while "
+    "nothing waits. Past 2 x NETWORK_TIMEOUT the process is wedged: /health/live is 503.",
+    ["dependency"],
+)
+network_timeouts = Counter(
+    "messenger_realtime_network_timeouts",
+    "Connections to a dependency (postgresql, redis) dropped and made again because their "
+    "peer stayed silent for NETWORK_TIMEOUT (a lost flow, a failover, a partition).",
+    ["dependency"],
+)
 hub_connections = Gauge("messenger_realtime_hub_connections", "Open hub connections.")
 hub_disconnects = Counter("messenger_realtime_hub_disconnects", "Closed hub connections.")
 hub_forced_closes = Counter(
@@ -178,4 +192,5 @@ WEB_FAMILIES = (
 )
 # Counted by both: the worker's pushes drop at a full channel, Daphne's connections
 # overflow their in-process buffers; a query sums the two jobs.
-SHARED_FAMILIES = (channel_overruns,)
+# Each process also exports its own waits on the network.
+SHARED_FAMILIES = (channel_overruns, network_wait, network_timeouts)

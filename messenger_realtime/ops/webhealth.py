@@ -1,6 +1,10 @@
 """Liveness and readiness of a web (Daphne) process, for Kubernetes probes.
 
-/health/live  -> 200 while the process serves requests.
+/health/live  -> 200 while the process serves requests and no wait on Redis or
+                 PostgreSQL has outlived twice NETWORK_TIMEOUT (ops/network.py: the bound
+                 that should have ended it failed, so the process is wedged: the hub's
+                 reader would deliver nothing); 503 then, with "stalled": dependency ->
+                 seconds overdue, so a supervisor restarts it.
 /health/ready -> 200 when PostgreSQL answers and the channel layer (Redis) does; 503
                  otherwise, with each failing dependency's cause in "errors" (psycopg's
                  or redis-py's own words, which name the host and port but never a
@@ -24,6 +28,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
 from messenger_realtime.exceptions import database_cause
+from messenger_realtime.ops import network
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +58,9 @@ def refused(check: str) -> bool:
 
 @require_GET
 def live(request: HttpRequest) -> JsonResponse:
+    stalled = network.WAITS.wedged()
+    if stalled:
+        return JsonResponse({"status": "unavailable", "stalled": stalled}, status=503)
     return JsonResponse({"status": "ok"})
 
 

@@ -1,10 +1,24 @@
 """A TCP proxy a test can cut and restore: makes a real PostgreSQL, Redis or hub
 unreachable for one process without touching the server itself, drops a client's
-connections without a close (as a network blip would), or holds new connections back."""
+connections without a close (as a network blip would), holds new connections back, or
+makes the open ones silent (as a NAT or load balancer that forgot a flow would).
+
+A silent flow is what a process cannot tell from a slow peer by TCP alone here: the
+process's kernel talks to the proxy's on loopback, which acknowledges every byte, so
+neither TCP keepalives nor TCP_USER_TIMEOUT ever fire. What notices it is the process's
+own bound on a reply (a command timeout, a probe), which is what the tests exercise."""
 
 import contextlib
 import socket
 import threading
+
+
+class Flow:
+    """One proxied connection: its two sockets, and whether it went silent."""
+
+    def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
+        self.sockets = (client, upstream)
+        self.silent = threading.Event()
 
 
 class TcpProxy:
@@ -17,6 +31,8 @@ class TcpProxy:
         self.accepted = 0  # connections accepted so far
         self._held: list[socket.socket] = []
         self._conns: list[socket.socket] = []
+        self._flows: list[Flow] = []
+        self._silenced: list[Flow] = []  # kept open, forwarding nothing, until close()
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -42,16 +58,32 @@ class TcpProxy:
         except OSError:
             client.close()
             return
+        flow = Flow(client, upstream)
         with self._lock:
             self._conns += [client, upstream]
+            self._flows.append(flow)
         for a, b in ((client, upstream), (upstream, client)):
-            threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+            threading.Thread(target=pipe, args=(a, b, flow), daemon=True).start()
+
+    def silence(self) -> int:
+        """Make every open proxied connection silent, both ways: bytes from either end
+        are read and discarded, nothing is forwarded, and neither end gets a FIN or an
+        RST (the sockets stay open until close(), even when an end closes its own). New
+        connections are still forwarded. Returns how many connections went silent."""
+        with self._lock:
+            flows, self._flows = self._flows, []
+            silenced = {id(s) for flow in flows for s in flow.sockets}
+            self._conns = [c for c in self._conns if id(c) not in silenced]
+            self._silenced += flows
+        for flow in flows:
+            flow.silent.set()
+        return len(flows)
 
     def drop(self) -> None:
         """End every proxied connection, both ways, with no WebSocket close (each end
         sees a dropped connection: code 1006); new connections are still accepted."""
         with self._lock:
-            conns, self._conns = self._conns, []
+            conns, self._conns, self._flows = self._conns, [], []
         for conn in conns:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
@@ -83,20 +115,30 @@ class TcpProxy:
         self.cut()
         with self._lock:
             held, self._held = self._held, []
+            silenced, self._silenced = self._silenced, []
         for client in held:
             client.close()
+        for flow in silenced:
+            for conn in flow.sockets:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
         self.listener.close()
 
 
-def pipe(source: socket.socket, sink: socket.socket) -> None:
+def pipe(source: socket.socket, sink: socket.socket, flow: Flow | None = None) -> None:
     """Copy one direction of a proxied connection until either end closes, then close
-    both ways (the other direction's copy ends with it)."""
+    both ways (the other direction's copy ends with it). Once the flow is silent, what
+    comes is discarded, and an end that closes is not told to the other."""
     try:
         while data := source.recv(65536):
+            if flow is not None and flow.silent.is_set():
+                continue  # a lost flow: nothing arrives, nothing is refused
             sink.sendall(data)
     except OSError:
         pass
     finally:
-        for s in (source, sink):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
+        if flow is None or not flow.silent.is_set():
+            for s in (source, sink):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
