@@ -12,6 +12,7 @@ KEEPALIVE_INTERVAL) sit on the row of the key they refuse, reading the others th
 merged values.
 """
 
+import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -111,6 +112,14 @@ def at_most(most: float, why: str) -> Rule:
 
 
 POSITIVE = above(0, "E007", " seconds")  # every duration
+
+
+def _ip_address(value: Any, _: Mapping[str, Any]) -> bool:
+    try:
+        ipaddress.ip_address(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 def _secret() -> Rule:
@@ -247,6 +256,9 @@ SETTINGS: tuple[Setting, ...] = (
          "contradicts CHANNEL_LAYERS"),
     _key("METRICS_PORT", int, 9108, W, "port", "the worker's /metrics and /health/*; 0 off",
          within(0, 65535, "E010", ": 0 (off) or a TCP port")),
+    _key("METRICS_HOST", str, "127.0.0.1", W, "", "the address METRICS_PORT listens on "
+         "(0.0.0.0: every interface, for a scraper in another container)",
+         Rule("E010", _ip_address, "must be an IP address (127.0.0.1, 0.0.0.0, ::)")),
     _key("BUILD_TIMEOUT", float, 5.0, W, "s", "a batch's domain read not back by then is "
          "abandoned (its rows retried alone); its session's statement_timeout", POSITIVE,
          at_most(300.0, "seconds")),

@@ -53,6 +53,7 @@ class RealtimeDispatchOptions:
     lock_key: str
     realtime_backplane_enabled: bool
     metrics_port: int
+    metrics_host: str
     build_timeout: float
     delivery_deadlines: dict[str, float]
     hub_backlog_limit: int

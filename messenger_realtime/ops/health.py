@@ -1,6 +1,12 @@
 """The worker's own HTTP endpoint: /metrics for Prometheus, /health/live and
 /health/ready for Kubernetes probes. Runs in a daemon thread beside the event loop.
 
+It listens on METRICS_HOST (loopback unless a scraper in another container needs every
+interface), without authentication, so it is bounded like any server facing strangers:
+at most MAX_THREADS requests are served at once (a connection past that is closed at
+once: probes retry), and a connection that sends nothing for IDLE_TIMEOUT seconds is
+let go. Before, 300 idle connections made 303 threads in the worker.
+
 live:  the dispatch loop showed a sign of life recently (it beats at least every
        POLLING_INTERVAL, or every batch during a long pass), and no wait on PostgreSQL
        or Redis has outlived twice NETWORK_TIMEOUT (ops/network.py: the bound that
@@ -12,6 +18,7 @@ The worker reports into a Liveness object; this module knows nothing of the work
 """
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +30,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from messenger_realtime.ops import network
 from messenger_realtime.ops.exposition import worker_registry
+
+MAX_THREADS = 8  # requests served at once
+IDLE_TIMEOUT = 2.0  # seconds a connection may stay silent (a probe asks at once)
 
 
 @dataclass
@@ -86,6 +96,7 @@ class HealthHandler(BaseHTTPRequestHandler):
     """GET /metrics, /health/live and /health/ready for one Liveness."""
 
     liveness: Liveness  # set on the server's handler subclass by serve()
+    timeout = IDLE_TIMEOUT  # the connection's socket timeout (socketserver applies it)
 
     def do_GET(self) -> None:
         if self.path == "/metrics":
@@ -111,13 +122,46 @@ class HealthHandler(BaseHTTPRequestHandler):
         pass  # probes every few seconds would drown the worker's log
 
 
-def serve(liveness: Liveness, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """A thread per request, at most MAX_THREADS at once: past that a connection is
+    closed unanswered rather than given a thread."""
+
+    daemon_threads = True
+    request_queue_size = 128  # the listen backlog: a burst of probes queues, is not dropped
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slots = threading.BoundedSemaphore(MAX_THREADS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+class BoundedHTTPServer6(BoundedHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def serve(liveness: Liveness, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
     """Serve the endpoints on a daemon thread; shutdown() the returned server to stop."""
 
     class Handler(HealthHandler):
         pass
 
     Handler.liveness = liveness
-    server = ThreadingHTTPServer((host, port), Handler)
+    server_class = BoundedHTTPServer6 if ":" in host else BoundedHTTPServer
+    server = server_class((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="worker-http", daemon=True).start()
     return server

@@ -40,4 +40,5 @@ def test_a_bad_argument_exits_2_and_a_busy_metrics_port_exits_1_naming_it() -> N
         port = str(taken.getsockname()[1])
         result = run("--once", MESSENGER_REALTIME_METRICS_PORT=port)
     assert result.returncode == 1
-    assert f"cannot serve /metrics on METRICS_PORT {port}" in result.stderr
+    assert f"cannot serve /metrics on 127.0.0.1:{port}" in result.stderr
+    assert "MESSENGER_REALTIME_METRICS_PORT to a free port" in result.stderr

@@ -115,13 +115,14 @@ class Command(BaseCommand):
     async def _run(self, options: Any, *, once: bool, use_lock: bool) -> None:
         publisher = ChannelLayerPublisher(get_channel_layer())
         dispatcher = build_runner(options, publisher, use_lock=use_lock)
+        port, host = options.metrics_port, options.metrics_host
         try:
-            server = (
-                serve(dispatcher.liveness, options.metrics_port) if options.metrics_port else None
-            )
+            server = serve(dispatcher.liveness, port, host) if port else None
         except OSError as exc:
             raise CommandError(
-                f"cannot serve /metrics on METRICS_PORT {options.metrics_port}: {exc.strerror}"
+                f"cannot serve /metrics on {host}:{port} ({exc.strerror}): set "
+                f"${env_name('METRICS_PORT')} to a free port (0 turns it off), or "
+                f"${env_name('METRICS_HOST')}"
             ) from exc
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
