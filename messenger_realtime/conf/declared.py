@@ -256,7 +256,7 @@ SETTINGS: tuple[Setting, ...] = (
          "contradicts CHANNEL_LAYERS"),
     _key("METRICS_PORT", int, 9108, W, "port", "the worker's /metrics and /health/*; 0 off",
          within(0, 65535, "E010", ": 0 (off) or a TCP port")),
-    _key("METRICS_HOST", str, "127.0.0.1", W, "", "the address METRICS_PORT listens on "
+    _key("METRICS_HOST", str, "127.0.0.1", W, "", "the address the worker's /metrics listens on "
          "(0.0.0.0: every interface, for a scraper in another container)",
          Rule("E010", _ip_address, "must be an IP address (127.0.0.1, 0.0.0.0, ::)")),
     _key("BUILD_TIMEOUT", float, 5.0, W, "s", "a batch's domain read not back by then is "
