@@ -1,5 +1,8 @@
 """The hub's reads of the domain: run on asgiref's one sync thread, on a database
-connection that thread keeps between reads.
+connection that thread keeps between reads; a heavy kind of read (a Recover's) on a
+thread of its own (`executor`), so it never holds up every other user's connect, on a
+connection borrowed from the pool for that read and given back after it (recoveries are
+rare: the pool keeps counting one connection kept by the hub).
 
 Channels' database_sync_to_async closes the thread's connections before and after each
 call. With a pool (CONN_MAX_AGE 0) every read then borrowed a connection, checked it
@@ -16,6 +19,7 @@ closed (given back: the pool discards a broken one).
 """
 
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
 from asgiref.sync import SyncToAsync
@@ -25,9 +29,12 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def hub_read(func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+def hub_read(
+    func: Callable[P, R], executor: ThreadPoolExecutor | None = None
+) -> Callable[P, Awaitable[R]]:
     """`func` (synchronous, read-only) as a coroutine function run on the sync thread
-    with the kept connection. Make it once (at import), not per call."""
+    with the kept connection (or on `executor`'s thread, on a borrowed one). Make it
+    once (at import), not per call."""
 
     def on_kept_connection(*args: P.args, **kwargs: P.kwargs) -> R:
         connection = connections[DEFAULT_DB_ALIAS]
@@ -40,5 +47,14 @@ def hub_read(func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
                 raise  # a fresh connection failed: the database is the problem
         return func(*args, **kwargs)  # once more, on a fresh connection
 
+    def on_borrowed_connection(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        finally:
+            connections[DEFAULT_DB_ALIAS].close()  # back to the pool
+
     on_kept_connection.__name__ = getattr(func, "__name__", "hub_read")
+    on_borrowed_connection.__name__ = on_kept_connection.__name__
+    if executor is not None:
+        return SyncToAsync(on_borrowed_connection, thread_sensitive=False, executor=executor)
     return SyncToAsync(on_kept_connection, thread_sensitive=True)

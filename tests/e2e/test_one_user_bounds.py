@@ -10,11 +10,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import jwt
+import psycopg
 import pytest
 from websockets.exceptions import InvalidStatus
 
 from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.dispatch import connections as db
 from project.messenger import services
+from tests.support.api_client import Api
 from tests.support.factories import UserFactory
 from tests.support.hub_helpers import token_for
 from tests.support.runtime import wait_until
@@ -260,3 +263,46 @@ def test_connect_attempts_are_rate_limited_per_user(connect_limited: DaphneProce
     with pytest.raises(InvalidStatus):  # nor may it skip negotiate instead
         hub_socket(connect_limited, token)
     assert negotiate(connect_limited, token_for(other.id))[0] == 200
+
+
+def test_a_recover_stuck_in_the_database_holds_up_no_other_user_s_connect_or_rest(
+    daphne: DaphneProcess,
+) -> None:
+    """Before: every hub read of a process ran on asgiref's one sync thread, so one user's
+    Recover held every other user's connect behind it (the upgrade got no answer while
+    the read was held). Here a Recover's read is held in PostgreSQL (the test locks the
+    outbox) while another user lists their chats over REST (Django gives each request
+    a thread context of its own) and connects."""
+    abuser, other = UserFactory(name="abuser"), UserFactory(name="other")
+    chat = services.create_chat(abuser.id, [other.id])
+    services.post_message(abuser.id, chat.id, "hello")
+    api = Api(daphne.http, token_for(other.id))
+    with (
+        psycopg.connect(db.conninfo()) as locker,
+        joined(daphne, abuser) as ws,
+    ):
+        locker.execute("LOCK TABLE messenger.realtime_outbox IN ACCESS EXCLUSIVE MODE")
+        call = {"type": 1, "invocationId": "r", "target": "Recover"}
+        ws.send(json.dumps({**call, "arguments": [{f"chat:{chat.id}": 0}]}) + RS)
+        waiting = (
+            "SELECT count(*) FROM pg_locks WHERE NOT granted"
+            " AND relation = 'messenger.realtime_outbox'::regclass"
+        )
+        wait_until(lambda: locker.execute(waiting).fetchone() == (1,), what="Recover to wait")
+        started = time.monotonic()
+        status, listed = api.call("GET", "/api/chats")
+        assert status == 200 and [c["chatId"] for c in listed["chats"]] == [str(chat.id)]
+        assert time.monotonic() - started < 5  # not behind the held read (its 15 s timeout)
+        # Nor does another user's connect wait for it: negotiate and the upgrade read too.
+        started = time.monotonic()
+        with joined(daphne, other) as theirs:
+            call = {"type": 1, "invocationId": "g", "target": "GetGroups", "arguments": []}
+            theirs.send(json.dumps(call) + RS)
+            (groups,) = records(theirs)
+        assert groups["result"][0] == f"user:{other.id}"
+        assert time.monotonic() - started < 5
+        locker.rollback()  # the read goes on
+        got: list[dict[str, Any]] = []
+        while not any(r.get("type") == 3 for r in got):
+            got += records(ws, timeout=15)
+    assert [r["result"] for r in got if r.get("type") == 3] == [{f"chat:{chat.id}": "recovered"}]

@@ -9,11 +9,16 @@ checked as they go; a stream that does not fit is answered "resync" (the client 
 it over REST instead of reconnecting and recovering it again). The call is charged to
 the user's invocation rate limit by the events it sent (one more per EVENTS_PER_CHARGE).
 A connection runs its invocations one at a time, so one Recover is in flight per
-connection."""
+connection, and a user's recoveries read one at a time per process, on a thread of
+their own, never ahead of the reads other users' connects make."""
 
+import asyncio
 import logging
 import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from uuid import UUID
 
 from messenger_realtime.hub import ratelimit
 from messenger_realtime.hub.connection.events import encode, event_frame
@@ -31,7 +36,13 @@ from messenger_realtime.hub.recovery import (
 from messenger_realtime.ops import metrics
 
 logger = logging.getLogger(__name__)
-_read_missed = hub_read(read_missed)
+# A Recover's read has a thread of its own (on a connection borrowed per read): one
+# user's heavy or stuck recovery never holds up the reads every connect makes (reads.py).
+_RECOVERY_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hub-recovery")
+_read_missed = hub_read(read_missed, executor=_RECOVERY_THREAD)
+# One user's recoveries run one at a time in this process, so a user with many
+# connections queues one read at a time on that thread, not many ahead of everyone else.
+_RECOVERING: "weakref.WeakValueDictionary[UUID, asyncio.Lock]" = weakref.WeakValueDictionary()
 SEND_CHUNK = 64 * 1024  # bytes per message of recovered events (Twisted's own threshold)
 EVENTS_PER_CHARGE = 10  # recovered events that cost one more invocation of the rate limit
 
@@ -54,7 +65,8 @@ async def recover(connection: Connection, argument: Any) -> dict[str, str]:
     most_bytes = min(options.recovery_max_bytes, options.send_buffer_limit // 2)
     outcomes: dict[str, str] = {}
     try:
-        results = await _read_missed(connection.user_id, asked, options.recovery_max_events)
+        async with _user_lock(connection.user_id):
+            results = await _read_missed(connection.user_id, asked, options.recovery_max_events)
         for result in results:
             frames = _frames(connection, marks, result)
             bytes_ = sum(_size(frame) for frame in frames)
@@ -77,6 +89,13 @@ async def recover(connection: Connection, argument: Any) -> dict[str, str]:
     elapsed = time.perf_counter() - started
     _report(connection, outcomes, sent, elapsed)
     return outcomes
+
+
+def _user_lock(user_id: UUID) -> asyncio.Lock:
+    lock = _RECOVERING.get(user_id)
+    if lock is None:
+        lock = _RECOVERING[user_id] = asyncio.Lock()
+    return lock
 
 
 def _frames(connection: Connection, marks: StreamMarks, result: StreamRecovery) -> list[Frame]:
