@@ -7,7 +7,8 @@ RECOVERY_MAX_BYTES bytes (or half the send bound if less, so a recovery never ov
 a drained connection), sent in messages of at most SEND_CHUNK bytes so the send bound is
 checked as they go; a stream that does not fit is answered "resync" (the client reloads
 it over REST instead of reconnecting and recovering it again). The call is charged to
-the user's invocation rate limit by the events it sent (one more per EVENTS_PER_CHARGE).
+the user's invocation rate limit by what it sent (one more per EVENTS_PER_CHARGE events
+and per BYTES_PER_CHARGE bytes).
 A connection runs its invocations one at a time, so one Recover is in flight per
 connection, and a user's recoveries read one at a time per process, on a thread of
 their own, never ahead of the reads other users' connects make."""
@@ -44,7 +45,11 @@ _read_missed = hub_read(read_missed, executor=_RECOVERY_THREAD)
 # connections queues one read at a time on that thread, not many ahead of everyone else.
 _RECOVERING: "weakref.WeakValueDictionary[UUID, asyncio.Lock]" = weakref.WeakValueDictionary()
 SEND_CHUNK = 64 * 1024  # bytes per message of recovered events (Twisted's own threshold)
-EVENTS_PER_CHARGE = 10  # recovered events that cost one more invocation of the rate limit
+# What a Recover costs beyond its own invocation: one more per 10 events and one more per
+# 16 KiB it sent (bench/one_user.py: at one per 10 events alone, one user recovering 25
+# large messages a call drew 45 MB a minute from the hub).
+EVENTS_PER_CHARGE = 10
+BYTES_PER_CHARGE = 16 * 1024
 
 
 async def recover(connection: Connection, argument: Any) -> dict[str, str]:
@@ -83,8 +88,8 @@ async def recover(connection: Connection, argument: Any) -> dict[str, str]:
         for stream in asked:
             await _release(connection, marks, stream)
         marks.sent = None  # the notes are for the first recovery only
-    if sent >= EVENTS_PER_CHARGE:
-        units = sent // EVENTS_PER_CHARGE
+    units = sent // EVENTS_PER_CHARGE + size // BYTES_PER_CHARGE
+    if units:
         await ratelimit.acharge(ratelimit.INVOCATIONS, connection.user_id, units, options)
     elapsed = time.perf_counter() - started
     _report(connection, outcomes, sent, elapsed)
