@@ -42,10 +42,11 @@ BODY = "x" * 9_000  # a large message: what makes a recovery heavy
 MESSAGES = 300
 
 
-def prepare() -> dict[str, uuid.UUID]:
+def prepare(redis_url: str = REDIS_URL) -> dict[str, uuid.UUID]:
     """The benchmark's database with an abuser and a bystander sharing a chat of large
-    messages, through the project's own migrations and SQL (isolation.py's stack)."""
-    isolation.DATABASE_URL, isolation.REDIS_URL = DATABASE_URL, REDIS_URL
+    messages, through the project's own migrations and SQL (isolation.py's stack, which
+    then serves it on `redis_url`)."""
+    isolation.DATABASE_URL, isolation.REDIS_URL = DATABASE_URL, redis_url
     admin = DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute("DROP DATABASE IF EXISTS messenger_bench_one_user WITH (FORCE)")

@@ -22,6 +22,7 @@ message per channel it was for, what messenger_realtime_channel_overruns_total a
 
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,24 +47,26 @@ OVERRUN_SUFFIX = "$overrun"  # beside channels-redis' own "$inflight" backup key
 # are swept as channels-redis does, but not silently: their channels are unknown here, so
 # the set gets '*' (every connection of that process). The set outlives a long stall (a
 # day). The script returns how many messages were lost.
-CHUNK_SEND_LUA = """
-local n = #KEYS
-local expiry = ARGV[4 * n + 1]
-local stale_before = ARGV[4 * n + 2]
+# Written against K (the channel keys) and A (their arguments), so it serves on its own
+# (CHUNK_SEND_LUA: K and A are KEYS and ARGV) and after a check (CHECKED_SEND_LUA).
+_SEND_BODY = """
+local n = #K
+local expiry = A[4 * n + 1]
+local stale_before = A[4 * n + 2]
 local lost = 0
 for i = 1, n do
-    local overrun = KEYS[i] .. '$overrun'
-    local stale = redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, stale_before)
+    local overrun = K[i] .. '$overrun'
+    local stale = redis.call('ZREMRANGEBYSCORE', K[i], 0, stale_before)
     if stale > 0 then
         redis.call('SADD', overrun, '*')
         redis.call('EXPIRE', overrun, 86400)
         lost = lost + stale
     end
-    if redis.call('ZCOUNT', KEYS[i], '-inf', '+inf') < tonumber(ARGV[n + i]) then
-        redis.call('ZADD', KEYS[i], ARGV[2 * n + i], ARGV[i])
-        redis.call('EXPIRE', KEYS[i], expiry)
+    if redis.call('ZCOUNT', K[i], '-inf', '+inf') < tonumber(A[n + i]) then
+        redis.call('ZADD', K[i], A[2 * n + i], A[i])
+        redis.call('EXPIRE', K[i], expiry)
     else
-        for name in string.gmatch(ARGV[4 * n + 2 + tonumber(ARGV[3 * n + i])], '%S+') do
+        for name in string.gmatch(A[4 * n + 2 + tonumber(A[3 * n + i])], '%S+') do
             redis.call('SADD', overrun, name)
             lost = lost + 1
         end
@@ -72,6 +75,31 @@ for i = 1, n do
 end
 return lost
 """
+CHUNK_SEND_LUA = "local K, A = KEYS, ARGV\n" + _SEND_BODY
+
+# A chunk sent to the members the worker last read, in one round trip (one host only):
+# KEYS[1..g] are the chunk's groups, ARGV[1] = g, ARGV[2] the groups' stale_before and
+# ARGV[2 + i] group i's members as last read (sorted, space-separated). Each group is
+# swept and read as READ_GROUPS_LUA does; when any group's members differ, nothing is
+# sent and -1 is returned (the caller reads the groups and sends again). Otherwise the
+# rest of KEYS and ARGV are CHUNK_SEND_LUA's, and so is the reply.
+CHECKED_SEND_LUA = (
+    """
+local g = tonumber(ARGV[1])
+for i = 1, g do
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, ARGV[2])
+    local members = redis.call('ZRANGE', KEYS[i], 0, -1)
+    table.sort(members)
+    if table.concat(members, ' ') ~= ARGV[2 + i] then
+        return -1
+    end
+end
+local K, A = {}, {}
+for i = g + 1, #KEYS do K[#K + 1] = KEYS[i] end
+for i = g + 3, #ARGV do A[#A + 1] = ARGV[i] end
+"""
+    + _SEND_BODY
+)
 assert f"'{OVERRUN_SUFFIX}'" in CHUNK_SEND_LUA  # the script spells the suffix itself
 
 # Every distinct group of a chunk in one call: drop members past group expiry (as
@@ -183,11 +211,28 @@ class _HostSend:
                 ref = self.listed[(group, key)] = len(self.names)
             self.refs.append(ref)
 
-    def script(self, layer: Any, clock: ScoreClock, stale_before: int) -> Any:
+    def arguments(self, layer: Any, clock: ScoreClock, stale_before: int) -> list[Any]:
         # Scores rise through the chunk: each channel key (on this host) pops in event order.
         scores = clock.take(len(self.keys))
         args = [*self.payloads, *self.capacities, *scores, *self.refs, layer.expiry, stale_before]
-        return shards.script(CHUNK_SEND_LUA, self.keys, [*args, *self.names])
+        return [*args, *self.names]
+
+    def script(self, layer: Any, clock: ScoreClock, stale_before: int) -> Any:
+        return shards.script(CHUNK_SEND_LUA, self.keys, self.arguments(layer, clock, stale_before))
+
+    def checked_script(
+        self,
+        layer: Any,
+        clock: ScoreClock,
+        stale_before: int,
+        group_keys: list[str],
+        expected: list[str],
+        now: int,
+    ) -> Any:
+        """CHECKED_SEND_LUA: the groups' members checked against `expected`, then sent."""
+        head = [len(group_keys), now - layer.group_expiry, *expected]
+        args = self.arguments(layer, clock, stale_before)
+        return shards.script(CHECKED_SEND_LUA, [*group_keys, *self.keys], [*head, *args])
 
 
 async def copy_members(layer: Any, source: str, target: str) -> int:
@@ -208,13 +253,79 @@ async def copy_members(layer: Any, source: str, target: str) -> int:
     return len(members)
 
 
+class MemberCache:
+    """The members each group had when this sender last read it, for one-round-trip sends
+    (CHECKED_SEND_LUA checks them in Redis, atomically with the send). A group's members
+    are hub processes, so they change when a chat's first connection opens on a process
+    or its last one leaves: rarely, next to how often its events are sent. At most
+    MAX_GROUPS groups, the least recently sent to forgotten first."""
+
+    MAX_GROUPS = 10_000
+
+    def __init__(self) -> None:
+        self._groups: OrderedDict[str, list[str]] = OrderedDict()
+
+    def get(self, groups: list[str]) -> dict[str, list[str]] | None:
+        """Every group's members as last read, or None when one was never read."""
+        found = {}
+        for group in groups:
+            members = self._groups.get(group)
+            if members is None:
+                return None
+            self._groups.move_to_end(group)
+            found[group] = members
+        return found
+
+    def keep(self, members: dict[str, list[str]]) -> None:
+        for group, channels in members.items():
+            self._groups[group] = channels
+            self._groups.move_to_end(group)
+        while len(self._groups) > self.MAX_GROUPS:
+            self._groups.popitem(last=False)
+
+    def forget(self, groups: list[str]) -> None:
+        for group in groups:
+            self._groups.pop(group, None)
+
+
 async def group_send_many(
-    layer: Any, messages: list[tuple[str, dict[str, Any]]], clock: ScoreClock
+    layer: Any,
+    messages: list[tuple[str, dict[str, Any]]],
+    clock: ScoreClock,
+    cache: MemberCache | None = None,
 ) -> ChunkSent:
-    """Send each (layer group, channels message), in order: two round trips per host
-    (read the groups on their hosts, then insert on the channel keys' hosts)."""
+    """Send each (layer group, channels message), in order. With one Redis host and every
+    group's members in `cache`, one round trip that checks the members and sends; else
+    (or when a group's members changed) two round trips per host: read the groups on
+    their hosts, then insert on the channel keys' hosts. Sequential round trips are what
+    a slow link multiplies (docs/reliability.md, "Latency is not a fault")."""
     now = int(time.time())
-    members = await _read_groups(layer, [group for group, _ in messages], now)
+    groups = list(dict.fromkeys(group for group, _ in messages))
+    known = cache.get(groups) if cache is not None and layer.ring_size == 1 else None
+    if known is not None:
+        sent = await _send(layer, messages, known, clock, now, check=groups)
+        if sent is not None:
+            return sent
+        assert cache is not None
+        cache.forget(groups)  # a member came or went: read them afresh
+    members = await _read_groups(layer, groups, now)
+    if cache is not None:
+        cache.keep(members)
+    sent = await _send(layer, messages, members, clock, now)
+    assert sent is not None
+    return sent
+
+
+async def _send(
+    layer: Any,
+    messages: list[tuple[str, dict[str, Any]]],
+    members: dict[str, list[str]],
+    clock: ScoreClock,
+    now: int,
+    check: list[str] | None = None,
+) -> ChunkSent | None:
+    """Insert the messages into their groups' `members`' channel keys; with `check` (one
+    host), only if those groups still have exactly these members (None when not)."""
     sends: dict[int, _HostSend] = {}
     names_by_group: dict[str, dict[str, str]] = {}
     unencodable: dict[int, UnencodablePayload] = {}
@@ -236,11 +347,20 @@ async def group_send_many(
         for host, keys in hosts.items():
             send = sends.get(host) or sends.setdefault(host, _HostSend())
             send.add(group, keys, payloads, capacities, names)
-    if not sends:
+    if not sends and check is None:
         return ChunkSent(0, [], unencodable)
     stale_before = now - int(layer.expiry)
-    calls = {host: send.script(layer, clock, stale_before) for host, send in sends.items()}
-    lost = await shards.on_hosts(layer, calls)
+    if check is not None:  # one host: the members checked and the chunk sent, atomically
+        send = sends.get(0) or _HostSend()
+        group_keys = [layer._group_key(group) for group in check]
+        expected = [" ".join(sorted(members[group])) for group in check]
+        checked = send.checked_script(layer, clock, stale_before, group_keys, expected, now)
+        lost = await shards.on_hosts(layer, {0: checked})
+        if int(lost[0]) < 0:
+            return None
+    else:
+        calls = {host: send.script(layer, clock, stale_before) for host, send in sends.items()}
+        lost = await shards.on_hosts(layer, calls)
     reached = [key for send in sends.values() for key in send.keys]
     total = sum(int(count) for count in lost.values())
     return ChunkSent(total, list(dict.fromkeys(reached)), unencodable)

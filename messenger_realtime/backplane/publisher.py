@@ -64,6 +64,7 @@ class ChannelLayerPublisher:
             raise ValueError("no channel layer configured (settings.CHANNEL_LAYERS)")
         self.layer = layer
         self.scores = pipeline.ScoreClock()
+        self.members = pipeline.MemberCache()  # one round trip per chunk while unchanged
         self.last_channels: list[str] = []  # hub process queues the last chunk reached
         # A head older than half the layer's expiry is swept, not read (backlog.py).
         self.queues = QueueWatch(head_age_limit=getattr(layer, "expiry", 60) / 2)
@@ -79,8 +80,9 @@ class ChannelLayerPublisher:
         await self.layer.group_send(layer_group(event.target), layer_message(event))
 
     async def publish_many(self, events: list[OutgoingEvent]) -> list[BaseException | None]:
-        """The whole chunk in two pipelined round trips when the layer allows it (one more
-        per chat a user joins); a Redis failure there fails the chunk (its rows are
+        """The whole chunk in one round trip when its groups' members are as last read on
+        a single Redis (else two pipelined ones), when the layer allows it (one more per
+        chat a user joins); a Redis failure there fails the chunk (its rows are
         retried), an event the layer cannot serialize fails alone (UnencodablePayload)."""
         if not pipeline.supports(self.layer):
             results: list[BaseException | None] = []
@@ -114,7 +116,7 @@ class ChannelLayerPublisher:
         if start < end:
             messages = [(layer_group(e.target), layer_message(e)) for e in events[start:end]]
             # A message dropped for a full channel is counted and its connections told.
-            sent = await pipeline.group_send_many(self.layer, messages, self.scores)
+            sent = await pipeline.group_send_many(self.layer, messages, self.scores, self.members)
             self._bound += len(messages)
             pipeline.report_lost(sent.lost)
             self.last_channels = list(dict.fromkeys([*self.last_channels, *sent.channel_keys]))

@@ -9,8 +9,10 @@ neither TCP keepalives nor TCP_USER_TIMEOUT ever fire. What notices it is the pr
 own bound on a reply (a command timeout, a probe), which is what the tests exercise."""
 
 import contextlib
+import queue
 import socket
 import threading
+import time
 
 
 class Flow:
@@ -29,6 +31,7 @@ class TcpProxy:
         self.open = True
         self.holding = False
         self.accepted = 0  # connections accepted so far
+        self.delay = 0.0  # seconds added to every byte's way, each direction (new flows)
         self._held: list[socket.socket] = []
         self._conns: list[socket.socket] = []
         self._flows: list[Flow] = []
@@ -63,7 +66,10 @@ class TcpProxy:
             self._conns += [client, upstream]
             self._flows.append(flow)
         for a, b in ((client, upstream), (upstream, client)):
-            threading.Thread(target=pipe, args=(a, b, flow), daemon=True).start()
+            if self.delay > 0:
+                delayed_pipe(a, b, self.delay)
+            else:
+                threading.Thread(target=pipe, args=(a, b, flow), daemon=True).start()
 
     def silence(self) -> int:
         """Make every open proxied connection silent, both ways: bytes from either end
@@ -142,3 +148,35 @@ def pipe(source: socket.socket, sink: socket.socket, flow: Flow | None = None) -
             for s in (source, sink):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+
+
+def delayed_pipe(source: socket.socket, sink: socket.socket, delay: float) -> None:
+    """Copy one direction `delay` seconds late, in order (a long link, without netem):
+    a reader thread stamps what arrives, a writer thread sends each chunk when due."""
+    chunks: "queue.Queue[tuple[float, bytes]]" = queue.Queue()
+
+    def read() -> None:
+        try:
+            while data := source.recv(65536):
+                chunks.put((time.monotonic() + delay, data))
+        except OSError:
+            pass
+        chunks.put((time.monotonic() + delay, b""))
+
+    def write() -> None:
+        try:
+            while True:
+                due, data = chunks.get()
+                if (wait := due - time.monotonic()) > 0:
+                    time.sleep(wait)  # the link's length, not a synchronisation
+                if not data:
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        for s in (source, sink):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    threading.Thread(target=read, daemon=True).start()
+    threading.Thread(target=write, daemon=True).start()
