@@ -1,9 +1,14 @@
-"""Pipelined group_send for channels-redis: a whole chunk of events in two round trips.
+"""Pipelined group_send for channels-redis: a whole chunk of events in one or two round
+trips.
 
 channels-redis' group_send costs four round trips per event (expire the group, read its
 members, expire each channel, a Lua EVAL), which caps a worker near 0.5k events/s. Here a
 chunk costs two: (1) one Lua script that expires and reads each distinct group once, (2)
-one Lua script that inserts every event into its member channels, in event order. This relies
+one Lua script that inserts every event into its member channels, in event order; and on
+one Redis host, while the chunk's groups have the members the sender last read
+(MemberCache), one: a script that checks those members and sends (CHECKED_SEND_LUA),
+which is what a slow link to Redis multiplies (docs/reliability.md, "Latency is not a
+fault"). This relies
 on channels-redis' key layout and message format, copied from channels-redis 4.3.0
 (`RedisChannelLayer._group_key`, `_map_channel_keys_to_connection`, its group_send script;
 pinned in requirements.txt, and tests/integration/test_channels_redis_copy.py fails on a
