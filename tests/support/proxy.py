@@ -153,7 +153,7 @@ def pipe(source: socket.socket, sink: socket.socket, flow: Flow | None = None) -
 def delayed_pipe(source: socket.socket, sink: socket.socket, delay: float) -> None:
     """Copy one direction `delay` seconds late, in order (a long link, without netem):
     a reader thread stamps what arrives, a writer thread sends each chunk when due."""
-    chunks: "queue.Queue[tuple[float, bytes]]" = queue.Queue()
+    chunks: queue.Queue[tuple[float, bytes]] = queue.Queue()
 
     def read() -> None:
         try:
