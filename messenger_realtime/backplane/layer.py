@@ -255,11 +255,13 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
         return str(info.get("run_id", ""))
 
     async def drop_connections(self, index: int) -> None:
-        """Close every connection of this event loop to server `index`, in use or idle
-        (a silent one would hold the next command for NETWORK_TIMEOUT too): the next
-        commands connect afresh."""
+        """Close the idle connections of this event loop to server `index` (a silent one
+        would hold the next command for NETWORK_TIMEOUT too): the next commands connect
+        afresh. One in use ends on its own, within its socket timeout: closed under a
+        command in flight (the reader's blocking pop on a fresh connection, when a probe
+        failed meanwhile), redis-py's read never returned."""
         with contextlib.suppress(Exception):  # a dead connection is dropped all the same
-            await self.connection(index).connection_pool.disconnect()
+            await self.connection(index).connection_pool.disconnect(inuse_connections=False)
 
     async def keep_alive(self, channel: str) -> None:
         """Give a live process's queue its full expiry again. channels-redis sets a key's
