@@ -1,0 +1,71 @@
+"""Errors that mislead a newcomer (issue 46), each against real processes: a dependency
+made unreachable through a TcpProxy that is cut (or a port where nothing listens), never
+by stopping the machine's PostgreSQL or Redis."""
+
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+from django.conf import settings
+
+from tests.support.factories import UserFactory
+from tests.support.hub_clients import HubClient
+from tests.support.hub_helpers import token_for
+from tests.support.proxy import TcpProxy
+from tests.support.runtime import wait_until
+from tests.support.wire import negotiate
+from tests.support.workers import DaphneProcess
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def redis_proxy() -> Iterator[tuple[TcpProxy, str]]:
+    """A proxy in front of the machine's Redis, and the Redis URL through it."""
+    parts = urlsplit(str(settings.REDIS_URL))
+    proxy = TcpProxy(parts.port or 6379)
+    yield proxy, f"redis://127.0.0.1:{proxy.port}{parts.path}"
+    proxy.close()
+
+
+def through(env: dict[str, str], redis_url: str) -> dict[str, str]:
+    env = dict(env, REDIS_URL=redis_url)
+    env.pop("CHANNEL_REDIS_URLS", None)
+    return env
+
+
+@pytest.mark.django_db(transaction=True)
+def test_negotiate_without_the_channel_layers_redis_answers_503_naming_it_once(
+    worker_env: dict[str, str], redis_proxy: tuple[TcpProxy, str]
+) -> None:
+    """Before: 200, then the official client's "sticky sessions" error and a traceback
+    per request in Daphne's log."""
+    proxy, redis_url = redis_proxy
+    bob = UserFactory(name="bob")
+    env = through(worker_env, redis_url)
+    daphne = DaphneProcess(env)
+    client: HubClient | None = None
+    try:
+        token = token_for(bob.id)
+        assert negotiate(daphne, token)[0] == 200  # Redis answers
+        proxy.cut()
+        client = HubClient("@microsoft/signalr", f"{daphne.http}/hubs/messenger", token, env)
+        failed = client.next("state", "failed", timeout=30)
+        assert "sticky" not in failed["error"] and "503" in failed["error"], (failed, daphne.log())
+        for _ in range(10):
+            status, body, headers = negotiate(daphne, token)
+            assert status == 503, body
+            assert int(headers["Retry-After"]) >= 1
+            assert "channel layer (Redis)" in body["error"]
+            assert str(proxy.port) not in body["error"]  # internal hosts: the log only
+        daphne.wait_for("channel layer unavailable", timeout=10)
+        proxy.restore()
+        wait_until(lambda: negotiate(daphne, token)[0] == 200, what="negotiate back to 200")
+        daphne.wait_for("channel layer reachable again", timeout=10)
+        log = daphne.log()
+        assert "Traceback" not in log, log
+        assert log.count("channel layer unavailable") == 1, log
+    finally:
+        if client is not None:
+            client.kill()
+        daphne.kill()
