@@ -28,6 +28,7 @@ from messenger_realtime.dispatch.gate import PartitionGate
 from messenger_realtime.dispatch.lease import Leader
 from messenger_realtime.dispatch.outcomes import PassResult
 from messenger_realtime.dispatch.partitions import Partition
+from messenger_realtime.dispatch.push import LAYER
 from messenger_realtime.dispatch.retention import Retention
 from messenger_realtime.dispatch.rows import RowOutcome
 from messenger_realtime.dispatch.store import NO_TARGET
@@ -99,7 +100,14 @@ class Dispatcher:
         self.leader = Leader(lock_key, options.lock_ttl, alias, guard_key=guard)
         self.listener = Listener(alias)  # LISTEN, only while leading (wakes.py)
         self.port = port or get_domain_port()
-        self.liveness = Liveness(stale_after(options), stopping=self.stop.is_set)
+        # Not ready while pushes fail (push.LAYER), for as long as a failed row's retry
+        # may take to come round again.
+        horizon = options.backoff_cap + stale_after(options)
+        self.liveness = Liveness(
+            stale_after(options),
+            stopping=self.stop.is_set,
+            layer_trouble=lambda: LAYER.trouble(horizon),
+        )
         self.builder = Builder(self.port, options.build_timeout, options.delivery_deadlines)
         self.claim_shape = store.Claim(
             options.batch_size, delay_table(options), options.backoff_jitter, options.max_attempts

@@ -2,17 +2,22 @@
 made unreachable through a TcpProxy that is cut (or a port where nothing listens), never
 by stopping the machine's PostgreSQL or Redis."""
 
+import json
+import subprocess
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
 
-from tests.support.factories import UserFactory
+from messenger_realtime.outbox.enums import RealtimeOutboxStatus
+from tests.support.api_client import http_get
+from tests.support.factories import OutboxEntryFactory, UserFactory
 from tests.support.hub_clients import HubClient
 from tests.support.hub_helpers import token_for
 from tests.support.proxy import TcpProxy
-from tests.support.runtime import wait_until
+from tests.support.runtime import free_port, manage, wait_until
 from tests.support.wire import negotiate
 from tests.support.workers import DaphneProcess
 
@@ -69,3 +74,45 @@ def test_negotiate_without_the_channel_layers_redis_answers_503_naming_it_once(
         if client is not None:
             client.kill()
         daphne.kill()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_workers_readiness_fails_while_pushes_fail_and_recovers_after(
+    worker_env: dict[str, str], redis_proxy: tuple[TcpProxy, str]
+) -> None:
+    """Before: every push failed and /health/ready still said ok."""
+    proxy, redis_url = redis_proxy
+    port = free_port()
+    env = dict(
+        through(worker_env, redis_url),
+        MESSENGER_REALTIME_METRICS_PORT=str(port),
+        MESSENGER_REALTIME_POLLING_INTERVAL="0.5",
+        MESSENGER_REALTIME_BACKOFF_BASE="0.2",
+        MESSENGER_REALTIME_BACKOFF_CAP="0.5",
+        MESSENGER_REALTIME_PUBLISH_TIMEOUT="1",
+        MESSENGER_REALTIME_MAX_ATTEMPTS="1000",  # retried until Redis is back
+        LOG_LEVEL="INFO",
+    )
+    proc = subprocess.Popen(
+        manage("dispatch_realtime"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    ready = f"http://127.0.0.1:{port}/health/ready"
+    try:
+        wait_until(lambda: http_get(ready)[0] == 200, timeout=30, what="the worker ready")
+        proxy.cut()
+        entry = OutboxEntryFactory()  # a row to push, whose pushes fail
+
+        def refused() -> dict[str, Any] | None:
+            status, text = http_get(ready)
+            return json.loads(text) if status == 503 else None
+
+        answer = wait_until(refused, timeout=30, what="the worker not ready")
+        assert answer["channelLayer"] is False
+        assert "Connection" in answer["channelLayerError"], answer  # redis-py's words
+        proxy.restore()
+        wait_until(lambda: http_get(ready)[0] == 200, timeout=30, what="the worker ready again")
+        entry.refresh_from_db()
+        assert entry.status == RealtimeOutboxStatus.DONE  # a push passed: that made it ready
+    finally:
+        proc.kill()
+        proc.wait()
