@@ -51,6 +51,18 @@ logger = logging.getLogger(__name__)
 RECONNECT_DELAY = 1.0  # seconds between attempts to get a lost database session back
 STATS_INTERVAL = 1.0  # seconds between backlog gauge refreshes
 
+# What the worker had when a database error ended it, and so what its log line says: a
+# worker that never connected must not say it lost a lease it never held.
+CONNECTING, STANDING_BY, CONNECTED, LEADING = "connecting", "standing by", "connected", "leading"
+WHAT_FAILED = {
+    CONNECTING: f"dispatcher could not connect to the database; retrying in {RECONNECT_DELAY:g} s",
+    STANDING_BY: "dispatcher lost its database session (not leading); reconnecting",
+    CONNECTED: "dispatcher lost its database session; reconnecting",
+    LEADING: "dispatcher lost its database session while leading, and with it the lease; "
+    "reconnecting",
+}
+LEASE_LOST = "dispatcher lost its lease; reconnecting"  # LeadershipLost while leading
+
 
 def stale_after(options: RealtimeDispatchOptions) -> float:
     """How long without a heartbeat before the worker counts as stuck."""
@@ -137,9 +149,11 @@ class Dispatcher:
             standing_by = False
             while not self.stop.is_set():
                 self.liveness.beat()
+                state = CONNECTING  # what a failure ends: the log line says it as it is
                 try:
                     await self._connect()
                     self.liveness.connected, self.liveness.cause = True, None
+                    state = STANDING_BY
                     if self.use_lock and not await self._acquire():
                         if self.on_lock_busy is not None:
                             self.on_lock_busy()
@@ -153,18 +167,21 @@ class Dispatcher:
                         continue
                     fields = {"action": "lead", "lock": self.use_lock, **self.log_fields}
                     logger.info("dispatching", extra=fields)
+                    state = LEADING if self.use_lock else CONNECTED
                     await self._lead(once)
                     return
                 except (psycopg.OperationalError, LeadershipLost) as exc:
                     self.liveness.cause = database_cause(exc)  # /health/ready says it
                     if unrecoverable(exc):  # wrong credentials or database: say so, stop
                         raise DatabaseUnusable(database_cause(exc)) from exc
+                    lease_lost = state == LEADING and isinstance(exc, LeadershipLost)
                     logger.warning(
-                        "dispatcher lost its lease or database session; reconnecting",
+                        LEASE_LOST if lease_lost else WHAT_FAILED[state],
                         extra={
                             "action": "reconnect",
                             Field.ERROR_CODE: describe_error(exc),
                             "reason": database_cause(exc),
+                            **self.log_fields,
                         },
                     )
                     # Abandoned, not closed politely: a session that went silent would

@@ -3,6 +3,7 @@ made unreachable through a TcpProxy that is cut (or a port where nothing listens
 by stopping the machine's PostgreSQL or Redis."""
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -10,6 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
+from django.db import connection
 
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus
 from tests.support.api_client import http_get
@@ -19,7 +21,7 @@ from tests.support.hub_helpers import token_for
 from tests.support.proxy import TcpProxy
 from tests.support.runtime import free_port, manage, wait_until
 from tests.support.wire import negotiate
-from tests.support.workers import DaphneProcess
+from tests.support.workers import DaphneProcess, WorkerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -116,3 +118,39 @@ def test_the_workers_readiness_fails_while_pushes_fail_and_recovers_after(
     finally:
         proc.kill()
         proc.wait()
+
+
+def database_url(port: int) -> str:
+    db = connection.settings_dict
+    return f"postgres://{db['USER']}@{db['HOST']}:{port}/{db['NAME']}"
+
+
+@pytest.mark.django_db
+def test_a_worker_that_never_reached_the_database_does_not_say_it_lost_its_lease() -> None:
+    """Before: `dispatcher lost its lease or database session; reconnecting`."""
+    env = dict(os.environ, DATABASE_URL=database_url(free_port()))
+    worker = WorkerProcess(env)
+    try:
+        line = worker.wait_for("could not connect to the database", timeout=30)
+        assert "Connection refused" in line
+        worker.wait_for("could not connect to the database", timeout=30)  # it retries
+        assert "lost" not in worker.log()
+    finally:
+        worker.kill()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_loses_its_database_session_while_leading_says_so(
+    worker_env: dict[str, str],
+) -> None:
+    proxy = TcpProxy(int(connection.settings_dict["PORT"] or 5432))
+    worker = WorkerProcess(dict(worker_env, DATABASE_URL=database_url(proxy.port)))
+    try:
+        worker.wait_for("dispatching", timeout=30)
+        proxy.cut()
+        line = worker.wait_for("lost its (lease|database session)", timeout=30)
+        assert "leading" in line or "lease" in line
+        worker.wait_for("could not connect to the database", timeout=30)
+    finally:
+        worker.kill()
+        proxy.close()
