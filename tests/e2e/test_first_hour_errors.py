@@ -4,6 +4,7 @@ by stopping the machine's PostgreSQL or Redis."""
 
 import json
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -113,8 +114,12 @@ def test_the_workers_readiness_fails_while_pushes_fail_and_recovers_after(
         assert "Connection" in answer["channelLayerError"], answer  # redis-py's words
         proxy.restore()
         wait_until(lambda: http_get(ready)[0] == 200, timeout=30, what="the worker ready again")
-        entry.refresh_from_db()
-        assert entry.status == RealtimeOutboxStatus.DONE  # a push passed: that made it ready
+
+        def done() -> bool:  # a push passed (that made it ready); its outcome commits next
+            entry.refresh_from_db()
+            return bool(entry.status == RealtimeOutboxStatus.DONE)
+
+        wait_until(done, timeout=10, what="the row delivered")
     finally:
         proc.kill()
         proc.wait()
@@ -154,3 +159,44 @@ def test_a_worker_that_loses_its_database_session_while_leading_says_so(
     finally:
         worker.kill()
         proxy.close()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_the_worker_says_why_it_stopped_on_a_signal(worker_env: dict[str, str], sig: int) -> None:
+    """Before: nothing was logged when it stopped."""
+    worker = WorkerProcess(worker_env)
+    try:
+        worker.wait_for("dispatching", timeout=30)
+        worker.signal(sig)
+        assert worker.wait() == 0
+        line = worker.wait_for("worker stopped", timeout=10)
+        assert signal.Signals(sig).name in line
+    finally:
+        worker.kill()
+
+
+@pytest.mark.django_db
+def test_the_worker_says_why_it_stopped_on_a_fatal_error() -> None:
+    db = connection.settings_dict
+    env = dict(
+        os.environ,
+        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/no_such_database_here",
+    )
+    worker = WorkerProcess(env)
+    try:
+        assert worker.wait(timeout=60) == 1
+        line = worker.wait_for("worker stopped", timeout=10)
+        assert "ERROR" in line and "no_such_database_here" in line
+    finally:
+        worker.kill()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_says_why_it_stopped_after_once(worker_env: dict[str, str]) -> None:
+    worker = WorkerProcess(worker_env, "--once")
+    try:
+        assert worker.wait() == 0
+        assert "--once" in worker.wait_for("worker stopped", timeout=10)
+    finally:
+        worker.kill()
