@@ -129,6 +129,33 @@ port_open() {  # host port
   python3 -c 'import socket,sys; s=socket.socket(); s.settimeout(0.5); sys.exit(s.connect_ex((sys.argv[1], int(sys.argv[2]))))' "$1" "$2"
 }
 
+port_listening() {  # port_listening PORT: something listens there (any address); read from
+  # /proc/net, never by connecting: a probe to a loopback port in the ephemeral range that
+  # nobody listens on yet may connect to itself and keep the server from binding it.
+  python3 - "$1" <<'EOF'
+import sys
+port = "%04X" % int(sys.argv[1])
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+        rows = [line.split() for line in open(table).read().splitlines()[1:]]
+    except OSError:
+        continue
+    if any(row[1].rsplit(":", 1)[1] == port and row[3] == "0A" for row in rows):  # LISTEN
+        sys.exit(0)
+sys.exit(1)
+EOF
+}
+
+wait_listening() {  # wait_listening PID PORT: until PID listens on PORT (1: it ended first)
+  local pid=$1 port=$2 deadline=$((SECONDS + 120))
+  until port_listening "$port"; do
+    if ! kill -0 "$pid" 2>/dev/null || (( SECONDS > deadline )); then
+      return 1
+    fi
+    sleep 0.2  # a start-up of a few seconds: polled, then "serving on"
+  done
+}
+
 as_postgres() {  # initdb/pg_ctl refuse to run as root
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }

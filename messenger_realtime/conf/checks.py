@@ -2,17 +2,21 @@
 
 Each check is tagged with the process roles it concerns, so `dispatch_realtime` runs only
 the worker's (a hub-only secret cannot stop the worker) while `manage.py check` runs all.
-DOMAIN_PORT's check (E011) lives with the port, in contracts/checks.py.
+DOMAIN_PORT's check (E011) lives with the port, in contracts/checks.py. An environment
+variable with the settings' prefix that names no setting is a warning (W001): the
+process starts, and says which variable it ignores and the closest real name.
 """
 
+import difflib
+import os
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Error, register
+from django.core.checks import Error, Warning, register
 
 from messenger_realtime.conf.declared import HUB, WORKER, role_keys, validate
 from messenger_realtime.conf.layer_hosts import SETTING, host_problems
-from messenger_realtime.conf.settings import DEFAULTS, collect, env_name
+from messenger_realtime.conf.settings import DEFAULTS, ENV_PREFIX, collect, env_name
 
 WORKER_TAG = "messenger_realtime_worker"
 HUB_TAG = "messenger_realtime_hub"
@@ -89,3 +93,29 @@ def check_channel_layer_hosts(app_configs: Any = None, **kwargs: Any) -> list[Er
 def check_hub_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """The hub's keys (tokens, media credentials, timeouts)."""
     return _errors(role_keys(HUB) - {"DOMAIN_PORT"})
+
+
+@register(WORKER_TAG, HUB_TAG)
+def check_unknown_environment(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """W001: a MESSENGER_REALTIME_* variable that names no setting (a typo: ignored)."""
+    known = {env_name(key) for key in DEFAULTS}
+    warnings = []
+    for name in sorted(os.environ):
+        if not name.startswith(ENV_PREFIX) or name in known:
+            continue
+        # Compared without the prefix every name shares (else all would look close).
+        close = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), list(DEFAULTS), n=1)
+        hint = (
+            f"Did you mean ${env_name(close[0])}?"
+            if close
+            else "The settings and their variables: docs/operations.md, Settings "
+            "(or python manage.py dispatch_realtime --help)."
+        )
+        warnings.append(
+            Warning(
+                f"${name} names no MESSENGER_REALTIME setting: it is ignored.",
+                hint=hint,
+                id="messenger_realtime.W001",
+            )
+        )
+    return warnings

@@ -28,6 +28,7 @@ from messenger_realtime.dispatch.gate import PartitionGate
 from messenger_realtime.dispatch.lease import Leader
 from messenger_realtime.dispatch.outcomes import PassResult
 from messenger_realtime.dispatch.partitions import Partition
+from messenger_realtime.dispatch.push import LAYER
 from messenger_realtime.dispatch.retention import Retention
 from messenger_realtime.dispatch.rows import RowOutcome
 from messenger_realtime.dispatch.store import NO_TARGET
@@ -49,6 +50,18 @@ logger = logging.getLogger(__name__)
 
 RECONNECT_DELAY = 1.0  # seconds between attempts to get a lost database session back
 STATS_INTERVAL = 1.0  # seconds between backlog gauge refreshes
+
+# What the worker had when a database error ended it, and so what its log line says: a
+# worker that never connected must not say it lost a lease it never held.
+CONNECTING, STANDING_BY, CONNECTED, LEADING = "connecting", "standing by", "connected", "leading"
+WHAT_FAILED = {
+    CONNECTING: f"dispatcher could not connect to the database; retrying in {RECONNECT_DELAY:g} s",
+    STANDING_BY: "dispatcher lost its database session (not leading); reconnecting",
+    CONNECTED: "dispatcher lost its database session; reconnecting",
+    LEADING: "dispatcher lost its database session while leading, and with it the lease; "
+    "reconnecting",
+}
+LEASE_LOST = "dispatcher lost its lease; reconnecting"  # LeadershipLost while leading
 
 
 def stale_after(options: RealtimeDispatchOptions) -> float:
@@ -99,7 +112,14 @@ class Dispatcher:
         self.leader = Leader(lock_key, options.lock_ttl, alias, guard_key=guard)
         self.listener = Listener(alias)  # LISTEN, only while leading (wakes.py)
         self.port = port or get_domain_port()
-        self.liveness = Liveness(stale_after(options), stopping=self.stop.is_set)
+        # Not ready while pushes fail (push.LAYER), for as long as a failed row's retry
+        # may take to come round again.
+        horizon = options.backoff_cap + stale_after(options)
+        self.liveness = Liveness(
+            stale_after(options),
+            stopping=self.stop.is_set,
+            layer_trouble=lambda: LAYER.trouble(horizon),
+        )
         self.builder = Builder(self.port, options.build_timeout, options.delivery_deadlines)
         self.claim_shape = store.Claim(
             options.batch_size, delay_table(options), options.backoff_jitter, options.max_attempts
@@ -129,9 +149,11 @@ class Dispatcher:
             standing_by = False
             while not self.stop.is_set():
                 self.liveness.beat()
+                state = CONNECTING  # what a failure ends: the log line says it as it is
                 try:
                     await self._connect()
                     self.liveness.connected, self.liveness.cause = True, None
+                    state = STANDING_BY
                     if self.use_lock and not await self._acquire():
                         if self.on_lock_busy is not None:
                             self.on_lock_busy()
@@ -145,18 +167,21 @@ class Dispatcher:
                         continue
                     fields = {"action": "lead", "lock": self.use_lock, **self.log_fields}
                     logger.info("dispatching", extra=fields)
+                    state = LEADING if self.use_lock else CONNECTED
                     await self._lead(once)
                     return
                 except (psycopg.OperationalError, LeadershipLost) as exc:
                     self.liveness.cause = database_cause(exc)  # /health/ready says it
                     if unrecoverable(exc):  # wrong credentials or database: say so, stop
                         raise DatabaseUnusable(database_cause(exc)) from exc
+                    lease_lost = state == LEADING and isinstance(exc, LeadershipLost)
                     logger.warning(
-                        "dispatcher lost its lease or database session; reconnecting",
+                        LEASE_LOST if lease_lost else WHAT_FAILED[state],
                         extra={
                             "action": "reconnect",
                             Field.ERROR_CODE: describe_error(exc),
                             "reason": database_cause(exc),
+                            **self.log_fields,
                         },
                     )
                     # Abandoned, not closed politely: a session that went silent would

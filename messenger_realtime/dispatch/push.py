@@ -52,30 +52,43 @@ class LayerTrouble:
     carries only the error's class and errno (`last_error` must hold no message text), so
     without this an operator reading "redis.exceptions.ConnectionError (code 111)" never
     learns which server refused. redis-py's text names the host and port, not a password.
+
+    It is also the worker's readiness on the layer (ops/health.Liveness): failing while
+    the last push failed (within `horizon` seconds: rows that failed are pushed again
+    after their backoff, so a longer silence means nothing is left to try), ready again
+    once a push passes.
     """
 
     REPEAT = 60.0
 
     def __init__(self) -> None:
-        self.cause: str | None = None
+        self.cause: str | None = None  # the last failed push's, until one passes
+        self.failed_at = float("-inf")
+        self.logged: str | None = None
         self.logged_at = float("-inf")
 
     def noted(self, exc: BaseException) -> None:
         text = str(exc).strip()
         cause = (text.splitlines()[0] if text else type(exc).__name__)[:300]
         now = time.monotonic()
-        if cause != self.cause or now - self.logged_at >= self.REPEAT:
+        self.cause, self.failed_at = cause, now
+        if cause != self.logged or now - self.logged_at >= self.REPEAT:
             logger.warning(
                 "channel layer unreachable: %s",
                 cause,
                 extra={"action": "push", Field.ERROR_CODE: describe_error(exc)},
             )
-            self.cause, self.logged_at = cause, now
+            self.logged, self.logged_at = cause, now
 
     def cleared(self) -> None:
         if self.cause is not None:
             logger.info("channel layer reachable again", extra={"action": "push"})
-            self.cause = None
+            self.cause = self.logged = None
+
+    def trouble(self, horizon: float) -> str | None:
+        """Why pushes fail, if the last one failed within `horizon` seconds."""
+        recent = time.monotonic() - self.failed_at <= horizon
+        return self.cause if recent else None
 
 
 LAYER = LayerTrouble()  # one per process: the layer is

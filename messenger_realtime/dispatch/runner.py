@@ -5,12 +5,17 @@ each with its own lease (LOCK_KEY#partition-i-of-K), connections and idle wait, 
 sharing one stop event and one PartitionGate (gate.py: the spreading rule). Each
 partition's Dispatcher leads its partition or stands by for it, exactly as the single
 runner does for the whole outbox, so a partition whose leader dies is taken over by a
-standby like the single runner's lease is. Entry points build the runner here.
+standby like the single runner's lease is. Entry points build the runner here, and
+run it with run_until_stopped(): signals stop it, and it says in one line why it stopped.
 """
 
 import asyncio
+import logging
+import signal
 from collections.abc import Callable
 from typing import Any, Protocol
+
+import psycopg
 
 from messenger_realtime.backplane.publisher import Publisher
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
@@ -18,7 +23,12 @@ from messenger_realtime.contracts.port import DomainPort
 from messenger_realtime.dispatch.dispatcher import Dispatcher
 from messenger_realtime.dispatch.gate import PartitionGate
 from messenger_realtime.dispatch.partitions import Partition
+from messenger_realtime.exceptions import DatabaseUnusable, database_cause, describe_error
 from messenger_realtime.ops.health import Liveness, LivenessGroup
+from messenger_realtime.ops.logging import Field
+
+logger = logging.getLogger(__name__)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class Runner(Protocol):
@@ -80,3 +90,45 @@ def build_runner(
     if options.dispatch_partitions > 1 and use_lock:
         return PartitionedRunner(options, publisher, **kw)
     return Dispatcher(options, publisher, use_lock=use_lock, **kw)
+
+
+async def run_until_stopped(runner: Runner, *, once: bool = False) -> None:
+    """Run until SIGTERM/SIGINT (or one pass with once=True), then log one line saying
+    why it stopped: the signal, --once done, or the error that ended it (re-raised)."""
+    loop = asyncio.get_running_loop()
+    received: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        # Stop between rows: finish the row in hand, record outcomes, release the lock.
+        received.append(sig.name)
+        runner.stop.set()
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        await runner.run(once=once)
+    except DatabaseUnusable as exc:
+        _stopped(logging.ERROR, f"cannot use the database (DATABASE_URL): {exc}", exc)
+        raise
+    except psycopg.OperationalError as exc:  # --once only: run() retries otherwise
+        _stopped(logging.ERROR, f"database error: {database_cause(exc)}", exc)
+        raise
+    except Exception as exc:
+        _stopped(logging.ERROR, f"fatal error: {describe_error(exc)}", exc)
+        raise
+    else:
+        if received:
+            why = f"{received[0]} received; rows in hand recorded, lock released"
+        else:
+            why = "--once pass finished" if once else "stop requested"
+        _stopped(logging.INFO, why)
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+
+
+def _stopped(level: int, why: str, exc: BaseException | None = None) -> None:
+    fields: dict[str, Any] = {"action": "stop", "reason": why}
+    if exc is not None:
+        fields[Field.ERROR_CODE] = describe_error(exc)
+    logger.log(level, "worker stopped: %s", why, extra=fields)

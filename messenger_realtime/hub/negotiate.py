@@ -14,6 +14,12 @@ connection it granted opens), a negotiate waits in line for one to finish, up to
 seconds, then answers 503 with Retry-After: a reconnect storm is admitted at the
 process's full rate, first come first served, instead of piling up handshakes that
 time out or spending the clients' few retries on refusals.
+
+A channel layer (Redis) that does not answer makes every connection fail at its first
+join, and the clients then blame sticky sessions: so while the process's verdict on the
+layer (ops/webhealth.LayerVerdict: a probe at most every second, shared with
+/health/ready) says it is unreachable, negotiate answers 503 with Retry-After and the
+cause in words (without the internal host, which only the log and /health/ready name).
 """
 
 import json
@@ -27,6 +33,7 @@ from messenger_realtime.hub import admission, ratelimit, user_connections
 from messenger_realtime.hub.auth import new_connection_token
 from messenger_realtime.hub.transports.credentials import cors_headers, identify_scope
 from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.webhealth import layer_verdict
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +46,11 @@ FORMATS = {
 MAX_NEGOTIATE_VERSION = 1
 JSON = (b"content-type", b"application/json")
 ALLOWED = b"POST, OPTIONS"
+LAYER_RETRY_AFTER = 5  # seconds: Redis coming back takes a moment (the verdict: 1 s)
+LAYER_DOWN = (
+    "Service unavailable: the hub cannot reach its channel layer (Redis), so no "
+    "connection could receive events; retry later"
+)
 
 
 def available_transports(options: HubOptions) -> list[dict[str, Any]]:
@@ -103,6 +115,9 @@ async def answer(scope: dict[str, Any]) -> tuple[int, bytes, list[tuple[bytes, b
             "but the server does not support this version."
         )
         return 200, _json({"error": error}), [JSON]
+    if await layer_verdict().cause() is not None:  # logged once per outage (webhealth)
+        retry = (b"retry-after", str(LAYER_RETRY_AFTER).encode())
+        return 503, _json({"error": LAYER_DOWN}), [JSON, retry]
     options = load_hub_options()
     async with admission.connect(options) as slot:
         if slot is None:

@@ -12,7 +12,9 @@ live:  the dispatch loop showed a sign of life recently (it beats at least every
        or Redis has outlived twice NETWORK_TIMEOUT (ops/network.py: the bound that
        should have ended it failed); the answer names what stalled ("stalled").
 ready: the loop is alive and this worker either leads or stands by with a working
-       database session (it will take over if the leader goes), and is not stopping.
+       database session (it will take over if the leader goes), its pushes reach the
+       channel layer (not ready while they fail: "channelLayerError" says why, in
+       redis-py's words; ready again once one passes), and it is not stopping.
 
 The worker reports into a Liveness object; this module knows nothing of the worker.
 """
@@ -44,6 +46,8 @@ class Liveness:
     leading: bool = False
     connected: bool = False  # a working database session (leading or standing by)
     cause: str | None = None  # why not, psycopg's words (database_cause: no password)
+    # Why pushes fail now (None: they pass), redis-py's words (dispatch/push.py).
+    layer_trouble: Callable[[], str | None] = lambda: None
     heartbeat: float = field(default_factory=time.monotonic)
 
     def beat(self) -> None:
@@ -54,12 +58,16 @@ class Liveness:
         age = time.monotonic() - self.heartbeat
         stalled = network.WAITS.wedged()
         live = age <= self.stale_after and not stalled
-        ready = live and self.connected and not self.stopping()
+        layer_error = self.layer_trouble()
+        ready = live and self.connected and layer_error is None and not self.stopping()
         details: dict[str, Any] = {
             "leading": self.leading,
             "database": self.connected,
+            "channelLayer": layer_error is None,
             "heartbeatAgeSeconds": round(age, 3),
         }
+        if layer_error is not None:
+            details["channelLayerError"] = layer_error
         if stalled:
             details["stalled"] = stalled  # dependency -> seconds its wait is overdue
         if not self.connected and self.cause:
@@ -81,14 +89,16 @@ class LivenessGroup(Liveness):
             "leading": any(d["leading"] for _, _, d in states),
             "partitionsLed": self.led(),
             "database": all(d["database"] for _, _, d in states),
+            "channelLayer": all(d["channelLayer"] for _, _, d in states),
             "heartbeatAgeSeconds": max(d["heartbeatAgeSeconds"] for _, _, d in states),
         }
         stalled = [d["stalled"] for _, _, d in states if "stalled" in d]
         if stalled:
             details["stalled"] = stalled[0]
-        causes = [d["databaseError"] for _, _, d in states if "databaseError" in d]
-        if causes:
-            details["databaseError"] = causes[0]
+        for error in ("databaseError", "channelLayerError"):
+            causes = [d[error] for _, _, d in states if error in d]
+            if causes:
+                details[error] = causes[0]
         return all(s[0] for s in states), all(s[1] for s in states), details
 
 

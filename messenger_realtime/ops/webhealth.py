@@ -14,10 +14,19 @@
 
 The probes answer on the pod's own port; the public proxy keeps /health/ready internal
 (ops/nginx), since its causes name internal hosts.
+
+The channel layer's verdict (LayerVerdict, one per process and layer) is shared with
+negotiate (hub/negotiate.py): a negotiate reads it, answered by a probe at most every
+FRESH_FOR seconds (not a Redis round trip per connect), and answers 503 while the layer
+is unreachable; a connection whose first Redis operation fails reports it here (noted())
+instead of a traceback. The verdict logs once when the layer goes and once when it is
+back, whatever number of requests met it meanwhile.
 """
 
+import asyncio
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -66,9 +75,9 @@ def live(request: HttpRequest) -> JsonResponse:
 
 @require_GET
 async def ready(request: HttpRequest) -> JsonResponse:
-    causes = {"database": await _database(), "channelLayer": await _channel_layer()}
-    for check, cause in causes.items():
-        _log_change(check, cause)
+    layer_cause = await layer_verdict().cause(max_age=0)  # logs its own changes
+    causes = {"database": await _database(), "channelLayer": layer_cause}
+    _log_change("database", causes["database"])
     causes.update({check: _refusals[check][0] for check in list(_refusals) if refused(check)})
     errors = {check: cause for check, cause in causes.items() if cause is not None}
     body: dict[str, Any] = {"status": "unavailable" if errors else "ok"}
@@ -138,13 +147,80 @@ def _why_not(pool: Any, exc: Exception) -> str:
     return database_cause(exc)
 
 
-async def _channel_layer() -> str | None:
-    layer: Any = get_channel_layer()
+async def _channel_layer(layer: Any = None) -> str | None:
+    """Why the channel layer's Redis servers do not all answer a PING (None: they do)."""
+    layer = get_channel_layer() if layer is None else layer
     if not hasattr(layer, "connection"):  # in-memory: nothing to reach
         return None
     try:  # every Redis server of a sharded layer: each holds some groups and queues
         for index in range(layer.ring_size):
             await layer.connection(index).ping()
     except Exception as exc:
-        return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        return _words(exc)
     return None
+
+
+FRESH_FOR = 1.0  # seconds a verdict on the channel layer is reused by negotiate
+LAYER_PROBE_TIMEOUT = 2.0  # seconds a probe waits for every Redis server's PONG
+
+
+class LayerVerdict:
+    """Whether the channel layer's Redis servers answer, and why not: probed at most every
+    FRESH_FOR seconds (concurrent askers share one probe), or learnt from a failure seen
+    elsewhere (noted()). Logs a change once: unavailable with the cause, then back."""
+
+    def __init__(self, layer: Any) -> None:
+        self.layer = layer
+        self.verdict: str | None = None  # redis-py's words (host and port, no password)
+        self.at = float("-inf")  # when the verdict was made (monotonic)
+        self.probing: asyncio.Future[str | None] | None = None
+
+    async def cause(self, max_age: float = FRESH_FOR) -> str | None:
+        """Why the layer is unreachable (None: it answers), no older than `max_age`."""
+        if time.monotonic() - self.at <= max_age:
+            return self.verdict
+        probing = self.probing
+        loop = asyncio.get_running_loop()
+        if probing is None or probing.done() or probing.get_loop() is not loop:
+            probing = self.probing = asyncio.ensure_future(self._probe())
+        return await asyncio.shield(probing)
+
+    async def _probe(self) -> str | None:
+        try:
+            cause = await asyncio.wait_for(_channel_layer(self.layer), LAYER_PROBE_TIMEOUT)
+        except TimeoutError:
+            cause = f"no answer from the channel layer's Redis within {LAYER_PROBE_TIMEOUT:g} s"
+        self._set(cause)
+        return cause
+
+    def noted(self, exc: BaseException) -> None:
+        """A Redis operation of the layer failed (a connection's first join): the layer
+        counts as unreachable until a probe says otherwise."""
+        self._set(_words(exc))
+
+    def _set(self, cause: str | None) -> None:
+        previous, self.verdict, self.at = self.verdict, cause, time.monotonic()
+        if cause is not None and previous is None:
+            fields = {"action": "ready", "check": "channelLayer"}
+            logger.warning("not ready: channel layer unavailable: %s", cause, extra=fields)
+        elif cause is None and previous is not None:
+            fields = {"action": "ready", "check": "channelLayer"}
+            logger.info("ready: channel layer reachable again", extra=fields)
+
+
+_verdicts: "weakref.WeakKeyDictionary[Any, LayerVerdict]" = weakref.WeakKeyDictionary()
+
+
+def layer_verdict() -> LayerVerdict:
+    """The process's verdict on its channel layer (one per layer object)."""
+    layer = get_channel_layer()
+    verdict = _verdicts.get(layer)
+    if verdict is None:
+        verdict = _verdicts[layer] = LayerVerdict(layer)
+    return verdict
+
+
+def _words(exc: BaseException) -> str:
+    """The first line of an error's text (redis-py names the host and port), bounded."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__

@@ -58,7 +58,7 @@ def test_migrate_with_a_refused_port_says_so_within_seconds() -> None:
 def test_the_worker_names_the_reason_on_every_reconnect() -> None:
     worker = WorkerProcess(env_with(url(PORT=free_port())))
     try:
-        line = worker.wait_for("reconnecting", timeout=30)
+        line = worker.wait_for("could not connect to the database", timeout=30)
         assert "Connection refused" in line
     finally:
         worker.kill()

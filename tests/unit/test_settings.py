@@ -7,7 +7,7 @@ import sys
 import psycopg
 import pytest
 from django.conf import settings
-from django.core.checks import CheckMessage, run_checks
+from django.core.checks import WARNING, CheckMessage, run_checks
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
@@ -356,3 +356,31 @@ def test_a_database_error_retrying_cannot_fix_is_told_apart(message: str, fatal:
     error = psycopg.OperationalError(message + "\nsecond line")
     assert unrecoverable(error) is fatal
     assert database_cause(error) == message  # the first line, as libpq wrote it
+
+
+def test_a_misspelled_environment_variable_is_a_warning_naming_the_closest_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: MESSENGER_REALTIME_BATCHSIZE was silently ignored."""
+    monkeypatch.setenv("MESSENGER_REALTIME_BATCHSIZE", "50")
+    monkeypatch.setenv("MESSENGER_REALTIME_NOTHING_LIKE_IT", "1")
+    found = sorted(check_realtime_settings(), key=lambda m: m.msg)
+    assert [m.id for m in found] == ["messenger_realtime.W001"] * 2
+    assert all(m.level == WARNING for m in found)
+    batch, other = found
+    assert "MESSENGER_REALTIME_BATCHSIZE" in batch.msg and "ignored" in batch.msg
+    assert "MESSENGER_REALTIME_BATCH_SIZE" in str(batch.hint)
+    assert "MESSENGER_REALTIME_NOTHING_LIKE_IT" in other.msg
+    assert "docs/operations.md" in str(other.hint)  # no close name: where the names are
+    assert set(check_ids([WORKER_TAG])) == set(check_ids([HUB_TAG])) == {"messenger_realtime.W001"}
+
+
+def test_the_worker_warns_of_a_misspelled_environment_variable_at_start() -> None:
+    env = dict(os.environ, MESSENGER_REALTIME_BATCHSIZE="50")
+    env["DATABASE_URL"] = "postgres://postgres@127.0.0.1:1/nowhere"  # --once fails: fine
+    proc = subprocess.run(
+        manage("dispatch_realtime", "--once"), env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "messenger_realtime.W001" in proc.stderr
+    assert "MESSENGER_REALTIME_BATCHSIZE" in proc.stderr
+    assert "MESSENGER_REALTIME_BATCH_SIZE" in proc.stderr

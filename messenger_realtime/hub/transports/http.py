@@ -32,6 +32,7 @@ from messenger_realtime.hub.transports.base import (
 from messenger_realtime.hub.transports.credentials import cors_headers, identify_scope, query_of
 from messenger_realtime.hub.transports.longpolling import NO_CACHE, LongPollingTransport
 from messenger_realtime.hub.transports.websocket import HUB_STATE
+from messenger_realtime.ops.webhealth import layer_verdict
 
 logger = logging.getLogger(__name__)
 POST_LIMIT_MESSAGES = 16  # a POST body may batch messages: up to this many at the limit
@@ -146,6 +147,11 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
         except InvalidToken as exc:
             logger.info("hub connection refused", extra={"action": "refused", "reason": str(exc)})
             await self.respond(404, NOT_FOUND.encode())
+            return
+        except opening.LAYER_UNREACHABLE as exc:  # logged once per outage, not per connect
+            layer_verdict().noted(exc)
+            unreachable = b"Service unavailable: the hub cannot reach its channel layer (Redis)"
+            await self.respond(503, unreachable, [*TEXT, (b"retry-after", b"5")])
             return
         # Registered before the client hears back: its next request (the handshake's
         # POST) finds the connection.

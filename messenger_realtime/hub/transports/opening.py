@@ -3,6 +3,7 @@
 from typing import Any
 from uuid import UUID
 
+import redis
 from channels.layers import get_channel_layer
 
 from messenger_realtime.backplane.claims import Claim
@@ -12,6 +13,11 @@ from messenger_realtime.hub import admission, auth, ratelimit, registry, user_co
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.transports.base import Transport
 from messenger_realtime.uuid7 import uuid7
+
+# A channel layer (Redis) that does not answer fails a new connection at its first join:
+# the transports refuse it cleanly (no traceback) and tell the process's verdict on the
+# layer (ops/webhealth.LayerVerdict: logged once per outage; negotiate answers 503).
+LAYER_UNREACHABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
 def find(connection_token: str, user_id: UUID) -> tuple[auth.ConnectionGrant, Any]:

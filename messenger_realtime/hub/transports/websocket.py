@@ -27,6 +27,7 @@ from messenger_realtime.hub.transports.base import WEBSOCKETS
 from messenger_realtime.hub.transports.credentials import identify_scope, query_of
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.webhealth import layer_verdict
 
 logger = logging.getLogger(__name__)
 _check_standing = hub_read(check_standing)
@@ -153,6 +154,10 @@ class HubConsumer(AsyncConsumer):  # type: ignore[misc]
             )
         except InvalidToken as exc:
             await self._refuse(str(exc))
+            return
+        except opening.LAYER_UNREACHABLE as exc:  # logged once per outage, not per connect
+            layer_verdict().noted(exc)
+            await self.base_send({"type": "websocket.close"})
             return
         await self.base_send({"type": "websocket.accept"})
         self.connection, self.transport = connection, transport

@@ -2,7 +2,6 @@
 
 import argparse
 import asyncio
-import signal
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -19,7 +18,7 @@ from messenger_realtime.conf.checks import WORKER_TAG
 from messenger_realtime.conf.declared import BY_NAME, WORKER, role_keys
 from messenger_realtime.conf.settings import DEFAULTS, env_name, load_options
 from messenger_realtime.dispatch.connections import dedicate_django_connection
-from messenger_realtime.dispatch.runner import build_runner
+from messenger_realtime.dispatch.runner import build_runner, run_until_stopped
 from messenger_realtime.exceptions import DatabaseUnusable
 from messenger_realtime.ops.health import serve
 from messenger_realtime.ops.logging import ensure_handler
@@ -124,12 +123,9 @@ class Command(BaseCommand):
                 f"${env_name('METRICS_PORT')} to a free port (0 turns it off), or "
                 f"${env_name('METRICS_HOST')}"
             ) from exc
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            # Stop between rows: finish the row in hand, record outcomes, release the lock.
-            loop.add_signal_handler(sig, dispatcher.stop.set)
         try:
-            await dispatcher.run(once=once)
+            # SIGTERM/SIGINT stop it between rows; it logs one line saying why it stopped.
+            await run_until_stopped(dispatcher, once=once)
         except DatabaseUnusable as exc:
             raise CommandError(f"cannot use the database (DATABASE_URL): {exc}") from exc
         finally:
