@@ -5,6 +5,7 @@ exactly the connections of the group that lost them; a user's copy in a chat's g
 dropped once redundant; and several waiting events leave a connection as one frame."""
 
 import asyncio
+import gc
 import json
 import uuid
 from typing import Any
@@ -25,8 +26,8 @@ from tests.support.runtime import PrivateRedis, run
 
 
 def members(url: str, group: str) -> list[str]:
-    client = redis.Redis.from_url(url)
-    return [m.decode() for m in client.zrange(f"asgi:group:{group}", 0, -1)]
+    with redis.Redis.from_url(url) as client:
+        return [m.decode() for m in client.zrange(f"asgi:group:{group}", 0, -1)]
 
 
 def chat_event(chat: uuid.UUID, n: int) -> OutgoingEvent:
@@ -415,6 +416,9 @@ def test_a_group_refresh_racing_a_leave_does_not_join_the_group_again(
     assert listed == []  # the process left: the layer agrees
 
 
+# A connection the restart watch opens as the loop ends may be left for the collector:
+# collected here (below), under this filter, not in whichever test runs next.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
 def test_a_restarted_redis_gets_the_groups_back_and_every_connection_is_told(
     private_redis: PrivateRedis, monkeypatch: Any
 ) -> None:
@@ -441,17 +445,21 @@ def test_a_restarted_redis_gets_the_groups_back_and_every_connection_is_told(
         await until(lambda: len(first) == 1, "an event after the restart")
         after = [m["payload"]["seq"] for m in await first.take(5)]
         joined = members(private_redis.url, group)
-        # The reader and the restart watch stop, then every socket is closed: a watch
-        # probing as the loop ends would leave one for the collector to warn about.
+        # Every socket closed first (the reader's blocking pop fails, and it waits to
+        # retry), then the reader and the restart watch stopped: a blocking pop
+        # cancelled in flight did not always end, and the loop waited for it forever.
+        for used in (hub, worker.layer):
+            await used.close_pools()
         others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for task in others:
             task.cancel()
-        await asyncio.gather(*others, return_exceptions=True)
-        for used in (hub, worker.layer):
+        await asyncio.wait(others, timeout=10)
+        for used in (hub, worker.layer):  # what a probe opened meanwhile
             await used.close_pools()
         return joined, told, after
 
     joined, told, after = run(scenario())
+    gc.collect()
     assert len(joined) == 1 and joined[0].endswith(f"!{group}")
     assert told == [[restarts.BACKPLANE_RESTARTED_MESSAGE]] * 2
     assert after == [1]

@@ -86,7 +86,8 @@ class PrivateRedis:
 
         def answers() -> bool:
             try:
-                return bool(self.client().ping())
+                with self.client() as client:
+                    return bool(client.ping())
             except redis.ConnectionError:
                 return False
 
