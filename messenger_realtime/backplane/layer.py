@@ -255,13 +255,11 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
         return str(info.get("run_id", ""))
 
     async def drop_connections(self, index: int) -> None:
-        """Close the idle connections of this event loop to server `index` (a silent one
-        would hold the next command for NETWORK_TIMEOUT too): the next commands connect
-        afresh. One in use ends on its own, within its socket timeout: closed under a
-        command in flight (the reader's blocking pop on a fresh connection, when a probe
-        failed meanwhile), redis-py's read never returned."""
+        """Close every connection of this event loop to server `index`, in use or idle
+        (a silent one would hold the next command for NETWORK_TIMEOUT too): the next
+        commands connect afresh."""
         with contextlib.suppress(Exception):  # a dead connection is dropped all the same
-            await self.connection(index).connection_pool.disconnect(inuse_connections=False)
+            await self.connection(index).connection_pool.disconnect()
 
     async def keep_alive(self, channel: str) -> None:
         """Give a live process's queue its full expiry again. channels-redis sets a key's

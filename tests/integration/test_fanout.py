@@ -21,7 +21,7 @@ from messenger_realtime.hub import fanout as fanout_module
 from messenger_realtime.hub import restarts
 from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.inbox import OVERRUN_MESSAGE, Inbox
-from tests.support.helpers import layer
+from tests.support.helpers import end_layers, layer
 from tests.support.runtime import PrivateRedis, run
 
 
@@ -445,17 +445,7 @@ def test_a_restarted_redis_gets_the_groups_back_and_every_connection_is_told(
         await until(lambda: len(first) == 1, "an event after the restart")
         after = [m["payload"]["seq"] for m in await first.take(5)]
         joined = members(private_redis.url, group)
-        # Every socket closed first (the reader's blocking pop fails, and it waits to
-        # retry), then the reader and the restart watch stopped: a blocking pop
-        # cancelled in flight did not always end, and the loop waited for it forever.
-        for used in (hub, worker.layer):
-            await used.close_pools()
-        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in others:
-            task.cancel()
-        await asyncio.wait(others, timeout=10)
-        for used in (hub, worker.layer):  # what a probe opened meanwhile
-            await used.close_pools()
+        await end_layers(hub, worker.layer)
         return joined, told, after
 
     joined, told, after = run(scenario())

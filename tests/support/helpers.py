@@ -90,3 +90,19 @@ class RecordingPublisher:
         self.events.append(event)
         if self.fail:
             raise ConnectionError(111, "refused")
+
+
+async def end_layers(*layers: Any) -> None:
+    """End a test's loop cleanly: close the layers' sockets first (a blocking pop in
+    flight fails, and its reader waits to retry: one cancelled in flight did not always
+    end, and asyncio.run waited for it forever), cancel every other task, then close what
+    a probe opened meanwhile."""
+    for used in layers:
+        await used.close_pools()
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    if others:
+        await asyncio.wait(others, timeout=10)
+    for used in layers:
+        await used.close_pools()
