@@ -323,10 +323,12 @@ def test_stop_releases_the_batch_claimed_ahead_as_well() -> None:
 
     result = run(pass_stopped_after(1, options(batch_size=2)))
     # Batch 1 pushed one row and released the other; the batches claimed ahead (batch 2
-    # for sure, the fifth row too if its claim had started) went back whole. Nothing
-    # lost, no attempt spent, every unsent row due at once.
+    # for sure, the fifth row too if its claim had started) went back whole. A claim
+    # ahead that started after batch 1's release committed may take that row again and
+    # release it again (counted twice: seen once in a loaded CI run). Nothing lost, no
+    # attempt spent, every unsent row due at once.
     assert result.dispatched == 1
-    assert (result.released, result.batches) in {(3, 2), (4, 3)}
+    assert (result.released, result.batches) in {(3, 2), (4, 3), (5, 3)}
     rows = list(RealtimeOutboxEntry.objects.order_by("id").values_list("status", "attempts"))
     assert rows == [("Done", 1)] + [("Pending", 0)] * 4
     assert due_now_count() == 4
