@@ -15,5 +15,7 @@ CHANNEL_LAYERS = {
 MESSENGER_REALTIME = {
     "DOMAIN_PORT": "chat.realtime.ChatPort",
     "JWT_SIGNING_KEY": os.environ["CHATSITE_JWT_SIGNING_KEY"],  # 32 bytes or more
+    # Where per-user rate limits and open-connection counts live: without it none holds.
+    "RATE_LIMIT_REDIS_URL": os.environ.get("CHATSITE_REDIS_URL", "redis://127.0.0.1:6379/0"),
     # No calls here, so no MEDIA_JWT_SIGNING_KEY and no TURN_SHARED_SECRET.
 }
