@@ -119,3 +119,19 @@ def test_every_file_module_class_and_function_the_docs_name_exists() -> None:
                     if not any(name in defined_in(p) for p in modules[dotted.group(1)]):
                         missing.append(where)
     assert not missing, "\n".join(missing)
+
+
+def test_the_readmes_client_snippet_is_verbatim_from_the_example_the_e2e_tests_run() -> None:
+    """The README's JavaScript under "Connecting a client" is cut from
+    docs/examples/client.mjs (a `// …` line marks a cut), so it cannot drift from the
+    file tests/e2e/test_client_example.py runs against a served hub."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Connecting a client\n", 1)[1].split("\n## ", 1)[0]
+    snippets = re.findall(r"```js\n(.*?)```", section, re.S)
+    assert snippets, "no ```js block under Connecting a client"
+    example = (ROOT / "docs" / "examples" / "client.mjs").read_text()
+    at = 0
+    for part in snippets[0].split("// …\n"):
+        found = example.find(part, at)
+        assert found >= 0, f"not in docs/examples/client.mjs (in this order):\n{part}"
+        at = found + len(part)
