@@ -8,7 +8,7 @@
 # Plain Dockerfile syntax (no `# syntax=` line): a builder needs no frontend image, so it
 # builds offline too. CI builds both images with podman and runs them against PostgreSQL
 # and Redis (scripts/container-smoke; where no registry answers, on stand-ins for the base
-# images built from Debian's packages: README, "The container images").
+# images built from Debian's packages: docs/development.md, "The container smoke").
 
 # The SignalR browser build the demo page loads, from npm (package-lock.json); no node at
 # run time.
