@@ -231,6 +231,10 @@ def test_an_unread_badge_counts_the_other_users_messages_and_clears_when_opened(
     expect(unread_of(bob, "Demo team")).to_have_count(0)
     bob.fill("#body", "Sure, on it")
     bob.press("#body", "Enter")
+    sent = bob.locator("#messages li.own", has_text="Sure, on it").locator(".ticks")
+    expect(sent).to_have_attribute("aria-label", "Sent")
+    off_loop(services.mark_read, user("alice").id, chat.id, 4)  # alice reads it elsewhere
+    expect(sent).to_have_attribute("aria-label", "Read by Alice")
     direct = off_loop(lambda: Chat.objects.get(kind="Direct"))
     post("alice", direct, "psst")
     post("alice", direct, "got a minute?")
