@@ -3,12 +3,14 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from project import site
 from project.messenger import demo
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     # /metrics (this process' own families; the proxy does not route it), /health/*.
     path("", include("messenger_realtime.urls")),
+    path("favicon.ico", site.favicon, name="favicon"),
     path("demo/", demo.page, name="demo"),
     path("demo/sign-in", demo.sign_in, name="demo-sign-in"),
     path("demo/sign-out", demo.sign_out, name="demo-sign-out"),

@@ -2,12 +2,13 @@
 two browser contexts, against Daphne and the real worker. Screenshots of each scenario go
 to test-artifacts/."""
 
+import re
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.db.models.functions import Now
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Browser, Page, expect
 
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus
@@ -31,26 +32,35 @@ def sign_in(
     browser: Browser,
     hub: Hub,
     name: str,
-    chat: str = "Demo team",
+    chat: str | None = "Demo team",
     base: str | None = None,
     clock: bool = False,
 ) -> Page:
-    """The demo page signed in as `name` with `chat` open; `clock`: the page's timers run
-    on Playwright's clock (page.clock), which the test moves forward."""
-    page = browser.new_context().new_page()
+    """The demo page signed in as `name` with `chat` open (None: none); `clock`: the page's
+    timers run on Playwright's clock (page.clock), which the test moves forward."""
+    page = browser.new_context(viewport={"width": 1000, "height": 640}).new_page()
     if clock:
         page.clock.install()
     page.goto(f"{base or hub.daphne.http}/demo/")
-    page.select_option("#username", f"demo-{name}")
-    page.click("#sign-in")
+    page.click(f"#sign-in button[value=demo-{name}]")
     page.wait_for_selector("#connection.connected")
-    page.click(f"#chats li >> text={chat}")
-    page.wait_for_selector("#composer:not([hidden])")
+    if chat is not None:
+        open_chat(page, chat)
     return page
 
 
+def open_chat(page: Page, title: str) -> None:
+    page.click(f"#chats li >> text={title}")
+    page.wait_for_selector("#composer:not([hidden])")
+
+
+def unread_of(page: Page, title: str) -> Any:
+    """The unread badge of the chat titled `title` in the chat list."""
+    return page.locator("#chats li", has_text=title).locator(".unread")
+
+
 def texts(page: Page) -> list[str]:
-    return [t.split(": ", 1)[-1] for t in page.locator("#messages li .text").all_inner_texts()]
+    return page.locator("#messages li .text").all_inner_texts()
 
 
 def seqs(page: Page) -> list[int]:
@@ -93,7 +103,8 @@ def test_a_message_sent_by_a_shows_once_at_b(pages: tuple[Page, Page]) -> None:
     alice.click("#send")
     bob.wait_for_selector("#messages li >> text=second")
     assert texts(bob) == ["hello bob", "second"]
-    alice.wait_for_selector("#read-receipts >> text=Bob has read up to #2")
+    read = alice.locator("#messages li.own", has_text="second").locator(".ticks")
+    expect(read).to_have_attribute("aria-label", "Read by Bob")
     shot(bob, "sent-once-bob")
     shot(alice, "sent-once-alice-read-receipt")
 
@@ -171,7 +182,7 @@ def test_edits_deletes_and_an_incoming_call_arrive_live(pages: tuple[Page, Page]
     bob.wait_for_selector("#messages li >> text=typo")
     alice.click("#messages li:has-text('typo') button.delete")
     bob.wait_for_selector("#messages li .deleted")
-    assert texts(bob) == ["(deleted)"]
+    assert texts(bob) == ["Message deleted"]
 
     direct = off_loop(lambda: Chat.objects.get(kind="Direct"))
     off_loop(services.start_call, user("alice").id, direct.id)
@@ -179,6 +190,86 @@ def test_edits_deletes_and_an_incoming_call_arrive_live(pages: tuple[Page, Page]
     shot(bob, "incoming-call")
     bob.click("#call-decline")
     bob.wait_for_selector("#call-banner", state="hidden")
+
+
+def test_enter_sends_and_each_message_shows_its_sender_time_and_side(
+    pages: tuple[Page, Page],
+) -> None:
+    alice, bob = pages
+    alice.fill("#body", "hello from the keyboard")
+    alice.press("#body", "Enter")
+    own = alice.locator("#messages li", has_text="hello from the keyboard")
+    expect(own).to_have_class(re.compile(r"\bown\b"))
+    expect(alice.locator("#body")).to_have_value("")
+    expect(alice.locator("#body")).to_be_focused()
+    theirs = bob.locator("#messages li", has_text="hello from the keyboard")
+    expect(theirs).not_to_have_class(re.compile(r"\bown\b"))
+    expect(theirs.locator(".sender")).to_have_text("Alice")
+    stamp = theirs.locator("time")
+    expect(stamp).to_have_text(re.compile(r"^\d{1,2}:\d{2}( [AP]M)?$"))
+    expect(stamp).to_have_attribute("datetime", re.compile(r"^\d{4}-\d{2}-\d{2}T"))
+    alice.fill("#body", "line one")
+    alice.press("#body", "Shift+Enter")  # a new line, not a send
+    alice.type("#body", "line two")
+    expect(alice.locator("#body")).to_have_value("line one\nline two")
+    alice.press("#body", "Enter")
+    expect(bob.locator("#messages li .text").last).to_have_text("line one\nline two")
+    shot(bob, "chat-bob")
+
+
+def test_an_unread_badge_counts_the_other_users_messages_and_clears_when_opened(
+    hub: Hub, browser: Browser
+) -> None:
+    off_loop(call_command, "seed_demo")
+    chat = team()
+    post("alice", chat, "Morning! The deploy went out at nine.")
+    post("bob", chat, "Nice, no alerts so far on my side.")
+    post("alice", chat, "Can you check the realtime dashboard after lunch?")
+    bob = sign_in(browser, hub, "bob", chat=None)  # read nothing yet: counted from REST
+    expect(unread_of(bob, "Demo team")).to_have_text("3")
+    open_chat(bob, "Demo team")
+    expect(unread_of(bob, "Demo team")).to_have_count(0)
+    bob.fill("#body", "Sure, on it")
+    bob.press("#body", "Enter")
+    sent = bob.locator("#messages li.own", has_text="Sure, on it").locator(".ticks")
+    expect(sent).to_have_attribute("aria-label", "Sent")
+    off_loop(services.mark_read, user("alice").id, chat.id, 4)  # alice reads it elsewhere
+    expect(sent).to_have_attribute("aria-label", "Read by Alice")
+    direct = off_loop(lambda: Chat.objects.get(kind="Direct"))
+    post("alice", direct, "psst")
+    post("alice", direct, "got a minute?")
+    expect(unread_of(bob, "Alice")).to_have_text("2")  # live, the chat not open
+    expect(unread_of(bob, "Demo team")).to_have_count(0)
+    shot(bob, "demo")  # kept in the docs as docs/demo.png
+    open_chat(bob, "Alice")
+    expect(unread_of(bob, "Alice")).to_have_count(0)
+    bob.wait_for_selector("#messages li >> text=got a minute?")
+    open_chat(bob, "Demo team")  # its timeline stays live while another chat is open
+    post("alice", direct, "still there?")
+    expect(unread_of(bob, "Alice")).to_have_text("1")
+    carol = sign_in(browser, hub, "carol", chat=None)  # a page opened after the reads
+    expect(unread_of(carol, "Demo team")).to_have_text("4")
+    expect(unread_of(bob, "Demo team")).to_have_count(0)
+
+
+def test_the_demo_page_loads_with_no_failed_request_and_a_favicon(
+    hub: Hub, browser: Browser
+) -> None:
+    off_loop(call_command, "seed_demo")
+    page = browser.new_context().new_page()
+    failed: list[str] = []
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else 0)
+    page.goto(f"{hub.daphne.http}/demo/")
+    expect(page.locator("#sign-in button[value=demo-alice]")).to_be_visible()
+    shot(page, "sign-in")
+    page.click("#sign-in button[value=demo-alice]")
+    page.wait_for_selector("#connection.connected")
+    open_chat(page, "Demo team")
+    expect(page.locator("#body")).to_be_focused()
+    icon = page.request.get(f"{hub.daphne.http}/favicon.ico")
+    assert icon.status == 200
+    assert icon.headers["content-type"].startswith("image/svg+xml")
+    assert failed == []
 
 
 @pytest.mark.parametrize(
@@ -222,6 +313,10 @@ def test_the_demo_is_off_unless_enabled_and_only_for_demo_users(
         client.post("/demo/sign-in", {"username": "demo-bob"})
         token = client.get("/demo/token").json()
         assert token["userId"] == str(user("bob").id)
+    with override_settings(DEMO_ENABLED=False):  # the site's icon, demo or not
+        icon = Client().get("/favicon.ico")
+        assert icon.status_code == 200
+        assert icon["Content-Type"].startswith("image/svg+xml")
 
 
 def test_a_page_offline_for_a_minute_with_the_hub_restarted_catches_up_with_no_rest_read(
@@ -252,7 +347,7 @@ def test_a_page_offline_for_a_minute_with_the_hub_restarted_catches_up_with_no_r
     bob.wait_for_selector("#connection.connected", timeout=30_000)
     bob.wait_for_selector("#messages li >> text=while away 2")
     bob.wait_for_selector("#messages li >> text=edited away")
-    assert texts(bob) == ["before", "edited away", "(deleted)", "while away 2"]
+    assert texts(bob) == ["before", "edited away", "Message deleted", "while away 2"]
     reads = [url for method, url in requests if method == "GET" and "/api/" in url]
     assert reads == []
     assert any(m == "POST" and "/hubs/messenger/negotiate" in u for m, u in requests)

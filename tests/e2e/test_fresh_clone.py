@@ -78,8 +78,7 @@ def serve_env(database_url: str, port: int) -> dict[str, str]:
 def sign_in(browser: Browser, base: str, name: str) -> Page:
     page = browser.new_context().new_page()
     page.goto(f"{base}/demo/")
-    page.select_option("#username", f"demo-{name}")
-    page.click("#sign-in")
+    page.click(f"#sign-in button[value=demo-{name}]")
     page.wait_for_selector("#connection.connected", timeout=30_000)
     page.click("#chats li >> text=Demo team")
     page.wait_for_selector("#composer:not([hidden])")

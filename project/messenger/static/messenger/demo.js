@@ -1,10 +1,12 @@
 // The demo page: a thin view over RealtimeClient (ordering, dedupe, recovery and resync
-// live there).
+// live there) and ChatBook (unread counts and read positions, chat-state.js).
 import { RealtimeClient } from "../messenger_realtime/realtime-client.js";
 import { restCallbacks } from "./rest.js";
+import { ChatBook, initials, messageTime } from "./chat-state.js";
 
 const $ = (id) => document.getElementById(id);
 const me = $("me").dataset.userId;
+const book = new ChatBook(me);
 let token = null;
 let tokenUntil = 0;
 let current = null; // the open chat's id
@@ -23,17 +25,29 @@ async function getToken() {
 const rest = restCallbacks({ getToken });
 const client = new RealtimeClient({ signalR: window.signalR, getToken, rest });
 
+const STATE_TEXT = { connecting: "connecting…", reconnecting: "reconnecting…" };
 client.addEventListener("state", (e) => {
-  $("connection").textContent = e.detail.state;
+  $("connection").textContent = STATE_TEXT[e.detail.state] ?? e.detail.state;
   $("connection").className = `state ${e.detail.state}`;
 });
 client.addEventListener("messages", (e) => {
-  if (e.detail.chatId === current) renderMessages();
+  if (e.detail.chatId === current) {
+    renderMessages();
+  } else {
+    // Opened earlier, so its timeline stays live: count what came since.
+    for (const m of client.timeline(e.detail.chatId)?.messages() ?? []) book.noteMessage(m.chatId, m.seq, m.senderUserId);
+    renderBadges();
+  }
+});
+client.addEventListener("unread", (e) => {
+  // An event of a chat never opened on this page.
+  book.noteMessage(e.detail.chatId, e.detail.seq, e.detail.senderUserId);
+  renderBadges();
 });
 client.addEventListener("read_receipt_updated", (e) => {
-  if (e.detail.chatId !== current || e.detail.userId === me) return;
-  const who = nameOf(e.detail.userId);
-  $("read-receipts").textContent = `${who} has read up to #${e.detail.lastReadSeq}`;
+  book.noteRead(e.detail.chatId, e.detail.userId, e.detail.lastReadSeq);
+  if (e.detail.userId === me) renderBadges(); // read on another device
+  else if (e.detail.chatId === current) renderMessages();
 });
 client.addEventListener("chat_updated", () => loadChats());
 client.addEventListener("forbidden", () => loadChats()); // removed while away
@@ -48,6 +62,12 @@ for (const ended of ["call_cancelled", "call_missed", "call_ended", "call_answer
   });
 }
 
+function el(tag, props = {}, ...children) {
+  const node = Object.assign(document.createElement(tag), props);
+  node.append(...children.filter((c) => c !== null && c !== undefined));
+  return node;
+}
+
 function nameOf(userId) {
   for (const chat of chats) {
     const p = chat.participants.find((x) => x.userId === userId);
@@ -56,76 +76,143 @@ function nameOf(userId) {
   return "someone";
 }
 
+function titleOf(chat) {
+  return chat.title || chat.participants.filter((p) => p.userId !== me).map((p) => p.displayName).join(", ");
+}
+
 async function loadChats() {
   chats = await client.chats(); // notes where each stream stands, for recovery
+  book.load(chats);
   $("chats").replaceChildren(
     ...chats.map((chat) => {
-      const li = document.createElement("li");
-      const others = chat.participants.filter((p) => p.userId !== me).map((p) => p.displayName);
-      li.textContent = chat.title || others.join(", ");
-      li.dataset.chatId = chat.chatId;
-      li.className = chat.chatId === current ? "active" : "";
-      li.onclick = () => openChat(chat.chatId, li.textContent);
-      return li;
+      const title = titleOf(chat);
+      const button = el(
+        "button",
+        { type: "button", onclick: () => openChat(chat.chatId) },
+        el("span", { className: "avatar", ariaHidden: "true", textContent: initials(title) }),
+        el("span", { className: "title", textContent: title }),
+      );
+      return el("li", { className: chat.chatId === current ? "active" : "" }, button);
     }),
   );
+  for (const [n, li] of [...$("chats").children].entries()) li.dataset.chatId = chats[n].chatId;
+  renderBadges();
   if (current && !chats.some((c) => c.chatId === current)) {
     current = null; // removed from it: stop showing it
     $("messages").replaceChildren();
     $("composer").hidden = true;
     $("chat-title").textContent = "Pick a chat";
+    $("chat-avatar").textContent = "";
+    $("chat-members").textContent = "";
+    $("placeholder").textContent = "Pick a chat on the left to start.";
+    $("placeholder").hidden = false;
   }
 }
 
-async function openChat(chatId, title) {
+function renderBadges() {
+  for (const li of $("chats").children) {
+    const count = li.dataset.chatId === current ? 0 : book.unread(li.dataset.chatId);
+    const button = li.querySelector("button");
+    button.querySelector(".unread")?.remove();
+    li.classList.toggle("has-unread", count > 0);
+    if (count > 0) {
+      const label = `${count} unread`;
+      button.append(el("span", { className: "unread", textContent: count > 99 ? "99+" : String(count), title: label, ariaLabel: label }));
+    }
+  }
+}
+
+async function openChat(chatId) {
+  const chat = chats.find((c) => c.chatId === chatId);
   current = chatId;
-  $("chat-title").textContent = title;
+  $("chat-title").textContent = chat ? titleOf(chat) : "";
+  $("chat-avatar").textContent = chat ? initials(titleOf(chat)) : "";
+  $("chat-members").textContent = chat
+    ? chat.participants.map((p) => (p.userId === me ? "you" : p.displayName)).join(", ")
+    : "";
+  $("messages").replaceChildren();
   $("composer").hidden = false;
-  $("read-receipts").textContent = "";
-  for (const li of $("chats").children) li.className = li.dataset.chatId === chatId ? "active" : "";
+  for (const li of $("chats").children) li.classList.toggle("active", li.dataset.chatId === chatId);
+  renderBadges();
+  $("body").focus();
   await client.openChat(chatId);
-  renderMessages();
+  if (current === chatId) renderMessages({ scroll: true });
 }
 
-let lastRead = {};
-function renderMessages() {
+function renderMessages({ scroll = false } = {}) {
+  const scroller = $("scroller");
+  const atBottom = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 80;
   const messages = client.timeline(current)?.messages() || [];
-  $("messages").replaceChildren(...messages.map(renderMessage));
-  const last = messages.length ? messages[messages.length - 1].seq : 0;
-  if (last > (lastRead[current] || 0)) {
-    lastRead[current] = last;
-    rest.call("POST", `/api/chats/${current}/read`, { seq: last }).catch(() => {});
+  $("messages").replaceChildren(...messages.map((m, n) => renderMessage(m, messages[n - 1])));
+  $("placeholder").hidden = messages.length > 0;
+  $("placeholder").textContent = "No messages yet. Say hello!";
+  const last = messages.length ? messages[messages.length - 1] : null;
+  if (scroll || atBottom || last?.senderUserId === me) scroller.scrollTop = scroller.scrollHeight;
+  if (last && book.markRead(current, last.seq)) {
+    rest.call("POST", `/api/chats/${current}/read`, { seq: last.seq }).catch(() => {});
   }
+  renderBadges();
 }
 
-function renderMessage(m) {
-  const li = document.createElement("li");
+function renderMessage(m, previous) {
+  const own = m.senderUserId === me;
+  const li = el("li", { className: own ? "message own" : "message" });
   li.dataset.seq = m.seq;
   li.dataset.messageId = m.messageId;
-  const seq = Object.assign(document.createElement("span"), { className: "seq", textContent: `#${m.seq}` });
-  const author = m.senderUserId ? `${nameOf(m.senderUserId)}: ` : "";
-  const text = document.createElement("span");
-  text.className = m.deletedAt ? "text deleted" : "text";
-  text.textContent = m.deletedAt ? "(deleted)" : author + (m.body ?? m.cardText ?? m.fileMeta?.name ?? "");
-  li.append(seq, text);
-  if (m.senderUserId === me && !m.deletedAt) {
-    const edit = Object.assign(document.createElement("button"), { textContent: "Edit", className: "edit" });
+  if (!own && m.senderUserId && previous?.senderUserId !== m.senderUserId) {
+    li.append(el("span", { className: "sender", textContent: nameOf(m.senderUserId) }));
+  }
+  const text = el("span", {
+    className: m.deletedAt ? "text deleted" : "text",
+    textContent: m.deletedAt ? "Message deleted" : (m.body ?? m.cardText ?? m.fileMeta?.name ?? ""),
+  });
+  const meta = el("span", { className: "meta" });
+  if (m.editedAt && !m.deletedAt) meta.append(el("span", { className: "edited", textContent: "edited" }));
+  if (m.sentAt) {
+    const time = el("time", { dateTime: m.sentAt, textContent: messageTime(m.sentAt) });
+    time.title = new Date(m.sentAt).toLocaleString();
+    meta.append(time);
+  }
+  if (own && !m.deletedAt) {
+    const readers = book.readersOf(current, m.seq).map(nameOf);
+    const label = readers.length ? `Read by ${readers.join(", ")}` : "Sent";
+    meta.append(el("span", { className: readers.length ? "ticks read" : "ticks", role: "img", ariaLabel: label, title: label, textContent: readers.length ? "✓✓" : "✓" }));
+  }
+  li.append(el("div", { className: "bubble" }, text, meta));
+  if (own && !m.deletedAt) {
+    const edit = el("button", { type: "button", className: "edit", textContent: "Edit" });
     edit.onclick = async () => {
       const body = prompt("Edit message", m.body);
       if (body) await client.edit(current, m.messageId, body).catch((err) => alert(err.message));
     };
-    const del = Object.assign(document.createElement("button"), { textContent: "Delete", className: "delete" });
+    const del = el("button", { type: "button", className: "delete", textContent: "Delete" });
     del.onclick = () => client.remove(current, m.messageId).catch((err) => alert(err.message));
-    li.append(" ", edit, " ", del);
+    li.append(el("div", { className: "actions" }, edit, del));
   }
   return li;
 }
 
+function growComposer() {
+  const body = $("body");
+  body.style.height = "auto";
+  body.style.height = `${body.scrollHeight + 2}px`;
+}
+
+$("body").addEventListener("input", growComposer);
+$("body").addEventListener("keydown", (event) => {
+  // Enter sends; Shift+Enter is a new line; Enter that ends an IME composition is not a send.
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    $("composer").requestSubmit();
+  }
+});
 $("composer").onsubmit = async (event) => {
   event.preventDefault();
   const body = $("body").value.trim();
+  $("body").focus();
   if (!body || !current) return;
   $("body").value = "";
+  growComposer();
   await client.send(current, body).catch((err) => alert(err.message));
 };
 $("call-answer").onclick = () => callAction("answer");
