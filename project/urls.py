@@ -3,9 +3,11 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from project import home
 from project.messenger import demo
 
 urlpatterns = [
+    path("", home.page, name="home"),  # where things are: hub, API, admin, health
     path("admin/", admin.site.urls),
     # /metrics (this process' own families; the proxy does not route it), /health/*.
     path("", include("messenger_realtime.urls")),
