@@ -28,6 +28,22 @@ from messenger_realtime.conf.settings import DEFAULTS, ENV_PREFIX, collect, env_
 
 WORKER_TAG = "messenger_realtime_worker"
 HUB_TAG = "messenger_realtime_hub"
+_SECRETS = frozenset(s.name for s in SETTINGS if s.secret)
+
+
+def _secret_source(name: str, key: str, value: str) -> str:
+    """`name`, and the environment variable it was read from when one holds its value
+    (those named like `key` first: several variables may share one placeholder)."""
+    held = variables_holding(value)
+    held = [env for env in held if env == key] or [e for e in held if e.endswith(key)] or held
+    return f"{name} (the value of {', '.join('$' + env for env in held)})" if held else name
+
+
+def _named(key: str, values: dict[str, Any]) -> str:
+    """The key as its messages name it; a secret also by the variable it came from (a host
+    reads it from a name of its own, e.g. $JWT_SIGNING_KEY)."""
+    name = f"MESSENGER_REALTIME[{key!r}]"
+    return _secret_source(name, key, str(values.get(key) or "")) if key in _SECRETS else name
 
 
 def _errors(keys: frozenset[str]) -> list[Error]:
@@ -44,7 +60,7 @@ def _errors(keys: frozenset[str]) -> list[Error]:
     ]
     errors += [
         Error(
-            f"MESSENGER_REALTIME[{key!r}] {problem}.",
+            f"{_named(key, values)} {problem}.",
             hint=hint.format(key=key, env=env_name(key)),
             id=f"messenger_realtime.{check_id}",
         )
@@ -129,14 +145,6 @@ def check_unknown_environment(app_configs: Any = None, **kwargs: Any) -> list[Wa
     return warnings
 
 
-def _secret_source(name: str, key: str, value: str) -> str:
-    """`name`, and the environment variable it was read from when one holds its value
-    (those named like `key` first: several variables may share one placeholder)."""
-    held = variables_holding(value)
-    held = [env for env in held if env == key] or [e for e in held if e.endswith(key)] or held
-    return f"{name} (the value of {', '.join('$' + env for env in held)})" if held else name
-
-
 def _deploy_hint(length: str) -> str:
     return f"Set a random value of its own, {length}, e.g. `{MAKE_ONE}`."
 
@@ -146,13 +154,12 @@ def check_deploy_secrets(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """E038: a known placeholder secret; E039: a SECRET_KEY weaker than Django's rule."""
     values, _ = collect()
     errors = []
-    for setting in (s for s in SETTINGS if s.secret):
-        value = str(values.get(setting.name) or "")
+    for key in sorted(_SECRETS):
+        value = str(values.get(key) or "")
         if value and is_placeholder(value):  # unset or short: E012's
-            name = f"MESSENGER_REALTIME[{setting.name!r}]"
             errors.append(
                 Error(
-                    f"{_secret_source(name, setting.name, value)} is a known placeholder: "
+                    f"{_named(key, values)} is a known placeholder: "
                     "anyone who has read it can mint tokens for any user.",
                     hint=_deploy_hint("at least 32 bytes"),
                     id="messenger_realtime.E038",

@@ -143,7 +143,7 @@ def test_check_deploy_errors_on_a_signing_key_shorter_than_hs256_needs() -> None
         result = check_deploy(production_env(**{name: secrets.token_hex(15)}))  # 30 bytes
         assert result.returncode != 0, name
         assert "messenger_realtime.E012" in result.stderr, name
-        assert f"MESSENGER_REALTIME['{name}']" in result.stderr, name
+        assert f"MESSENGER_REALTIME['{name}'] (the value of ${name})" in result.stderr, name
 
 
 def test_check_deploy_is_clean_with_the_secrets_make_secrets_writes(tmp_path: Path) -> None:
