@@ -160,7 +160,8 @@ def check_deploy_secrets(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             errors.append(
                 Error(
                     f"{_named(key, values)} is a known placeholder: "
-                    "anyone who has read it can mint tokens for any user.",
+                    "anyone who has read it can mint tokens (or TURN credentials) for any "
+                    "user.",
                     hint=_deploy_hint("at least 32 bytes"),
                     id="messenger_realtime.E038",
                 )
