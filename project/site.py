@@ -1,12 +1,27 @@
-"""The host's site-wide odds and ends that are not the demo: the icon browsers ask for."""
+"""The host's site-wide pages that are not the demo: `/`, saying where things are (the
+hub, the REST API, the admin, the health probe; the demo when it is on), so a first visit
+does not meet a 404, and the icon browsers ask for."""
 
 from functools import cache
 from pathlib import Path
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
+from messenger_realtime.hub.routing import HUB_PATH
+
 ICON = Path(__file__).parent / "messenger" / "static" / "messenger" / "favicon.svg"
+
+
+@require_safe
+def home(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "home.html",
+        {"hub_path": f"/{HUB_PATH}", "demo": bool(getattr(settings, "DEMO_ENABLED", False))},
+    )
 
 
 @cache

@@ -7,6 +7,7 @@ from project import site
 from project.messenger import demo
 
 urlpatterns = [
+    path("", site.home, name="home"),  # where things are: hub, API, admin, health
     path("admin/", admin.site.urls),
     # /metrics (this process' own families; the proxy does not route it), /health/*.
     path("", include("messenger_realtime.urls")),

@@ -5,6 +5,8 @@ the worker's (a hub-only secret cannot stop the worker) while `manage.py check` 
 DOMAIN_PORT's check (E011) lives with the port, in contracts/checks.py. An environment
 variable with the settings' prefix that names no setting is a warning (W001): the
 process starts, and says which variable it ignores and the closest real name.
+`check --deploy` adds the secrets' own (secrets.py): a known placeholder is an error (E038),
+and so is a Django SECRET_KEY weaker than Django's rule (E039, where Django only warns).
 """
 
 import difflib
@@ -12,14 +14,36 @@ import os
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Error, Warning, register
+from django.core.checks import Error, Tags, Warning, register
 
-from messenger_realtime.conf.declared import HUB, WORKER, role_keys, validate
+from messenger_realtime.conf.declared import HUB, SETTINGS, WORKER, role_keys, validate
 from messenger_realtime.conf.layer_hosts import SETTING, host_problems
+from messenger_realtime.conf.secrets import (
+    MAKE_ONE,
+    django_key_problem,
+    is_placeholder,
+    variables_holding,
+)
 from messenger_realtime.conf.settings import DEFAULTS, ENV_PREFIX, collect, env_name
 
 WORKER_TAG = "messenger_realtime_worker"
 HUB_TAG = "messenger_realtime_hub"
+_SECRETS = frozenset(s.name for s in SETTINGS if s.secret)
+
+
+def _secret_source(name: str, key: str, value: str) -> str:
+    """`name`, and the environment variable it was read from when one holds its value
+    (those named like `key` first: several variables may share one placeholder)."""
+    held = variables_holding(value)
+    held = [env for env in held if env == key] or [e for e in held if e.endswith(key)] or held
+    return f"{name} (the value of {', '.join('$' + env for env in held)})" if held else name
+
+
+def _named(key: str, values: dict[str, Any]) -> str:
+    """The key as its messages name it; a secret also by the variable it came from (a host
+    reads it from a name of its own, e.g. $JWT_SIGNING_KEY)."""
+    name = f"MESSENGER_REALTIME[{key!r}]"
+    return _secret_source(name, key, str(values.get(key) or "")) if key in _SECRETS else name
 
 
 def _errors(keys: frozenset[str]) -> list[Error]:
@@ -36,7 +60,7 @@ def _errors(keys: frozenset[str]) -> list[Error]:
     ]
     errors += [
         Error(
-            f"MESSENGER_REALTIME[{key!r}] {problem}.",
+            f"{_named(key, values)} {problem}.",
             hint=hint.format(key=key, env=env_name(key)),
             id=f"messenger_realtime.{check_id}",
         )
@@ -119,3 +143,47 @@ def check_unknown_environment(app_configs: Any = None, **kwargs: Any) -> list[Wa
             )
         )
     return warnings
+
+
+def _deploy_hint(length: str) -> str:
+    return f"Set a random value of its own, {length}, e.g. `{MAKE_ONE}`."
+
+
+@register(Tags.security, deploy=True)
+def check_deploy_secrets(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E038: a known placeholder secret; E039: a SECRET_KEY weaker than Django's rule."""
+    values, _ = collect()
+    errors = []
+    for key in sorted(_SECRETS):
+        value = str(values.get(key) or "")
+        if value and is_placeholder(value):  # unset or short: E012's
+            errors.append(
+                Error(
+                    f"{_named(key, values)} is a known placeholder: "
+                    "anyone who has read it can mint tokens (or TURN credentials) for any "
+                    "user.",
+                    hint=_deploy_hint("at least 32 bytes"),
+                    id="messenger_realtime.E038",
+                )
+            )
+    secret_key = str(getattr(settings, "SECRET_KEY", "") or "")
+    source = _secret_source("settings.SECRET_KEY", "SECRET_KEY", secret_key)
+    if secret_key and is_placeholder(secret_key):
+        errors.append(
+            Error(
+                f"{source} is a known placeholder: anyone who has read it can sign "
+                "sessions (the admin's included) and whatever else Django signs.",
+                hint=_deploy_hint("at least 50 characters"),
+                id="messenger_realtime.E038",
+            )
+        )
+    elif problem := django_key_problem(secret_key):
+        errors.append(
+            Error(
+                f"{source} {problem}: Django calls it weak (security.W009), and it signs "
+                "sessions (the admin's included).",
+                hint=_deploy_hint("at least 50 characters, 5 of them distinct"),
+                id="messenger_realtime.E039",
+            )
+        )
+    return errors

@@ -183,3 +183,78 @@ def test_the_wheel_carries_everything_the_app_needs_at_run_time(tmp_path: Path) 
         "messenger_realtime",
         next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA")),
     }  # nothing of project/, tests/ or bench/
+
+
+SECRETS = ("DJANGO_SECRET_KEY", "JWT_SIGNING_KEY", "MEDIA_JWT_SIGNING_KEY", "TURN_SHARED_SECRET")
+
+
+def test_compose_ships_no_secret_and_refuses_to_start_without_real_ones() -> None:
+    # Deployed as written, a secret in the file would let anyone mint tokens (issue 46):
+    # each comes from the environment or .env, and compose stops naming the script.
+    assert "change-me" not in COMPOSE.lower()
+    app_env = COMPOSE[COMPOSE.index("x-app-env:") : COMPOSE.index("\nservices:\n")]
+    for name in SECRETS:
+        found = re.search(rf"^  {name}: (.*)$", app_env, re.M)
+        assert found, name
+        assert re.fullmatch(rf'"\$\{{{name}:\?[^}}]*scripts/make-secrets[^}}]*\}}"', found[1]), (
+            found[1]
+        )
+
+
+def make_secrets(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "make-secrets"), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+
+
+def env_file(path: Path) -> dict[str, str]:
+    lines = [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+    return dict(line.split("=", 1) for line in lines)
+
+
+def test_make_secrets_writes_each_secret_once_into_a_private_env_file(tmp_path: Path) -> None:
+    path = tmp_path / ".env"
+    made = make_secrets(str(path))
+    first = env_file(path)
+    assert set(first) == set(SECRETS), made.stdout
+    assert len(first["DJANGO_SECRET_KEY"]) >= 50 and len(set(first["DJANGO_SECRET_KEY"])) >= 5
+    assert all(len(value.encode()) >= 32 for value in first.values())
+    assert len(set(first.values())) == len(SECRETS)  # four keys, not one shared
+    assert path.stat().st_mode & 0o777 == 0o600
+    # Run again it keeps every key (a new one would log everyone out); it adds what is missing.
+    make_secrets(str(path))
+    assert env_file(path) == first
+    mine = "# mine\nDJANGO_ALLOWED_HOSTS=chat.example.com\n"
+    path.write_text(f"{mine}JWT_SIGNING_KEY={first['JWT_SIGNING_KEY']}\n")
+    make_secrets(str(path))
+    again = env_file(path)
+    assert again["JWT_SIGNING_KEY"] == first["JWT_SIGNING_KEY"]
+    assert again["DJANGO_ALLOWED_HOSTS"] == "chat.example.com"
+    assert set(again) == {*SECRETS, "DJANGO_ALLOWED_HOSTS"}
+    assert path.read_text().startswith("# mine\n")
+
+
+def test_the_env_file_beside_compose_stays_out_of_git_and_of_the_image() -> None:
+    assert ".env" in (ROOT / ".gitignore").read_text().split()
+    assert ".env" in (ROOT / ".dockerignore").read_text().split()
+    made = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "make-secrets"), "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "compose.yaml" in made.stdout
+
+
+def test_compose_migrates_only_after_check_deploy_passes() -> None:
+    # Placeholder secrets copied into .env pass `${...:?}`: the one-shot migrate, which
+    # every app service waits for, runs `check --deploy` first and stops the stack.
+    command = services()["migrate"].split("command:")[1].splitlines()[0]
+    check = "python manage.py check --deploy --fail-level ERROR"
+    assert f"{check} && exec python manage.py migrate --noinput" in command
+    for name in ("web", "worker", "reaper"):
+        assert "migrate: {condition: service_completed_successfully}" in services()[name], name
