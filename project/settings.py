@@ -9,6 +9,7 @@ from pathlib import Path
 import environ
 
 from messenger_realtime.conf.numbers import env_number
+from messenger_realtime.ops.bounded_pool import BoundedConnection
 from project.devkeys import dev_keys
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -89,6 +90,9 @@ _DATABASE_OPTIONS: dict[str, object] = {
 }
 if _POOL_MAX_SIZE > 0:
     _DATABASE_OPTIONS["pool"] = {
+        # Every reply within NETWORK_TIMEOUT: a silent flow fails one request and the pool
+        # replaces the connection, instead of holding a thread and a connection for ever.
+        "connection_class": BoundedConnection,
         "min_size": min(int(env_number("DATABASE_POOL_MIN_SIZE", int, 1, 0, 1000)), _POOL_MAX_SIZE),
         "max_size": _POOL_MAX_SIZE,
         "timeout": env_number("DATABASE_POOL_TIMEOUT", float, 10.0, 0.001, 600),

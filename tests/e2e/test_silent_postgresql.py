@@ -4,7 +4,11 @@ bound, reconnects, takes its lease back (its own abandoned session, which still 
 lock on the server, is ended), LISTENs again and dispatches what was committed meanwhile.
 While it waits, its /metrics says which dependency it waits on and for how long; its
 /health/live stays 200 (it is not wedged: it will notice). The real worker process, the
-real PostgreSQL behind the test's proxy."""
+real PostgreSQL behind the test's proxy.
+
+Daphne's own connections (its REST views' pool, the hub's reads) are bounded as well: a
+request on a silent one fails within NETWORK_TIMEOUT and the pool replaces it, where
+before each read on it held its thread and its connection for ever."""
 
 import re
 import time
@@ -13,11 +17,13 @@ from collections.abc import Iterator
 import pytest
 
 from messenger_realtime.models import RealtimeOutboxEntry
-from tests.support.api_client import http_get
-from tests.support.factories import OutboxEntryFactory
+from tests.support.api_client import Api, http_get
+from tests.support.factories import OutboxEntryFactory, UserFactory
+from tests.support.hub_helpers import token_for
 from tests.support.proxy import TcpProxy
 from tests.support.runtime import free_port, wait_until
-from tests.support.workers import WorkerProcess
+from tests.support.wire import negotiate
+from tests.support.workers import DaphneProcess, WorkerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -84,3 +90,47 @@ def test_a_worker_whose_database_connections_go_silent_resumes_dispatching(
         assert worker.proc.poll() is None
     finally:
         worker.kill()
+
+
+POOL = 4  # DATABASE_POOL_MAX_SIZE here: the requests below outnumber its connections
+POOL_TIMEOUT = 4.0  # DATABASE_POOL_TIMEOUT here
+# The pool checks the connection it lends (CONN_HEALTH_CHECKS) and, when the check fails,
+# lends the next, until its own timeout: a request meets silent connections for at most
+# DATABASE_POOL_TIMEOUT, plus NETWORK_TIMEOUT for the check or the read in hand. The slack
+# is this box's scheduling.
+ANSWERED_WITHIN = POOL_TIMEOUT + TIMEOUT + 3.0
+
+
+def test_daphnes_database_connections_going_silent_fail_no_request_for_ever(
+    worker_env: dict[str, str], proxy: TcpProxy
+) -> None:
+    """Before: the first request after the silence hung (the client gave up after 15 s)
+    and so did every read of the hub; the pool's connections were lost one by one."""
+    bob = UserFactory(name="bob")
+    token = token_for(bob.id)
+    env = dict(worker_env, DATABASE_URL=through(proxy, worker_env["DATABASE_URL"]))
+    env.update(DATABASE_POOL_MAX_SIZE=str(POOL), DATABASE_POOL_MIN_SIZE=str(POOL))
+    env.update(DATABASE_POOL_TIMEOUT=str(POOL_TIMEOUT))
+    daphne = DaphneProcess(env, network_timeout=TIMEOUT)
+    api = Api(daphne.http, token)
+    try:
+        assert api.call("GET", "/api/chats")[0] == 200
+        assert negotiate(daphne, token)[0] == 200  # the hub's reads keep a connection
+        wait_until(lambda: proxy.open_flows() >= POOL, what="the pool's connections open")
+        assert proxy.silence() >= POOL
+        statuses, slowest = [], 0.0
+        for _ in range(POOL + 2):  # every silenced connection met at least once
+            began = time.monotonic()
+            statuses.append(api.call("GET", "/api/chats")[0])
+            slowest = max(slowest, time.monotonic() - began)
+        print(f"silent PostgreSQL under Daphne: {statuses}, slowest {slowest:.2f} s")
+        assert set(statuses) <= {200, 503}, statuses  # a clear answer, never a hang
+        assert slowest <= ANSWERED_WITHIN, daphne.log()
+        assert statuses[-1] == 200, daphne.log()  # new connections replaced the silent ones
+        began = time.monotonic()
+        assert negotiate(daphne, token)[0] == 200, daphne.log()
+        assert time.monotonic() - began <= ANSWERED_WITHIN
+        text = http_get(f"{daphne.http}/metrics")[1]
+        assert sample(text, TIMEOUTS) >= 1  # counted, by dependency
+    finally:
+        daphne.kill()

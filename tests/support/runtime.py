@@ -100,10 +100,11 @@ def manage(*args: str) -> list[str]:
 
 def project_settings(expression: str, **env: str) -> Any:
     """`expression` (over django.conf.settings) as project/settings.py computes it in a
-    fresh process with this environment: settings read the environment at import."""
+    fresh process with this environment: settings read the environment at import. A
+    class in it comes back as its name."""
     code = (
         "import json, django; django.setup(); from django.conf import settings;"
-        f"print(json.dumps({expression}))"
+        f"print(json.dumps({expression}, default=lambda o: o.__name__))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],

@@ -76,7 +76,12 @@ def test_web_processes_pool_connections_sized_from_the_environment() -> None:
     assert pooled["CONN_MAX_AGE"] == 0
     assert pooled["OPTIONS"] == {
         "application_name": "messenger-web",
-        "pool": {"min_size": 2, "max_size": 7, "timeout": 10.0},
+        "pool": {
+            "connection_class": "BoundedConnection",  # every reply within NETWORK_TIMEOUT
+            "min_size": 2,
+            "max_size": 7,
+            "timeout": 10.0,
+        },
     }
     unpooled = database_settings(DATABASE_POOL_MAX_SIZE="0", DATABASE_CONN_MAX_AGE="30")
     assert unpooled == {"CONN_MAX_AGE": 30, "OPTIONS": {"application_name": "messenger-web"}}

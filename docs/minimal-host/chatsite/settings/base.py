@@ -1,7 +1,10 @@
-"""Django's own settings, as `startproject` writes them, on PostgreSQL."""
+"""Django's own settings, as `startproject` writes them, on PostgreSQL (with the pool
+that docs/integration.md, step 3, asks for)."""
 
 import os
 from pathlib import Path
+
+from messenger_realtime.ops.bounded_pool import BoundedConnection
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 SECRET_KEY = os.environ["CHATSITE_SECRET_KEY"]
@@ -57,6 +60,9 @@ DATABASES = {
         "PORT": os.environ.get("CHATSITE_DB_PORT", "5432"),
         "USER": os.environ.get("CHATSITE_DB_USER", "postgres"),
         "PASSWORD": os.environ.get("CHATSITE_DB_PASSWORD", ""),
+        # A pool whose every reply comes within NETWORK_TIMEOUT: a silent flow fails one
+        # request, not every request after it.
+        "OPTIONS": {"pool": {"connection_class": BoundedConnection}},
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
