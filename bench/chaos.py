@@ -15,12 +15,22 @@ with stateful reconnect or not). Every user is in group chats of six and in dire
 chats. Owners act through the REST API of either Daphne at R actions per second:
 post (most), edit, delete, mark read, remove and add members, start and end calls.
 
+Every Daphne and worker reaches PostgreSQL and Redis through a fault proxy of its own
+(bench/chaos_network.py, in its own process), so that the network can fail one process's
+connections and not another's.
+
 Faults at random times drawn from the seed (printed; `--seed` replays the schedule and
-the traffic's choices): kill -9 of the leading worker (restarted), SIGSTOP of it past the
-lease's TTL then SIGCONT, kill -9 of a Daphne (restarted on its port), Redis restarted
-empty, PostgreSQL crashed and restarted (`pg_ctl restart -m immediate`), a client that
-stops reading for 20 s, a burst of 200 messages into one chat. Spread evenly with
-jitter: 2 in a minute, 24 in 30 (at least 20 in a 30-minute run).
+the traffic's choices). Process faults: kill -9 of the leading worker (restarted),
+SIGSTOP of it past the lease's TTL then SIGCONT, kill -9 of a Daphne (restarted on its
+port), Redis restarted empty, PostgreSQL crashed and restarted (`pg_ctl restart -m
+immediate`), a client that stops reading for 20 s, a burst of 200 messages into one
+chat. Network faults (no FIN, no RST unless said): the open connections of one process
+to one dependency go silent for good, new ones still work (Redis or PostgreSQL, the
+leading worker's or a Daphne's: four kinds); a partition of every process from Redis or
+PostgreSQL that heals after 5 to 30 s (what was held is delivered then); 100 ms added each
+way on Redis or PostgreSQL for 60 s; a link that flaps for 30 s (down 1 to 4 s, held or
+reset in turn, then up 1 to 4 s). Spread evenly with jitter, kinds in turn: 2 in a
+minute, 24 in 30 (at least 20 in a 30-minute run, half of them network faults).
 
 After the last fault the traffic stops and the outbox must drain within 30 s with no row
 Pending or Quarantined; then the checker (bench/chaos_checker.py) reads every client's
@@ -48,6 +58,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,7 +68,14 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 from bench import e2e, hubclients, hubs  # noqa: E402
-from bench.chaos_report import FAULT_KINDS, Fault, analyse, markdown, passed, plot  # noqa: E402
+from bench.chaos_report import (  # noqa: E402
+    FAULT_KINDS,
+    Fault,
+    analyse,
+    markdown,
+    passed,
+    plot,
+)
 
 LOCK_TTL = 6  # s: a stopped leader is replaced within this (the lease's heartbeat)
 DRAIN_LIMIT = 30.0  # s after the last fault's traffic for the outbox to drain
@@ -66,6 +84,10 @@ BURST = 200
 PAUSE = 20.0  # s a slow reader stops reading
 GROUP_SIZE = 6
 FAULTS_PER_MINUTE = 0.8
+PARTITION = (5.0, 30.0)  # s a partition lasts before it heals
+LATENCY, LATENCY_FOR = 0.1, 60.0  # s added each way, for how long
+FLAPPING_FOR, FLAP = 30.0, (1.0, 4.0)  # s a link flaps; each phase down or up
+DEPENDENCIES = ("redis", "postgresql")
 
 
 def as_postgres(argv: list[str]) -> list[str]:
@@ -134,6 +156,47 @@ class PrivateRedis:
             self.proc.wait()
 
 
+class Network:
+    """The fault proxies (bench/chaos_network.py): a port per process and dependency."""
+
+    def __init__(self, proc: subprocess.Popen[str], ports: dict[str, dict[str, int]]) -> None:
+        self.proc, self.ports = proc, ports
+
+    @classmethod
+    def start(cls, redis_port: int, postgres_port: int, names: list[str]) -> "Network":
+        argv = [sys.executable, str(ROOT / "bench" / "chaos_network.py")]
+        argv += [str(redis_port), str(postgres_port), *names]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        return cls(proc, json.loads(proc.stdout.readline()))
+
+    def env(self, name: str, postgres: "PrivatePostgres", redis: "PrivateRedis") -> dict[str, str]:
+        """DATABASE_URL and REDIS_URL of process `name`: through its own proxies."""
+        ports = self.ports[name]
+        return {
+            "DATABASE_URL": postgres.url.replace(f":{postgres.port}/", f":{ports['postgresql']}/"),
+            "REDIS_URL": redis.url.replace(f":{redis.port}/", f":{ports['redis']}/"),
+        }
+
+    def command(self, cmd: str, targets: list[tuple[str, str]], **extra: Any) -> int:
+        """Apply `cmd` to the proxies of (process, dependency) `targets`: the flows open."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        line = json.dumps({"cmd": cmd, "targets": targets, **extra})
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return int(json.loads(self.proc.stdout.readline())["flows"])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
 def wait_port(port: int, limit: float = 30.0) -> None:
     import socket
 
@@ -153,6 +216,7 @@ class World:
     env: dict[str, str]
     postgres: PrivatePostgres
     redis: PrivateRedis
+    network: Network
     daphne_ports: list[int]
     worker_argv: list[str]
     daphnes: list[hubclients.Service] = field(default_factory=list)
@@ -161,10 +225,12 @@ class World:
     node_clients: list[asyncio.subprocess.Process] = field(default_factory=list)
     raw_ids: list[str] = field(default_factory=list)
 
+    def env_of(self, name: str) -> dict[str, str]:
+        return {**self.env, **self.network.env(name, self.postgres, self.redis)}
+
     async def start_daphne(self, i: int) -> None:
-        service = await hubclients.Service.start(
-            f"chaos-daphne{i}", hubs.daphne_argv(self.daphne_ports[i]), self.env, "Listening on"
-        )
+        argv, env = hubs.daphne_argv(self.daphne_ports[i]), self.env_of(f"daphne{i}")
+        service = await hubclients.Service.start(f"chaos-daphne{i}", argv, env, "Listening on")
         if i < len(self.daphnes):
             self.daphnes[i] = service
         else:
@@ -172,7 +238,10 @@ class World:
 
     async def start_worker(self, i: int) -> None:
         service = await hubclients.Service.start(
-            f"chaos-worker{i}", self.worker_argv, self.env, r"dispatching|dispatch lock busy"
+            f"chaos-worker{i}",
+            self.worker_argv,
+            self.env_of(f"worker{i}"),
+            r"dispatching|dispatch lock busy",
         )
         if i < len(self.workers):
             self.workers[i] = service
@@ -252,6 +321,10 @@ class Traffic:
         self.calls: dict[str, tuple[str, str]] = {}  # direct chat -> (call id, caller)
         self.counts: dict[str, int] = defaultdict(int)
         self.failures: dict[str, int] = defaultdict(int)
+        # Requests wait on threads of their own: a Daphne that answers slowly (a silent
+        # database flow takes NETWORK_TIMEOUT to notice) must not queue the faults' own
+        # work, or the rest of the traffic, behind them on asyncio's default executor.
+        self.threads = ThreadPoolExecutor(max_workers=64, thread_name_prefix="traffic")
 
     def _request(self, method: str, path: str, user: str, data: Any) -> tuple[int, Any]:
         import urllib.error
@@ -273,7 +346,9 @@ class Traffic:
         deadline = time.monotonic() + 30
         while True:
             try:
-                status, answer = await asyncio.to_thread(self._request, method, path, user, data)
+                status, answer = await asyncio.get_running_loop().run_in_executor(
+                    self.threads, self._request, method, path, user, data
+                )
             except Exception:
                 status, answer = 0, None  # refused, reset or timed out: a Daphne is down
             if status < 300 and status != 0:
@@ -373,6 +448,7 @@ class Traffic:
             task.add_done_callback(tasks.discard)
             await asyncio.sleep(self.rng.expovariate(rate))
         await asyncio.gather(*tasks, return_exceptions=True)
+        self.threads.shutdown()
 
 
 def _uuid(rng: random.Random) -> Any:
@@ -434,8 +510,52 @@ async def inject(kind: str, world: World, traffic: Traffic, rng: random.Random) 
         await asyncio.sleep(PAUSE)
     elif kind == "burst":
         fault.detail = await traffic.burst()
+    elif kind.endswith(("_silent_worker", "_silent_hub")):
+        dependency = kind.split("_", 1)[0]
+        dependency = "postgresql" if dependency == "postgres" else dependency
+        if kind.endswith("_worker"):
+            name = f"worker{await world.leader()}"
+        else:
+            name = f"daphne{rng.randrange(len(world.daphnes))}"
+        flows = await network(world, "silence", [(name, dependency)])
+        fault.detail = f"{name}: {flows} connections"
+    elif kind == "partition":
+        dependency, seconds = rng.choice(DEPENDENCIES), rng.uniform(*PARTITION)
+        targets = everyone(world, dependency)
+        fault.detail = f"{dependency}, {seconds:.1f} s"
+        await network(world, "partition", targets)
+        await asyncio.sleep(seconds)  # the partition's length
+        await network(world, "heal", targets)
+    elif kind == "latency":
+        dependency = rng.choice(DEPENDENCIES)
+        targets = everyone(world, dependency)
+        fault.detail = f"{dependency}, +{LATENCY * 1000:.0f} ms each way"
+        await network(world, "delay", targets, seconds=LATENCY)
+        await asyncio.sleep(LATENCY_FOR)  # the slow link's length
+        await network(world, "delay", targets, seconds=0.0)
+    elif kind == "flapping":
+        dependency = rng.choice(DEPENDENCIES)
+        targets = everyone(world, dependency)
+        ends, downs = time.monotonic() + FLAPPING_FOR, 0
+        while time.monotonic() < ends:
+            held = downs % 2 == 0  # held, then reset, in turn
+            await network(world, "partition" if held else "cut", targets)
+            await asyncio.sleep(rng.uniform(*FLAP))  # down
+            await network(world, "heal" if held else "restore", targets)
+            await asyncio.sleep(rng.uniform(*FLAP))  # up
+            downs += 1
+        fault.detail = f"{dependency}, down {downs} times"
     fault.ended = time.time()
     return fault
+
+
+def everyone(world: World, dependency: str) -> list[tuple[str, str]]:
+    names = [f"daphne{i}" for i in range(len(world.daphne_ports))]
+    return [(n, dependency) for n in names + [f"worker{i}" for i in range(2)]]
+
+
+async def network(world: World, cmd: str, targets: list[tuple[str, str]], **extra: Any) -> int:
+    return await asyncio.to_thread(world.network.command, cmd, targets, **extra)
 
 
 # -- the run --------------------------------------------------------------------------
@@ -558,13 +678,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     worker = [sys.executable, "manage.py", "dispatch_realtime"]
     if args.self_test:
         worker = [sys.executable, str(ROOT / "bench" / "chaos_dropping_worker.py")]
-    world = World(env, postgres, redis, [hubclients.free_port(), hubclients.free_port()], worker)
+    daphne_ports = [hubclients.free_port(), hubclients.free_port()]
+    names = ["daphne0", "daphne1", "worker0", "worker1"]
     result: dict[str, Any] = {
         "seed": args.seed,
         "minutes": args.minutes,
         "self_test": args.self_test,
     }
     async with contextlib.AsyncExitStack() as stack:
+        network = Network.start(redis.port, postgres.port, names)  # connects on demand
+        stack.callback(network.stop)
+        world = World(env, postgres, redis, network, daphne_ports, worker)
         postgres.start()
         stack.callback(postgres.stop)
         redis.start()

@@ -42,10 +42,18 @@ Invariants (issue 31's numbering):
    stood, and the recovered ones follow them (docs/hub.md, "Recovery": the client holds
    the early ones ahead of its contiguous offset, as StreamOffsets does). Duplicates are
    counted per client (at-least-once: bounded, not forbidden).
+
+Late, by the spec, not silent or disorder: an entry whose row took more than one push
+(`retried`: its first push failed, or its worker died holding it) may reach a connection
+after later entries of its stream, or after the connection ended (the spec: "delivery does
+not guarantee order across rows: a row on backoff may go out after one inserted after
+it"; the client recovers it by its offset). Such an entry arriving out of order, or
+missing from a connection that got later ones, is counted `late`. One pushed once and
+still out of order, or missing without a word, is a violation as above.
 """
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -114,6 +122,7 @@ class Violations:
     disorder: list[tuple[str, str, int]] = field(default_factory=list)  # the late offset
     duplicates: dict[str, int] = field(default_factory=dict)  # client -> count
     withheld: list[tuple[str, str, int]] = field(default_factory=list)  # not violations
+    late: list[tuple[str, str, int]] = field(default_factory=list)  # retried: not either
 
     @property
     def clean(self) -> bool:
@@ -127,6 +136,7 @@ class Violations:
             "disorder": len(self.disorder),
             "duplicates": sum(self.duplicates.values()),
             "withheld": len(self.withheld),
+            "late": len(self.late),
         }
 
 
@@ -136,10 +146,12 @@ def check(
     clients: Mapping[str, tuple[str, Sequence[Record]]],
     done_at: Mapping[tuple[str, int], float] | None = None,
     committed_at: Mapping[tuple[str, int], float] | None = None,
+    retried: Collection[tuple[str, int]] = (),
 ) -> Violations:
     """`clients`: client id -> (its user, its log); `done_at`: (stream, offset) -> when
-    its row ended Done, `committed_at`: when it was committed (epoch s). Every violation
-    names the client, the stream and the offset."""
+    its row ended Done, `committed_at`: when it was committed (epoch s); `retried`: the
+    entries whose row took more than one push. Every violation names the client, the
+    stream and the offset."""
     offsets: dict[str, set[int]] = defaultdict(set)
     for stream, offset in committed:
         offsets[stream].add(offset)
@@ -149,7 +161,7 @@ def check(
     found = Violations()
     for client, (user, log) in sorted(clients.items()):
         times = (done_at or {}, committed_at or {})
-        _check_client(client, user, log, offsets, member_of, times, found)
+        _check_client(client, user, log, offsets, member_of, times, set(retried), found)
     return found
 
 
@@ -160,6 +172,7 @@ def _check_client(
     offsets: Mapping[str, set[int]],
     member_of: Mapping[tuple[str, str], list[Membership]],
     times: tuple[Mapping[tuple[str, int], float], Mapping[tuple[str, int], float]],
+    retried: set[tuple[str, int]],
     found: Violations,
 ) -> None:
     done_at, committed_at = times
@@ -184,7 +197,7 @@ def _check_client(
         nonlocal ordered_from
         for stream, seen in connection.items():
             start = len(seen) if ordered_from is None else ordered_from.get(stream, 0)
-            _check_order(client, stream, seen, start, found)
+            _check_order(client, stream, seen, start, retried, found)
             if excused:
                 continue
             have = got[stream]
@@ -193,7 +206,8 @@ def _check_client(
                 skipped = skipped and owed(stream, offset)
                 if skipped and (stream, offset) not in reported:
                     reported.add((stream, offset))
-                    found.silent.append((client, stream, offset))
+                    late = (stream, offset) in retried  # on backoff, not dropped
+                    (found.late if late else found.silent).append((client, stream, offset))
         connection.clear()
         ordered_from = None
 
@@ -235,15 +249,24 @@ def _check_client(
                 found.withheld.append((client, stream, offset))
 
 
-def _check_order(client: str, stream: str, seen: list[int], start: int, found: Violations) -> None:
+def _check_order(
+    client: str,
+    stream: str,
+    seen: list[int],
+    start: int,
+    retried: set[tuple[str, int]],
+    found: Violations,
+) -> None:
     """One connection's offsets of one stream, in arrival order: from index `start` (its
-    Recover's completion) on, each new offset is above every one before it."""
+    Recover's completion) on, each new offset is above every one before it, but for an
+    entry whose row was retried (late, by the spec)."""
     highest = max(seen[:start], default=0)
     distinct = set(seen[:start])
     for offset in seen[start:]:
         if offset in distinct:
             continue
         if offset < highest:
-            found.disorder.append((client, stream, offset))
+            late = (stream, offset) in retried
+            (found.late if late else found.disorder).append((client, stream, offset))
         distinct.add(offset)
         highest = max(highest, offset)

@@ -40,7 +40,15 @@ class Client {
     if (spec.msgpack) builder = builder.withHubProtocol(new MessagePackHubProtocol());
     this.connection = builder.build();
     for (const target of config.targets) this.connection.on(target, (payload) => this.event(target, payload));
-    this.connection.onreconnecting(() => { this.connected = false; });
+    this.connection.onreconnecting((error) => {
+      this.connected = false;
+      // The hub's Close with allowReconnect reaches the client as this error (the
+      // official client then reconnects by itself): the hub's word, as the raw clients
+      // log it. A dropped socket gives another error.
+      if (String(error?.message ?? "").startsWith("Server returned an error on close")) {
+        this.record("closed", { a: true });
+      }
+    });
     this.connection.onreconnected(() => this.opened());
     this.connection.onclose(() => {
       this.connected = false;

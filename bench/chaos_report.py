@@ -13,7 +13,7 @@ from typing import Any
 
 from bench import chaos_checker
 
-FAULT_KINDS = (
+PROCESS_FAULTS = (
     "worker_kill",
     "worker_stop",
     "daphne_kill",
@@ -22,6 +22,16 @@ FAULT_KINDS = (
     "slow_reader",
     "burst",
 )
+NETWORK_FAULTS = (  # through the fault proxies (bench/chaos_network.py)
+    "redis_silent_worker",
+    "redis_silent_hub",
+    "postgres_silent_worker",
+    "postgres_silent_hub",
+    "partition",
+    "latency",
+    "flapping",
+)
+FAULT_KINDS = PROCESS_FAULTS + NETWORK_FAULTS
 RECOVERED_LAG_MS = 500.0  # a commit-second whose p95 lag is below this: recovered
 DURING = 30.0  # s after a fault's start that count as "during" it for latency
 
@@ -38,7 +48,7 @@ COMMITTED = """
 SELECT CASE target_kind WHEN 'User' THEN 'user:' || target_user_id ELSE 'chat:' || chat_id END,
        stream_offset, kind, message_id, status,
        CASE status WHEN 'Done' THEN extract(epoch FROM updated_at)::float8 END,
-       extract(epoch FROM created_at)::float8
+       extract(epoch FROM created_at)::float8, attempts
 FROM messenger.realtime_outbox WHERE stream_offset IS NOT NULL
 """
 # The chat-stream entry of every membership change, in offset order per chat.
@@ -124,8 +134,9 @@ async def analyse(
         clients.setdefault(c, (u, []))
     done_at = {(r[0], r[1]): r[5] for r in rows if r[5] is not None}
     committed_at = {(r[0], r[1]): r[6] for r in rows}
+    retried = {(r[0], r[1]) for r in rows if r[7] > 1}  # the spec lets these come late
     found = chaos_checker.check(
-        [(r[0], r[1]) for r in rows], members, clients, done_at, committed_at
+        [(r[0], r[1]) for r in rows], members, clients, done_at, committed_at, retried
     )
     by_entry = {(r[0], r[1]): (r[2], str(r[3]) if r[3] else None) for r in rows}
 
@@ -170,6 +181,7 @@ async def analyse(
             "foreign": named(found.foreign),
             "disorder": named(found.disorder),
             "withheld": named(found.withheld),
+            "late": named(found.late),
         },
     }
 
@@ -223,7 +235,7 @@ def plot(directory: Path, faults: list[Fault], started: float, path: str) -> Non
     fig, ax = plt.subplots(figsize=(11, 4.5))
     ax.scatter([t - started for t, _ in lags], [max(lag, 1) for _, lag in lags], s=1, alpha=0.3)
     ax.set_yscale("log")
-    palette = plt.get_cmap("tab10")
+    palette = plt.get_cmap("tab20")
     colours = {kind: palette(i) for i, kind in enumerate(FAULT_KINDS)}
     for f in faults:
         ax.axvline(f.at - started, color=colours[f.kind], linewidth=1.2, label=f.kind)
@@ -250,10 +262,12 @@ def markdown(result: dict[str, Any]) -> str:
         ("minutes", result["minutes"]),
         ("clients", result["clients"]["total"]),
         ("faults", f"{sum(kinds.values())}: " + ", ".join(f"{k} {n}" for k, n in kinds.items())),
+        ("of them network faults", sum(n for k, n in kinds.items() if k in NETWORK_FAULTS)),
         ("events committed (messages)", f"{result['committed']} ({result['messages']})"),
         ("deliveries", result["deliveries"]),
         ("lost / silent / foreign / disorder", violations),
         ("withheld (read after a removal)", result["withheld"]),
+        ("late (a retried row after later ones)", result["late"]),
         ("duplicates (by the fault before them)", duplicates),
         ("longest recovery per fault kind", recovery),
         ("p95 latency outside / during faults", latency),

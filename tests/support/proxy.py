@@ -1,7 +1,10 @@
 """A TCP proxy a test can cut and restore: makes a real PostgreSQL, Redis or hub
 unreachable for one process without touching the server itself, drops a client's
 connections without a close (as a network blip would), holds new connections back, or
-makes the open ones silent (as a NAT or load balancer that forgot a flow would).
+makes the open ones silent (as a NAT or load balancer that forgot a flow would). It can
+also partition (hold every byte, both ways, and every new connection, until heal(): what
+was held then arrives, as TCP's retransmissions would deliver it) and add latency to every
+flow, open or new (`delay`, changed at any time: a long link, without netem).
 
 A silent flow is what a process cannot tell from a slow peer by TCP alone here: the
 process's kernel talks to the proxy's on loopback, which acknowledges every byte, so
@@ -21,6 +24,19 @@ class Flow:
     def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
         self.sockets = (client, upstream)
         self.silent = threading.Event()
+        self.ended = threading.Event()  # shut down both ways (an end closed, or drop())
+        self._writers_left = 2
+        self._lock = threading.Lock()
+
+    def writer_done(self) -> None:
+        """Both ways shut down; once both writers are done, the sockets are closed."""
+        self.ended.set()
+        with self._lock:
+            self._writers_left -= 1
+            last = self._writers_left == 0
+        if last:
+            for s in self.sockets:
+                s.close()
 
 
 class TcpProxy:
@@ -31,7 +47,9 @@ class TcpProxy:
         self.open = True
         self.holding = False
         self.accepted = 0  # connections accepted so far
-        self.delay = 0.0  # seconds added to every byte's way, each direction (new flows)
+        self.delay = 0.0  # seconds added to every byte's way, each direction (any flow)
+        self.flowing = threading.Event()  # cleared while partitioned: bytes are held
+        self.flowing.set()
         self._held: list[socket.socket] = []
         self._conns: list[socket.socket] = []
         self._flows: list[Flow] = []
@@ -63,13 +81,17 @@ class TcpProxy:
             return
         flow = Flow(client, upstream)
         with self._lock:
-            self._conns += [client, upstream]
+            ended = {id(s) for f in self._flows if f.ended.is_set() for s in f.sockets}
+            self._flows = [f for f in self._flows if not f.ended.is_set()]
+            self._conns = [c for c in self._conns if id(c) not in ended] + [client, upstream]
             self._flows.append(flow)
         for a, b in ((client, upstream), (upstream, client)):
-            if self.delay > 0:
-                delayed_pipe(a, b, self.delay)
-            else:
-                threading.Thread(target=pipe, args=(a, b, flow), daemon=True).start()
+            Direction(a, b, flow, self).start()
+
+    def open_flows(self) -> int:
+        """Connections forwarded now (neither silenced nor ended by drop)."""
+        with self._lock:
+            return sum(1 for flow in self._flows if not flow.ended.is_set())
 
     def silence(self) -> int:
         """Make every open proxied connection silent, both ways: bytes from either end
@@ -103,6 +125,17 @@ class TcpProxy:
     def restore(self) -> None:
         self.open = True
 
+    def partition(self) -> None:
+        """Hold every byte of every open connection, both ways, and every new connection,
+        until heal(): no FIN, no RST, nothing lost."""
+        self.hold()
+        self.flowing.clear()
+
+    def heal(self) -> None:
+        """End a partition: what was held is delivered, in order; held connections go on."""
+        self.flowing.set()
+        self.release()
+
     def hold(self) -> None:
         """Accept new connections but keep them from the target until release()."""
         self.holding = True
@@ -119,6 +152,7 @@ class TcpProxy:
 
     def close(self) -> None:
         self.cut()
+        self.flowing.set()  # a direction held by a partition ends with its sockets
         with self._lock:
             held, self._held = self._held, []
             silenced, self._silenced = self._silenced, []
@@ -132,51 +166,48 @@ class TcpProxy:
         self.listener.close()
 
 
-def pipe(source: socket.socket, sink: socket.socket, flow: Flow | None = None) -> None:
-    """Copy one direction of a proxied connection until either end closes, then close
-    both ways (the other direction's copy ends with it). Once the flow is silent, what
-    comes is discarded, and an end that closes is not told to the other."""
-    try:
-        while data := source.recv(65536):
-            if flow is not None and flow.silent.is_set():
-                continue  # a lost flow: nothing arrives, nothing is refused
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        if flow is None or not flow.silent.is_set():
-            for s in (source, sink):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
+class Direction:
+    """One direction of a proxied connection: a reader stamps each chunk with the time it
+    is due (now + the proxy's delay), a writer sends it then, in order, once the proxy is
+    not partitioned. Either end closing closes both ways, unless the flow went silent:
+    then what comes is discarded and an end that closes is not told to the other."""
 
+    def __init__(
+        self, source: socket.socket, sink: socket.socket, flow: Flow, proxy: TcpProxy
+    ) -> None:
+        self.source, self.sink, self.flow, self.proxy = source, sink, flow, proxy
+        self.chunks: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
 
-def delayed_pipe(source: socket.socket, sink: socket.socket, delay: float) -> None:
-    """Copy one direction `delay` seconds late, in order (a long link, without netem):
-    a reader thread stamps what arrives, a writer thread sends each chunk when due."""
-    chunks: queue.Queue[tuple[float, bytes]] = queue.Queue()
+    def start(self) -> None:
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._write, daemon=True).start()
 
-    def read() -> None:
+    def _read(self) -> None:
         try:
-            while data := source.recv(65536):
-                chunks.put((time.monotonic() + delay, data))
+            while data := self.source.recv(65536):
+                if not self.flow.silent.is_set():  # a lost flow: nothing arrives
+                    self.chunks.put((time.monotonic() + self.proxy.delay, data))
         except OSError:
             pass
-        chunks.put((time.monotonic() + delay, b""))
+        self.chunks.put((time.monotonic() + self.proxy.delay, b""))
 
-    def write() -> None:
+    def _write(self) -> None:
         try:
             while True:
-                due, data = chunks.get()
+                due, data = self.chunks.get()
                 if (wait := due - time.monotonic()) > 0:
                     time.sleep(wait)  # the link's length, not a synchronisation
+                self.proxy.flowing.wait()  # a partition holds it here until heal()
+                if self.flow.silent.is_set():
+                    if data:
+                        continue  # discarded
+                    return  # an end closed: the other is not told
                 if not data:
                     break
-                sink.sendall(data)
+                self.sink.sendall(data)
         except OSError:
             pass
-        for s in (source, sink):
+        for s in (self.source, self.sink):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-
-    threading.Thread(target=read, daemon=True).start()
-    threading.Thread(target=write, daemon=True).start()
+        self.flow.writer_done()

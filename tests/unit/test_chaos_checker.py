@@ -28,6 +28,7 @@ def test_a_clean_run_with_a_reconnect_and_a_recovery_passes() -> None:
     alice = [*live, Closed(allow_reconnect=True), Connected(), *recovered, *every(8, 9, 10)]
     assert run(alice=alice, bob=every(*range(1, 11))) == {
         "lost": 0, "foreign": 0, "silent": 0, "disorder": 0, "duplicates": 0, "withheld": 0,
+        "late": 0,
     }  # fmt: skip
 
 
@@ -67,6 +68,28 @@ def test_out_of_order_within_a_connection_and_duplicates_are_counted() -> None:
     found = check(COMMITTED, MEMBERS, {"a": ("alice", alice)})
     assert found.disorder == [("a", CHAT, 3)]
     assert found.duplicates == {"a": 1}
+
+
+def test_a_retried_row_after_later_ones_is_late_as_the_spec_allows_not_disorder() -> None:
+    """The spec: a row on backoff may go out after one inserted after it. Only a row that
+    took more than one push is excused; one pushed once and out of order is disorder."""
+    alice = [Recovered(), *every(1, 2, 4, 3, *range(5, 11))]
+    retried = check(COMMITTED, MEMBERS, {"a": ("alice", alice)}, retried={(CHAT, 3)})
+    assert (retried.disorder, retried.late) == ([], [("a", CHAT, 3)])
+    assert retried.clean
+    other = check(COMMITTED, MEMBERS, {"a": ("alice", alice)}, retried={(CHAT, 5)})
+    assert (other.disorder, other.late) == ([("a", CHAT, 3)], [])
+
+
+def test_a_gap_left_by_a_retried_row_is_late_and_one_left_by_a_row_pushed_once_silent() -> None:
+    dropped = [*every(1, 2, 4), Connected(), *every(3, *range(5, 11))]  # recovered later
+    retried = check(COMMITTED, MEMBERS, {"a": ("alice", dropped)}, retried={(CHAT, 3)})
+    assert (retried.silent, retried.late, retried.lost) == ([], [("a", CHAT, 3)], [])
+    once = check(COMMITTED, MEMBERS, {"a": ("alice", dropped)}, retried={(CHAT, 4)})
+    assert (once.silent, once.late) == ([("a", CHAT, 3)], [])
+    never = [*every(1, 2, 4, *range(5, 11))]  # a retried row never delivered is still lost
+    lost = check(COMMITTED, MEMBERS, {"a": ("alice", never)}, retried={(CHAT, 3)})
+    assert lost.lost == [("a", CHAT, 3)] and not lost.clean
 
 
 def test_before_its_recover_completed_a_connection_may_interleave_live_and_recovered() -> None:
