@@ -4,8 +4,9 @@ lease proof every claim carries.
 A pass (batches.py) asks its Claimer for a fair batch (`fair`) or for one suspect
 (`suspect`); it never learns which statement ran, on which session, from which cursor,
 or how the lease was proven. The Claimer picks the variant (one partition's, or the single
-runner's: partitions.py) and store.py runs it. Adding a claim variant is a statement in
-queries.sql, a function in store.py and a method here.
+runner's: partitions.py) and store.py runs it. A new claim variant is its statement in
+queries.sql (for a variant of a claim there, the fragments that differ: sql.py), a function
+in store.py that runs it, and a method here.
 """
 
 import time

@@ -24,7 +24,8 @@ from messenger_realtime.outbox.enums import RealtimeTargetKind as TargetKind
 
 Conn = psycopg.AsyncConnection[Any]
 NO_TARGET = UUID(int=0)  # the walk's cursor before any target
-assert len(ClaimedRow._fields) == sql.CLAIMED_COLUMNS  # WALK_AND_CLAIM's rows are split there
+# Claimed rows are built by position from the CLAIMED_ROW columns, split off there.
+assert ClaimedRow._fields == sql.CLAIMED_NAMES
 
 
 @dataclass(frozen=True)
