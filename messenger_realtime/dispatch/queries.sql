@@ -1,5 +1,5 @@
--- The worker's hot-path SQL against messenger.realtime_outbox, each statement under its
--- name (store.py is the one place that runs them). A part that
+-- The worker's SQL: the hot path against messenger.realtime_outbox (store.py runs it)
+-- and the lease's statements (lease.py runs them), each under its name. A part that
 -- several statements share is a named fragment, written once and included where it is
 -- used ({{NAME}}; dispatch/sql.py assembles them and documents the grammar): the claim's
 -- update (CLAIM_UPDATE), the claimed row's columns (CLAIMED_ROW), the partition hash
@@ -375,3 +375,124 @@ WHERE id IN (
     WHERE status = 'Done' AND updated_at < now() - make_interval(secs => %(older_than)s)
     LIMIT %(limit)s
 );
+
+
+-- The lease's statements (lease.py runs them on the lease session): the single-runner
+-- lock, the row that names its holder (messenger.realtime_dispatch_lease) and the
+-- heartbeat that proves the holder lives. They never touch the outbox; the fair claim
+-- proves the lease in its own statement (WALK_AND_CLAIM's lease).
+
+-- name: LEASE_ACQUIRE
+-- Take the lock and, in the same statement (so the same commit), name this session as
+-- the holder with a fresh heartbeat. The CTE runs pg_try_advisory_lock exactly once (a
+-- volatile function keeps it materialised); no row comes back when the lock is busy. The
+-- row carries the holder's LOCK_TTL: every worker judges the lease by it
+-- (LEASE_STALE_AFTER).
+WITH lock AS (SELECT pg_try_advisory_lock(%(key)s) AS held)
+INSERT INTO messenger.realtime_dispatch_lease AS l
+    (lock_key, holder_pid, holder, partitions, lock_ttl, acquired_at, heartbeat_at)
+SELECT %(lock_key)s, pg_backend_pid(), %(holder)s, %(partitions)s, %(ttl)s, now(), now()
+FROM lock WHERE lock.held
+ON CONFLICT (lock_key) DO UPDATE SET
+    holder_pid = excluded.holder_pid, holder = excluded.holder,
+    partitions = excluded.partitions, lock_ttl = excluded.lock_ttl,
+    acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at
+RETURNING l.holder_pid;
+
+
+-- name: LEASE_ACQUIRE_TURN
+-- Acquisitions of one LOCK_KEY's leases, whatever their partition count, one at a time
+-- (a transaction lock, before LEASE_OTHER_COUNT and LEASE_ACQUIRE): two workers of
+-- different counts cannot both find the other absent and both lead. Tried, never waited
+-- for: a session frozen inside its acquisition must not hang the others (false: stand
+-- by, poll again).
+SELECT pg_try_advisory_xact_lock(%(turn)s);
+
+
+-- name: LEASE_OTHER_COUNT
+-- A live lease of this LOCK_KEY with another partition count (a rolling change of
+-- DISPATCH_PARTITIONS): this worker must not lead beside it. Stale ones are deleted
+-- first, as a standby of their own count would end their holder: a holder that resumes
+-- then finds its lease gone at its next heartbeat, before it claims or pushes (Leader).
+WITH stale AS (
+    DELETE FROM messenger.realtime_dispatch_lease
+    WHERE {{LEASE_OF_OTHER_COUNT}} AND NOT {{LEASE_FRESH}}
+)
+SELECT {{LEASE_COUNT}}, holder FROM messenger.realtime_dispatch_lease
+WHERE {{LEASE_OF_OTHER_COUNT}} AND {{LEASE_FRESH}}
+ORDER BY heartbeat_at DESC LIMIT 1;
+
+
+-- name: LEASE_HEARTBEAT
+-- Only the session named as holder can stamp: no row back means the lease was taken over.
+UPDATE messenger.realtime_dispatch_lease SET heartbeat_at = now()
+WHERE lock_key = %(lock_key)s AND holder_pid = pg_backend_pid()
+RETURNING holder_pid;
+
+
+-- name: LEASE_RELEASE
+-- Graceful exit: drop the lease row and the lock, so a standby leads at its next poll.
+WITH gone AS (
+    DELETE FROM messenger.realtime_dispatch_lease
+    WHERE lock_key = %(lock_key)s AND holder_pid = pg_backend_pid()
+)
+SELECT pg_advisory_unlock(%(key)s);
+
+
+-- name: LEASE_HOLDER
+-- Who holds the lock in this database (a bigint advisory key shows in pg_locks as
+-- classid = high 32 bits, objid = low 32 bits, objsubid = 1), and what the lease says.
+-- Exclusive holders only: partitioned leaders hold the single-runner key *shared* (their
+-- guard, runner.py), which a single runner must wait for, never end.
+SELECT l.pid, lease.holder_pid, lease.holder,
+       extract(epoch FROM now() - lease.heartbeat_at)::float8, coalesce(lease.lock_ttl, %(ttl)s)
+FROM pg_locks AS l
+LEFT JOIN messenger.realtime_dispatch_lease AS lease ON lease.lock_key = %(lock_key)s
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.mode = 'ExclusiveLock'
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid::bigint = (%(key)s >> 32) & 4294967295
+  AND l.objid::bigint = %(key)s & 4294967295;
+
+
+-- name: LEASE_LOCKED
+-- The re-check under the row lock: a heartbeat committing meanwhile waits for this
+-- transaction and then finds its session gone, or it committed first and we see it fresh.
+SELECT holder_pid, extract(epoch FROM now() - heartbeat_at)::float8, {{LEASE_STALE_AFTER}}
+FROM messenger.realtime_dispatch_lease WHERE lock_key = %(lock_key)s
+FOR UPDATE;
+
+
+-- name: LEASE_TERMINATE
+-- End a stale holder's session (which frees its lock), waiting up to %(wait_ms)s for it.
+SELECT pg_terminate_backend(%(pid)s, %(wait_ms)s);
+
+
+-- name: LEASE_GUARD
+-- A partition leader's guard: the single-runner key in share mode, held for its session.
+-- Partition leaders share it; a single runner (DISPATCH_PARTITIONS=1) holds it
+-- exclusively. So the two schemes never lead at once (a half-done switch of
+-- DISPATCH_PARTITIONS waits instead of running two leaders for one chat).
+SELECT pg_try_advisory_lock_shared(%(guard)s);
+
+
+-- fragment: LEASE_COUNT
+-- The partition count of a lease row: the column (migration 0008), else what an older
+-- worker's LOCK_KEY says (LOCK_KEY#partition-i-of-K), else a single runner's 1.
+coalesce(partitions, (regexp_match(lock_key, '#partition-\d+-of-(\d+)$'))[1]::int, 1)
+
+-- fragment: LEASE_OF_OTHER_COUNT
+-- A lease row of this LOCK_KEY (%(base)s), whatever its partition count, whose count is
+-- not %(partitions)s.
+(lock_key = %(base)s OR starts_with(lock_key, %(base)s || '#partition-'))
+AND {{LEASE_COUNT}} <> %(partitions)s
+
+-- fragment: LEASE_STALE_AFTER
+-- A lease is stale once its heartbeat is older than its *holder's* LOCK_TTL (it stamps
+-- every third of that), whatever the reader's: with mismatched settings a short-TTL
+-- standby would otherwise end a live leader. NULL: a holder from before migration 0009,
+-- judged by the reader's own LOCK_TTL.
+coalesce(lock_ttl, %(ttl)s)
+
+-- fragment: LEASE_FRESH
+-- The lease row's heartbeat is recent enough to be its holder's (LEASE_STALE_AFTER).
+heartbeat_at >= now() - make_interval(secs => {{LEASE_STALE_AFTER}})

@@ -18,7 +18,7 @@ grammar, kept this small on purpose:
     {{NAME in VARIANT}}           with VARIANT's forms of the fragments it includes
 
 An included piece's later lines are indented to where it starts, so a rendered statement
-reads well in pg_stat_statements and EXPLAIN. Only store.py runs them, on the
+reads well in pg_stat_statements and EXPLAIN. Only store.py and lease.py run them, on the
 worker's own autocommit psycopg connections.
 """
 
@@ -111,6 +111,15 @@ PENDING_ESTIMATE = _Q["PENDING_ESTIMATE"]
 QUARANTINED_STATS = _Q["QUARANTINED_STATS"]
 RETENTION_BEHIND = _Q["RETENTION_BEHIND"]
 DELETE_DONE = _Q["DELETE_DONE"]
+LEASE_ACQUIRE = _Q["LEASE_ACQUIRE"]
+LEASE_ACQUIRE_TURN = _Q["LEASE_ACQUIRE_TURN"]
+LEASE_OTHER_COUNT = _Q["LEASE_OTHER_COUNT"]
+LEASE_HEARTBEAT = _Q["LEASE_HEARTBEAT"]
+LEASE_RELEASE = _Q["LEASE_RELEASE"]
+LEASE_HOLDER = _Q["LEASE_HOLDER"]
+LEASE_LOCKED = _Q["LEASE_LOCKED"]
+LEASE_TERMINATE = _Q["LEASE_TERMINATE"]
+LEASE_GUARD = _Q["LEASE_GUARD"]
 
 # The claimed row's columns (the CLAIMED_ROW fragment: rows.ClaimedRow's fields, in that
 # order, checked where the rows are built); WALK_AND_CLAIM's walk columns follow them.
