@@ -27,6 +27,7 @@ from messenger_realtime.backplane.publisher import Publisher
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.dispatch import store
 from messenger_realtime.dispatch.build_thread import Builder
+from messenger_realtime.dispatch.claimer import Claimer
 from messenger_realtime.dispatch.outcomes import PassResult, report
 from messenger_realtime.dispatch.push import Pace, push
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
@@ -40,14 +41,13 @@ logger = logging.getLogger(__name__)
 SUSPECT_SHARE = 0.25
 
 Conn = psycopg.AsyncConnection[Any]
-Claim = Callable[[], Coroutine[Any, Any, list[RowOutcome]]]
 Guard = Callable[[], Coroutine[Any, Any, None]]
 
 
 @dataclass(frozen=True)
 class PassContext:
-    """What a pass needs from its worker: settings, seams, the stop flag, claims that
-    check leadership first (a fair batch; one suspect), a heartbeat to call while it makes
+    """What a pass needs from its worker: settings, seams, the stop flag, the claimer
+    (a fair batch; one suspect: each proves the lease), a heartbeat to call while it makes
     progress, and a guard each push awaits first (raises LeadershipLost once the lease is
     gone)."""
 
@@ -55,8 +55,7 @@ class PassContext:
     publisher: Publisher
     builder: Builder
     stop: asyncio.Event
-    claim: Claim
-    claim_suspect: Claim
+    claimer: Claimer
     beat: Callable[[], None]
     sender: Any  # the quarantine signal's sender
     guard: Guard | None = None
@@ -96,7 +95,7 @@ async def run_suspects(ctx: PassContext, work_conn: Conn, result: PassResult) ->
             result.suspects_left = True  # maybe: the next pass's probe finds out
             return
         first = False
-        outcomes = await ctx.claim_suspect()
+        outcomes = await ctx.claimer.suspect()
         if not outcomes:
             return
         logger.info("suspect claimed alone", extra={"action": "suspect", "rows": 1})
@@ -172,13 +171,13 @@ async def _build_after(
     """Claim (or take the claim already running), start claiming the batch after it as
     soon as this one proves full, then build this one: claims run back to back, at most
     two batches ahead of the pushes, while builds and pushes catch up."""
-    outcomes = await (claiming if claiming is not None else ctx.claim())
+    outcomes = await (claiming if claiming is not None else ctx.claimer.fair())
     if outcomes:
         logger.info("batch claimed", extra={"action": "claim", Field.ROWS: len(outcomes)})
     full = len(outcomes) == ctx.options.batch_size
     next_claim = None
     if full and _in_time(ctx, started) and not pace.hub_behind:
-        next_claim = _spawn(spawned, ctx.claim())
+        next_claim = _spawn(spawned, ctx.claimer.fair())
     if not ctx.stop.is_set():  # rows about to be released need no build
         await ctx.builder.build(outcomes)
         logger.debug("batch built", extra={"action": "build", "rows": len(outcomes)})

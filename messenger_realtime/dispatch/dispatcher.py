@@ -1,9 +1,10 @@
 """The worker's lifecycle: lead (or stand by), pass after pass, idle waits, and a
 retention batch between passes (retention.py).
 
-One pass over the due rows, batch by batch, is batches.py; the SQL is store.py. Entry
-points (the management command, Daphne's single-process mode, tests, benchmarks) build a
-Dispatcher and call run() or run_pass(); nothing here knows about argv or signals.
+One pass over the due rows, batch by batch, is batches.py; claiming is claimer.py; the SQL
+is store.py. Entry points (the management command, Daphne's single-process mode, tests,
+benchmarks) build a Dispatcher and call run() or run_pass(); nothing here knows about argv
+or signals.
 """
 
 import asyncio
@@ -24,14 +25,13 @@ from messenger_realtime.dispatch import store
 from messenger_realtime.dispatch.backoff import delay_table
 from messenger_realtime.dispatch.batches import PassContext, run_pass
 from messenger_realtime.dispatch.build_thread import Builder
+from messenger_realtime.dispatch.claimer import Claimer
 from messenger_realtime.dispatch.gate import PartitionGate
 from messenger_realtime.dispatch.lease import Leader
 from messenger_realtime.dispatch.outcomes import PassResult
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.dispatch.push import LAYER
 from messenger_realtime.dispatch.retention import Retention
-from messenger_realtime.dispatch.rows import RowOutcome
-from messenger_realtime.dispatch.store import NO_TARGET
 from messenger_realtime.dispatch.wakes import Listener, WakePolicy
 from messenger_realtime.exceptions import (
     DatabaseUnusable,
@@ -121,15 +121,20 @@ class Dispatcher:
             layer_trouble=lambda: LAYER.trouble(horizon),
         )
         self.builder = Builder(self.port, options.build_timeout, options.delivery_deadlines)
-        self.claim_shape = store.Claim(
+        shape = store.ClaimShape(
             options.batch_size, delay_table(options), options.backoff_jitter, options.max_attempts
         )
-        self.cursor = NO_TARGET  # fair claims take turns over targets from here
+        self.claimer = Claimer(  # the claim session, ahead of pushes (claimer.py)
+            shape,
+            alias,
+            session=self.session,
+            partition=partition,
+            leader=self.leader if use_lock else None,
+        )
         o = options  # wakes.py: coalesced wake-ups, the suspect probe's pace
         self.wakes = WakePolicy(o.wake_coalesce, o.polling_interval)
         self.conn: psycopg.AsyncConnection[Any] | None = None  # outcomes, stats, retention
         self.retention = Retention(options)
-        self.claim_conn: psycopg.AsyncConnection[Any] | None = None  # claims, ahead of pushes
         metrics.create_kind_series(RealtimeDispatchKind.values)
 
     # -- lifecycle -----------------------------------------------------------------
@@ -242,33 +247,16 @@ class Dispatcher:
         session fails, and LeadershipLost when the lock is gone before a claim.
         """
         conn = await self._work_connection()
-        claim_conn = await self._claim_connection()
+        await self.claimer.connection()  # a session that cannot open fails the pass here
         result = PassResult()
         started = time.monotonic()
         job_run_id = uuid7().hex
-
-        async def claim() -> list[RowOutcome]:
-            lease = self.leader.lease_proof() if self.use_lock else None
-            sent = time.monotonic()
-            outcomes, self.cursor = await store.claim_fair(
-                claim_conn, self.claim_shape, self.cursor, self.partition, lease
-            )
-            if lease is not None:
-                self.leader.proven(sent)
-            return outcomes
-
-        async def claim_suspect() -> list[RowOutcome]:
-            if self.use_lock:
-                await self.leader.ensure_held()
-            return await store.claim_suspect(claim_conn, self.claim_shape, self.partition)
-
         ctx = PassContext(
             self.options,
             self.publisher,
             self.builder,
             self.stop,
-            claim,
-            claim_suspect,
+            self.claimer,
             self.liveness.beat,
             self,
         )
@@ -299,12 +287,6 @@ class Dispatcher:
             self.conn = await db.connect(self.alias, **self.session)
         return self.conn
 
-    async def _claim_connection(self) -> psycopg.AsyncConnection[Any]:
-        if self.claim_conn is None or self.claim_conn.closed:
-            self.claim_conn = await db.connect(self.alias, **self.session)
-            await store.prepare_claim_session(self.claim_conn)
-        return self.claim_conn
-
     async def close(self, abandon: bool = False) -> None:
         """Release the lock and close every session (run() does this on exit); abandon:
         after a failed session, close the lease's without releasing (Leader.close)."""
@@ -314,10 +296,10 @@ class Dispatcher:
         await self.builder.close()
         await self.listener.close()
         await self.leader.close(abandon=abandon)
-        for conn in (self.conn, self.claim_conn):
-            if conn is not None and not conn.closed:
-                await conn.close()
-        self.conn = self.claim_conn = None
+        await self.claimer.close()
+        if self.conn is not None and not self.conn.closed:
+            await self.conn.close()
+        self.conn = None
 
     async def _acquire(self) -> bool:
         if self.gate is None or self.partition is None:

@@ -10,8 +10,8 @@ mismatched setting cannot make a live holder look stale), it ends the holder's s
 with pg_terminate_backend (which frees the lock) and takes the lock itself. Both sides
 read the database clock, so the workers' clocks do not matter.
 
-The SQL lives here, not in queries.sql: it touches the lease table only, never the
-outbox.
+Its statements are queries.sql's LEASE_* (sql.py names them), beside the claims that
+prove the lease.
 
 The holder's side, Leader: the lease connection holds the session advisory lock and
 stamps the heartbeat from a task, every LOCK_TTL/3, and before each suspect's claim. A
@@ -28,7 +28,7 @@ A silent lease connection (a lost flow: the server's session lives on, holding t
 lock) is noticed by the keeper: between heartbeats it probes the connection every half
 NETWORK_TIMEOUT, and a probe or heartbeat unanswered for NETWORK_TIMEOUT fails the
 connection (connections.BoundedConnection): the lease is lost. The worker then abandons
-that session without a word to it (a RELEASE would only wait on the silence again) and,
+that session without a word to it (a release would only wait on the silence again) and,
 reconnected, ends it itself: a lock held by a session this Leader abandoned, whose lease
 row names this very process, is its own and is ended at once, not after LOCK_TTL.
 """
@@ -44,6 +44,7 @@ from typing import Any
 import psycopg
 
 from messenger_realtime.dispatch import connections as db
+from messenger_realtime.dispatch import sql
 from messenger_realtime.exceptions import LeadershipLost, describe_error
 from messenger_realtime.ops.logging import Field
 
@@ -52,102 +53,6 @@ Conn = psycopg.AsyncConnection[Any]
 
 TERMINATE_WAIT_MS = 5000  # pg_terminate_backend waits this long for the backend to exit
 ABANDONED_KEPT = 8  # lease sessions of ours a Standby remembers to end (Leader.close)
-
-# Take the lock and, in the same statement (so the same commit), name this session as the
-# holder with a fresh heartbeat. The CTE runs pg_try_advisory_lock exactly once (a volatile
-# function keeps it materialised); no row comes back when the lock is busy. The row
-# carries the holder's LOCK_TTL: every worker judges the lease by it (_STALE_AFTER).
-ACQUIRE = """
-WITH lock AS (SELECT pg_try_advisory_lock(%(key)s) AS held)
-INSERT INTO messenger.realtime_dispatch_lease AS l
-    (lock_key, holder_pid, holder, partitions, lock_ttl, acquired_at, heartbeat_at)
-SELECT %(lock_key)s, pg_backend_pid(), %(holder)s, %(partitions)s, %(ttl)s, now(), now()
-FROM lock WHERE lock.held
-ON CONFLICT (lock_key) DO UPDATE SET
-    holder_pid = excluded.holder_pid, holder = excluded.holder,
-    partitions = excluded.partitions, lock_ttl = excluded.lock_ttl,
-    acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at
-RETURNING l.holder_pid
-"""
-
-# Acquisitions of one LOCK_KEY's leases, whatever their partition count, one at a time (a
-# transaction lock, before OTHER_COUNT and ACQUIRE): two workers of different counts
-# cannot both find the other absent and both lead. Tried, never waited for: a session
-# frozen inside its acquisition must not hang the others (false: stand by, poll again).
-ACQUIRE_TURN = "SELECT pg_try_advisory_xact_lock(%(turn)s)"
-
-# The partition count of a lease row: the column (migration 0008), else what an older
-# worker's LOCK_KEY says (LOCK_KEY#partition-i-of-K), else a single runner's 1.
-_COUNT = r"""coalesce(
-    partitions, (regexp_match(lock_key, '#partition-\d+-of-(\d+)$'))[1]::int, 1)"""
-_SCHEME = "(lock_key = %(base)s OR starts_with(lock_key, %(base)s || '#partition-'))"
-_OTHER = f"{_SCHEME} AND {_COUNT} <> %(partitions)s"
-# A lease is stale once its heartbeat is older than its *holder's* LOCK_TTL (it stamps
-# every third of that), whatever the reader's: with mismatched settings a short-TTL
-# standby would otherwise end a live leader. NULL: a holder from before migration 0009,
-# judged by the reader's own LOCK_TTL.
-_STALE_AFTER = "coalesce(lock_ttl, %(ttl)s)"
-_FRESH = f"heartbeat_at >= now() - make_interval(secs => {_STALE_AFTER})"
-
-# A live lease of this LOCK_KEY with another partition count (a rolling change of
-# DISPATCH_PARTITIONS): this worker must not lead beside it. Stale ones are deleted first,
-# as a standby of their own count would end their holder: a holder that resumes then
-# finds its lease gone at its next heartbeat, before it claims or pushes (Leader below).
-OTHER_COUNT = f"""
-WITH stale AS (
-    DELETE FROM messenger.realtime_dispatch_lease WHERE {_OTHER} AND NOT {_FRESH}
-)
-SELECT {_COUNT}, holder FROM messenger.realtime_dispatch_lease
-WHERE {_OTHER} AND {_FRESH}
-ORDER BY heartbeat_at DESC LIMIT 1
-"""
-
-# Only the session named as holder can stamp: no row back means the lease was taken over.
-HEARTBEAT = """
-UPDATE messenger.realtime_dispatch_lease SET heartbeat_at = now()
-WHERE lock_key = %(lock_key)s AND holder_pid = pg_backend_pid()
-RETURNING holder_pid
-"""
-
-# Graceful exit: drop the lease row and the lock, so a standby leads at its next poll.
-RELEASE = """
-WITH gone AS (
-    DELETE FROM messenger.realtime_dispatch_lease
-    WHERE lock_key = %(lock_key)s AND holder_pid = pg_backend_pid()
-)
-SELECT pg_advisory_unlock(%(key)s)
-"""
-
-# Who holds the lock in this database (a bigint advisory key shows in pg_locks as
-# classid = high 32 bits, objid = low 32 bits, objsubid = 1), and what the lease says.
-# Exclusive holders only: partitioned leaders hold the single-runner key *shared* (their
-# guard, runner.py), which a single runner must wait for, never end.
-HOLDER = """
-SELECT l.pid, lease.holder_pid, lease.holder,
-       extract(epoch FROM now() - lease.heartbeat_at)::float8, coalesce(lease.lock_ttl, %(ttl)s)
-FROM pg_locks AS l
-LEFT JOIN messenger.realtime_dispatch_lease AS lease ON lease.lock_key = %(lock_key)s
-WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.mode = 'ExclusiveLock'
-  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND l.classid::bigint = (%(key)s >> 32) & 4294967295
-  AND l.objid::bigint = %(key)s & 4294967295
-"""
-
-# The re-check under the row lock: a heartbeat committing meanwhile waits for this
-# transaction and then finds its session gone, or it committed first and we see it fresh.
-LOCKED_LEASE = f"""
-SELECT holder_pid, extract(epoch FROM now() - heartbeat_at)::float8, {_STALE_AFTER}
-FROM messenger.realtime_dispatch_lease WHERE lock_key = %(lock_key)s
-FOR UPDATE
-"""
-
-TERMINATE = "SELECT pg_terminate_backend(%(pid)s, %(wait_ms)s)"
-
-# A partition leader's guard: the single-runner key in share mode, held for its session.
-# Partition leaders share it; a single runner (DISPATCH_PARTITIONS=1) holds it exclusively.
-# So the two schemes never lead at once (a half-done switch of DISPATCH_PARTITIONS waits
-# instead of running two leaders for one chat).
-GUARD = "SELECT pg_try_advisory_lock_shared(%(guard)s)"
 
 
 def holder_name() -> str:
@@ -173,7 +78,7 @@ class Standby:
 
     async def take_over_if_stale(self, conn: Conn) -> bool:
         """End a stale holder's session; True when the lock is free to take now."""
-        cur = await conn.execute(HOLDER, self.params)
+        cur = await conn.execute(sql.LEASE_HOLDER, self.params)
         row = await cur.fetchone()
         if row is None:
             self.unleased = None
@@ -199,7 +104,7 @@ class Standby:
             if age is None or age <= stale_after:
                 return False
             async with conn.transaction():
-                cur = await conn.execute(LOCKED_LEASE, self.params)
+                cur = await conn.execute(sql.LEASE_LOCKED, self.params)
                 again = await cur.fetchone()
                 if again is None or again[0] != lock_pid or again[1] <= again[2]:
                     return False  # a heartbeat landed meanwhile
@@ -226,7 +131,7 @@ class Standby:
         # Waiting for the backend's exit must end inside the connection's own bound.
         bound_ms = int(getattr(conn, "network_timeout", 10.0) * 500)
         wait_ms = min(TERMINATE_WAIT_MS, bound_ms)
-        cur = await conn.execute(TERMINATE, {"pid": pid, "wait_ms": wait_ms})
+        cur = await conn.execute(sql.LEASE_TERMINATE, {"pid": pid, "wait_ms": wait_ms})
         row = await cur.fetchone()
         logger.warning("stale dispatch lease: ended the holder's session", extra=fields)
         self.unleased = None
@@ -247,7 +152,7 @@ class Leader:
     def __init__(
         self, lock_key: str, lock_ttl: float, alias: str = "default", guard_key: str = ""
     ) -> None:
-        """guard_key: a partition leader's single-runner LOCK_KEY, held shared (GUARD)."""
+        """guard_key: a partition leader's single-runner LOCK_KEY, held shared (sql.LEASE_GUARD)."""
         self.key = advisory_key(lock_key)
         self.guard = {"guard": advisory_key(guard_key)} if guard_key else None
         self.guarded = False  # this session holds the guard (taken once per session)
@@ -316,7 +221,7 @@ class Leader:
 
     async def _try_acquire(self, conn: psycopg.AsyncConnection[Any], partitions: int) -> bool:
         if self.guard is not None and not self.guarded:
-            cur = await conn.execute(GUARD, self.guard)
+            cur = await conn.execute(sql.LEASE_GUARD, self.guard)
             row = await cur.fetchone()
             self.guarded = bool(row and row[0])
             if not self.guarded:
@@ -330,11 +235,13 @@ class Leader:
         for _ in range(2):
             sent = time.monotonic()
             async with conn.transaction():
-                cur = await conn.execute(ACQUIRE_TURN, self.scheme)
+                cur = await conn.execute(sql.LEASE_ACQUIRE_TURN, self.scheme)
                 turn = await cur.fetchone()
                 if not (turn and turn[0]) or await self._other_count_leads(conn, partitions):
                     break
-                cur = await conn.execute(ACQUIRE, {**self.params, "partitions": partitions})
+                cur = await conn.execute(
+                    sql.LEASE_ACQUIRE, {**self.params, "partitions": partitions}
+                )
                 acquired = await cur.fetchone() is not None
             if acquired:
                 self.holds_lock, self.proven_at = True, sent
@@ -348,7 +255,7 @@ class Leader:
         """A live leader of this LOCK_KEY runs with another DISPATCH_PARTITIONS: leading
         beside it would give some chats two leaders (their partitions differ), so stand
         by until it stops (an error, once per other count: the setting must agree)."""
-        cur = await conn.execute(OTHER_COUNT, {**self.scheme, "partitions": partitions})
+        cur = await conn.execute(sql.LEASE_OTHER_COUNT, {**self.scheme, "partitions": partitions})
         row = await cur.fetchone()
         if row is None:
             self.other_count_seen = None
@@ -369,7 +276,7 @@ class Leader:
 
     async def lock_is_free(self) -> bool:
         """Nobody holds this lock exclusively now (a hint: it may change at once)."""
-        cur = await self._connection().execute(HOLDER, self.standby.params)
+        cur = await self._connection().execute(sql.LEASE_HOLDER, self.standby.params)
         return await cur.fetchone() is None
 
     async def heartbeat(self) -> None:
@@ -377,7 +284,7 @@ class Leader:
         conn = self._connection()
         sent = time.monotonic()
         try:
-            cur = await conn.execute(HEARTBEAT, self.params)
+            cur = await conn.execute(sql.LEASE_HEARTBEAT, self.params)
             held = await cur.fetchone() is not None
         except psycopg.OperationalError as exc:  # our session was ended, or the server
             self._lose()
@@ -454,7 +361,7 @@ class Leader:
             return
         try:
             if self.holds_lock:
-                await conn.execute(RELEASE, self.params)
+                await conn.execute(sql.LEASE_RELEASE, self.params)
         except psycopg.Error:
             logger.warning("could not unlock cleanly; closing the session releases it")
         finally:

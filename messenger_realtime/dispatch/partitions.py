@@ -23,21 +23,24 @@ computed here in Python and bound as ::int4). Why these choices:
 The walk orders a partition's targets by (target_hash, target_key) instead of target_key;
 the claim of the walked targets is WALK_AND_CLAIM's, and the urgent and suspect probes get
 the partition's range as an extra filter (their partial indexes hold few rows): the
-statements WALK_AND_CLAIM_IN_PARTITION, CLAIM_SUSPECT_IN_PARTITION and PARTITION_OF of
-queries.sql. K=1 runs the spec's single runner with its own statements.
+statements WALK_AND_CLAIM_IN_PARTITION and CLAIM_SUSPECT_IN_PARTITION of queries.sql are
+WALK_AND_CLAIM and CLAIM_SUSPECT rendered with the partition's forms of the fragments
+IN_PARTITION, WALK_KEY and WALK_ORDER (sql.py), so they cannot drift apart; PARTITION_OF
+names a target's partition. K=1 runs the spec's single runner with its own statements.
 """
 
 from dataclasses import dataclass
 
 from messenger_realtime.conf.declared import MAX_DISPATCH_PARTITIONS as MAX_PARTITIONS
+from messenger_realtime.dispatch import sql
 
 INT4_MIN, INT4_SPAN = -(2**31), 2**32
 
 
 def target_hash(column: str) -> str:
-    """The partition hash of a uuid expression, as queries.sql spells it (the text must
+    """The partition hash of a uuid expression: queries.sql's TARGET_HASH (its text must
     match migration 0007's index; tests/unit/test_queries.py checks both)."""
-    return f"('x' || left(md5(({column})::text), 8))::bit(32)::int4"
+    return sql.target_hash(column)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,10 @@
--- The worker's hot-path SQL against messenger.realtime_outbox: every statement whole,
--- under its name (dispatch/sql.py loads them; store.py is the one place that runs them).
+-- The worker's SQL: the hot path against messenger.realtime_outbox (store.py runs it)
+-- and the lease's statements (lease.py runs them), each under its name. A part that
+-- several statements share is a named fragment, written once and included where it is
+-- used ({{NAME}}; dispatch/sql.py assembles them and documents the grammar): the claim's
+-- update (CLAIM_UPDATE), the claimed row's columns (CLAIMED_ROW), the partition hash
+-- (TARGET_HASH). A partition's statement is its single-runner statement rendered with the
+-- partition's forms of the fragments that differ ({{WALK_AND_CLAIM in partition}}).
 --
 -- Parameters are named (%(name)s; %(name)b: an array bound in binary, each uuid's 16
 -- bytes instead of its text: ~0.4 ms of CPU per 200-id array, a quarter in binary).
@@ -26,12 +31,12 @@ SET enable_seqscan = off;
 -- name: WALK_AND_CLAIM
 -- A fair claim of up to %(limit)s due rows that no attempt holds (claimed_at IS NULL),
 -- in one round trip and one snapshot, the lease proven in the same statement.
--- walk: the targets (chats, users: target_key) that have Pending rows, in key order from
---   just after the worker's cursor %(after)s, wrapping round once and ending with the
---   cursor's own target: up to %(limit)s of them, each found with one probe of
---   ix_rto_pending_target (a loose index scan), so a target with ten thousand rows
---   costs no more to step over than one with a single row. The worker moves its cursor
---   to the last key, so successive claims take turns over every target.
+-- walk: the targets (chats, users: target_key) that have Pending rows, in key order
+--   (WALK_KEY) from just after the worker's cursor %(after)s, wrapping round once and
+--   ending with the cursor's own target: up to %(limit)s of them, each found with one
+--   probe of ix_rto_pending_target (a loose index scan), so a target with ten thousand
+--   rows costs no more to step over than one with a single row. The worker moves its
+--   cursor to the last key, so successive claims take turns over every target.
 -- lease: rows are claimed only while the leader's lease session holds the advisory lock
 --   (pg_locks, ~60 us) and the lease row names it (a take-over rewrites the row as it
 --   takes the lock); %(lease_pid)s NULL: no lease (--no-lock, benchmarks).
@@ -46,38 +51,38 @@ SET enable_seqscan = off;
 -- Candidates are locked as they are found (FOR UPDATE SKIP LOCKED in each probe), so a
 -- second runner (failover lag, --no-lock) skips them; those not picked are unlocked when
 -- the statement ends.
--- claimed: attempts pre-incremented and next_attempt_at pushed out by the backoff of the
---   new attempt count, on the database clock, so a crash before the outcome means a
---   retry after backoff, never a lost row; jitter drawn per row (random()); claimed_at
---   marks the attempt in flight until its outcome clears it. A row whose attempts
---   already reached %(max_attempts)s never got an outcome that often (the worker kept
---   dying on it): quarantined here instead. age lets the worker drop a time-critical
---   event too old to matter.
+-- claimed: CLAIM_UPDATE (below). age lets the worker drop a time-critical event too old
+--   to matter.
 -- Every row carries the walk's end (last_key), its size (walked), its keys when nothing
 -- was claimed (to walk on: store.claim_fair) and whether the lease held; with nothing
 -- claimed, one row of NULL claim columns carries them.
+-- IN_PARTITION, WALK_KEY and WALK_ORDER are empty or the key itself here: the single
+-- runner's statement is plain SQL once they are in place.
 WITH RECURSIVE walk(key, depth, wrapped) AS (
     SELECT coalesce(after.key, first.key), 1, after.key IS NULL
     FROM (SELECT (SELECT target_key FROM messenger.realtime_outbox
-                  WHERE status = 'Pending' AND target_key > %(after)s::uuid
-                  ORDER BY target_key LIMIT 1) AS key) AS after,
+                  WHERE status = 'Pending' {{IN_PARTITION(target_key)}}
+                    AND {{WALK_KEY(target_key)}} > {{WALK_KEY(%(after)s::uuid)}}
+                  ORDER BY {{WALK_ORDER(target_key)}} LIMIT 1) AS key) AS after,
          (SELECT (SELECT target_key FROM messenger.realtime_outbox
-                  WHERE status = 'Pending'
-                  ORDER BY target_key LIMIT 1) AS key) AS first
+                  WHERE status = 'Pending' {{IN_PARTITION(target_key)}}
+                  ORDER BY {{WALK_ORDER(target_key)}} LIMIT 1) AS key) AS first
   UNION ALL
     SELECT step.key, walk.depth + 1, step.wrapped
     FROM walk CROSS JOIN LATERAL (
         SELECT coalesce(later.key, first.key) AS key,
                walk.wrapped OR later.key IS NULL AS wrapped
         FROM (SELECT (SELECT target_key FROM messenger.realtime_outbox
-                      WHERE status = 'Pending' AND target_key > walk.key
-                      ORDER BY target_key LIMIT 1) AS key) AS later,
+                      WHERE status = 'Pending' {{IN_PARTITION(target_key)}}
+                        AND {{WALK_KEY(target_key)}} > {{WALK_KEY(walk.key)}}
+                      ORDER BY {{WALK_ORDER(target_key)}} LIMIT 1) AS key) AS later,
              (SELECT (SELECT target_key FROM messenger.realtime_outbox
-                      WHERE status = 'Pending' AND NOT walk.wrapped
-                      ORDER BY target_key LIMIT 1) AS key) AS first
+                      WHERE status = 'Pending' {{IN_PARTITION(target_key)}}
+                        AND NOT walk.wrapped
+                      ORDER BY {{WALK_ORDER(target_key)}} LIMIT 1) AS key) AS first
     ) AS step
     WHERE walk.depth < %(limit)s AND step.key IS NOT NULL
-      AND NOT (step.wrapped AND step.key > %(after)s::uuid)
+      AND NOT (step.wrapped AND {{WALK_KEY(step.key)}} > {{WALK_KEY(%(after)s::uuid)}})
 ),
 walked AS (
     SELECT coalesce(array_agg(key ORDER BY depth), '{}') AS keys
@@ -131,6 +136,7 @@ urgent AS (
                      'CallDeclined', 'CallAnswered', 'ConferenceInvited',
                      'ConferenceStarted', 'ConferenceEnded')
       AND o.status = 'Pending' AND o.next_attempt_at <= now() AND o.claimed_at IS NULL
+      {{IN_PARTITION(o.target_key)}}
     ORDER BY o.id LIMIT %(limit)s - %(limit)s / 4  -- integer division
     FOR UPDATE SKIP LOCKED
 ),
@@ -142,25 +148,10 @@ due AS (
     GROUP BY id ORDER BY min(rn), id LIMIT %(limit)s
 ),
 claimed AS (
-    UPDATE messenger.realtime_outbox AS o SET
-        status = CASE WHEN o.attempts >= %(max_attempts)s THEN 'Quarantined'
-                      ELSE 'Pending' END,
-        last_error = CASE WHEN o.attempts >= %(max_attempts)s THEN %(exhausted)s
-                          ELSE o.last_error END,
-        attempts = CASE WHEN o.attempts >= %(max_attempts)s THEN o.attempts
-                        ELSE o.attempts + 1 END,
-        next_attempt_at = now() + make_interval(secs =>
-            (%(delays)s::float8[])[LEAST(o.attempts + 1, cardinality(%(delays)s::float8[]))]
-            * (1.0 - %(jitter)s::float8 * random())),
-        claimed_at = CASE WHEN o.attempts >= %(max_attempts)s THEN NULL ELSE now() END,
-        updated_at = now(),
-        row_version = o.row_version + 1
+    {{CLAIM_UPDATE}}
     FROM due
     WHERE o.id = due.id AND (SELECT held FROM lease)
-    RETURNING o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id,
-              o.ref_id, o.session_kind, o.seq, o.status, o.attempts, o.row_version,
-              o.created_at, extract(epoch FROM now() - o.created_at)::float8 AS age,
-              o.stream_offset
+    RETURNING {{CLAIMED_ROW}}
 )
 SELECT claimed.*,
        walked.keys[cardinality(walked.keys)] AS last_key,
@@ -171,200 +162,48 @@ FROM walked LEFT JOIN claimed ON true;
 
 
 -- name: WALK_AND_CLAIM_IN_PARTITION
--- WALK_AND_CLAIM for one partition's leader (DISPATCH_PARTITIONS > 1, partitions.py):
--- the same statement but for two things. The walk visits the partition's targets only,
--- in (target_hash, target_key) order: target_hash is
--- ('x' || left(md5(target_key::text), 8))::bit(32)::int4, textually the expression of
--- ix_rto_pending_partition (migration 0007), so each probe is one step of that index
--- within [%(lo)s, %(hi)s]; and the urgent probe keeps to the same range. The fair and
--- topped probes need no filter: they read the walked targets only.
--- tests/unit/test_queries.py checks that nothing else differs.
-WITH RECURSIVE walk(key, depth, wrapped) AS (
-    SELECT coalesce(after.key, first.key), 1, after.key IS NULL
-    FROM (SELECT (SELECT target_key FROM messenger.realtime_outbox
-                  WHERE status = 'Pending'
-                    AND ('x' || left(md5((target_key)::text), 8))::bit(32)::int4
-                        BETWEEN %(lo)s::int4 AND %(hi)s::int4
-                    AND (('x' || left(md5((target_key)::text), 8))::bit(32)::int4, target_key)
-                        > (('x' || left(md5((%(after)s::uuid)::text), 8))::bit(32)::int4,
-                           %(after)s::uuid)
-                  ORDER BY ('x' || left(md5((target_key)::text), 8))::bit(32)::int4,
-                           target_key
-                  LIMIT 1) AS key) AS after,
-         (SELECT (SELECT target_key FROM messenger.realtime_outbox
-                  WHERE status = 'Pending'
-                    AND ('x' || left(md5((target_key)::text), 8))::bit(32)::int4
-                        BETWEEN %(lo)s::int4 AND %(hi)s::int4
-                  ORDER BY ('x' || left(md5((target_key)::text), 8))::bit(32)::int4,
-                           target_key
-                  LIMIT 1) AS key) AS first
-  UNION ALL
-    SELECT step.key, walk.depth + 1, step.wrapped
-    FROM walk CROSS JOIN LATERAL (
-        SELECT coalesce(later.key, first.key) AS key,
-               walk.wrapped OR later.key IS NULL AS wrapped
-        FROM (SELECT (SELECT target_key FROM messenger.realtime_outbox
-                      WHERE status = 'Pending'
-                        AND ('x' || left(md5((target_key)::text), 8))::bit(32)::int4
-                            BETWEEN %(lo)s::int4 AND %(hi)s::int4
-                        AND (('x' || left(md5((target_key)::text), 8))::bit(32)::int4,
-                             target_key)
-                            > (('x' || left(md5((walk.key)::text), 8))::bit(32)::int4,
-                               walk.key)
-                      ORDER BY ('x' || left(md5((target_key)::text), 8))::bit(32)::int4,
-                               target_key
-                      LIMIT 1) AS key) AS later,
-             (SELECT (SELECT target_key FROM messenger.realtime_outbox
-                      WHERE status = 'Pending'
-                        AND ('x' || left(md5((target_key)::text), 8))::bit(32)::int4
-                            BETWEEN %(lo)s::int4 AND %(hi)s::int4
-                        AND NOT walk.wrapped
-                      ORDER BY ('x' || left(md5((target_key)::text), 8))::bit(32)::int4,
-                               target_key
-                      LIMIT 1) AS key) AS first
-    ) AS step
-    WHERE walk.depth < %(limit)s AND step.key IS NOT NULL
-      AND NOT (step.wrapped
-               AND (('x' || left(md5((step.key)::text), 8))::bit(32)::int4, step.key)
-                   > (('x' || left(md5((%(after)s::uuid)::text), 8))::bit(32)::int4,
-                      %(after)s::uuid))
-),
-walked AS (
-    SELECT coalesce(array_agg(key ORDER BY depth), '{}') AS keys
-    FROM walk WHERE key IS NOT NULL
-),
-lease AS (
-    SELECT %(lease_pid)s::int IS NULL OR (EXISTS (
-        SELECT FROM messenger.realtime_dispatch_lease
-        WHERE lock_key = %(lease_key)s AND holder_pid = %(lease_pid)s::int
-    ) AND EXISTS (
-        SELECT FROM pg_locks
-        WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid = %(lease_pid)s::int
-          AND classid = %(lease_classid)s::oid AND objid = %(lease_objid)s::oid
-    )) AS held
-),
-quota AS (
-    SELECT greatest(1, ceil(%(limit)s::numeric
-                            / greatest(cardinality((SELECT keys FROM walked)), 1)))::int AS q
-),
-fair AS (
-    SELECT r.id, r.target_key,
-           row_number() OVER (PARTITION BY r.target_key ORDER BY r.id) AS rn
-    FROM unnest((SELECT keys FROM walked)) AS t(key) CROSS JOIN LATERAL (
-        SELECT o.id, o.target_key FROM messenger.realtime_outbox AS o
-        WHERE o.target_key = t.key AND o.status = 'Pending' AND o.next_attempt_at <= now()
-          AND o.claimed_at IS NULL
-        ORDER BY o.id LIMIT (SELECT q FROM quota)
-        FOR UPDATE SKIP LOCKED
-    ) AS r
-),
-filled AS (
-    SELECT target_key FROM fair GROUP BY target_key
-    HAVING count(*) >= (SELECT q FROM quota)
-),
-topped AS (
-    SELECT r.id, (SELECT q FROM quota)
-                 + row_number() OVER (PARTITION BY r.target_key ORDER BY r.id) AS rn
-    FROM filled CROSS JOIN LATERAL (
-        SELECT o.id, o.target_key FROM messenger.realtime_outbox AS o
-        WHERE o.target_key = filled.target_key AND o.status = 'Pending'
-          AND o.next_attempt_at <= now() AND o.claimed_at IS NULL
-          AND o.id > (SELECT f.id FROM fair AS f WHERE f.target_key = filled.target_key
-                      ORDER BY f.id DESC LIMIT 1)
-        ORDER BY o.id LIMIT greatest(%(limit)s - (SELECT count(*) FROM fair), 0)
-        FOR UPDATE SKIP LOCKED
-    ) AS r
-),
-urgent AS (
-    SELECT o.id, 0::bigint AS rn FROM messenger.realtime_outbox AS o
-    WHERE o.kind IN ('CallInvited', 'CallCancelled', 'CallMissed', 'CallEnded',
-                     'CallDeclined', 'CallAnswered', 'ConferenceInvited',
-                     'ConferenceStarted', 'ConferenceEnded')
-      AND o.status = 'Pending' AND o.next_attempt_at <= now() AND o.claimed_at IS NULL
-      AND ('x' || left(md5((o.target_key)::text), 8))::bit(32)::int4
-          BETWEEN %(lo)s::int4 AND %(hi)s::int4
-    ORDER BY o.id LIMIT %(limit)s - %(limit)s / 4  -- integer division
-    FOR UPDATE SKIP LOCKED
-),
-due AS (
-    SELECT id FROM (
-        SELECT id, rn FROM urgent UNION ALL SELECT id, rn FROM fair
-        UNION ALL SELECT id, rn FROM topped
-    ) AS candidates
-    GROUP BY id ORDER BY min(rn), id LIMIT %(limit)s
-),
-claimed AS (
-    UPDATE messenger.realtime_outbox AS o SET
-        status = CASE WHEN o.attempts >= %(max_attempts)s THEN 'Quarantined'
-                      ELSE 'Pending' END,
-        last_error = CASE WHEN o.attempts >= %(max_attempts)s THEN %(exhausted)s
-                          ELSE o.last_error END,
-        attempts = CASE WHEN o.attempts >= %(max_attempts)s THEN o.attempts
-                        ELSE o.attempts + 1 END,
-        next_attempt_at = now() + make_interval(secs =>
-            (%(delays)s::float8[])[LEAST(o.attempts + 1, cardinality(%(delays)s::float8[]))]
-            * (1.0 - %(jitter)s::float8 * random())),
-        claimed_at = CASE WHEN o.attempts >= %(max_attempts)s THEN NULL ELSE now() END,
-        updated_at = now(),
-        row_version = o.row_version + 1
-    FROM due
-    WHERE o.id = due.id AND (SELECT held FROM lease)
-    RETURNING o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id,
-              o.ref_id, o.session_kind, o.seq, o.status, o.attempts, o.row_version,
-              o.created_at, extract(epoch FROM now() - o.created_at)::float8 AS age,
-              o.stream_offset
-)
-SELECT claimed.*,
-       walked.keys[cardinality(walked.keys)] AS last_key,
-       cardinality(walked.keys) AS walked,
-       CASE WHEN claimed.id IS NULL THEN walked.keys END AS keys,
-       (SELECT held FROM lease) AS held
-FROM walked LEFT JOIN claimed ON true;
+-- WALK_AND_CLAIM for one partition's leader (DISPATCH_PARTITIONS > 1, partitions.py),
+-- rendered with the partition's forms of IN_PARTITION, WALK_KEY and WALK_ORDER: the walk
+-- visits the partition's targets only, in (target_hash, target_key) order, each probe
+-- one step of ix_rto_pending_partition (migration 0007) within [%(lo)s, %(hi)s]; and the
+-- urgent probe keeps to the same range. The fair and topped probes need no filter: they
+-- read the walked targets only.
+{{WALK_AND_CLAIM in partition}};
 
 
 -- name: CLAIM_SUSPECT
 -- One suspect: a due row whose last attempt never got an outcome (claimed_at still set:
 -- its worker died or hung on it), claimed, built and pushed alone, so a row that
 -- crashes the worker takes only itself to MAX_ATTEMPTS (ix_rto_pending_claimed). The
--- claim's update is WALK_AND_CLAIM's.
+-- claim's update is WALK_AND_CLAIM's (CLAIM_UPDATE).
 WITH due AS (
     SELECT o.id FROM messenger.realtime_outbox AS o
     WHERE o.status = 'Pending' AND o.next_attempt_at <= now() AND o.claimed_at IS NOT NULL
+      {{IN_PARTITION(o.target_key)}}
     ORDER BY o.id LIMIT 1
     FOR UPDATE SKIP LOCKED
 )
-UPDATE messenger.realtime_outbox AS o SET
-    status = CASE WHEN o.attempts >= %(max_attempts)s THEN 'Quarantined' ELSE 'Pending' END,
-    last_error = CASE WHEN o.attempts >= %(max_attempts)s THEN %(exhausted)s
-                      ELSE o.last_error END,
-    attempts = CASE WHEN o.attempts >= %(max_attempts)s THEN o.attempts
-                    ELSE o.attempts + 1 END,
-    next_attempt_at = now() + make_interval(secs =>
-        (%(delays)s::float8[])[LEAST(o.attempts + 1, cardinality(%(delays)s::float8[]))]
-        * (1.0 - %(jitter)s::float8 * random())),
-    claimed_at = CASE WHEN o.attempts >= %(max_attempts)s THEN NULL ELSE now() END,
-    updated_at = now(),
-    row_version = o.row_version + 1
+{{CLAIM_UPDATE}}
 FROM due
 WHERE o.id = due.id
-RETURNING o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id,
-          o.ref_id, o.session_kind, o.seq, o.status, o.attempts, o.row_version,
-          o.created_at, extract(epoch FROM now() - o.created_at)::float8 AS age,
-          o.stream_offset;
+RETURNING {{CLAIMED_ROW}};
 
 
 -- name: CLAIM_SUSPECT_IN_PARTITION
 -- CLAIM_SUSPECT within one partition's hash range (partitions.py).
-WITH due AS (
-    SELECT o.id FROM messenger.realtime_outbox AS o
-    WHERE o.status = 'Pending' AND o.next_attempt_at <= now() AND o.claimed_at IS NOT NULL
-      AND ('x' || left(md5((o.target_key)::text), 8))::bit(32)::int4
-          BETWEEN %(lo)s::int4 AND %(hi)s::int4
-    ORDER BY o.id LIMIT 1
-    FOR UPDATE SKIP LOCKED
-)
+{{CLAIM_SUSPECT in partition}};
+
+
+-- fragment: CLAIM_UPDATE
+-- What every claim does to the rows it claims: attempts pre-incremented and
+-- next_attempt_at pushed out by the backoff of the new attempt count, on the database
+-- clock, so a crash before the outcome means a retry after backoff, never a lost row;
+-- jitter drawn per row (random()); claimed_at marks the attempt in flight until its
+-- outcome clears it. A row whose attempts already reached %(max_attempts)s never got an
+-- outcome that often (the worker kept dying on it): quarantined here instead.
 UPDATE messenger.realtime_outbox AS o SET
-    status = CASE WHEN o.attempts >= %(max_attempts)s THEN 'Quarantined' ELSE 'Pending' END,
+    status = CASE WHEN o.attempts >= %(max_attempts)s THEN 'Quarantined'
+                  ELSE 'Pending' END,
     last_error = CASE WHEN o.attempts >= %(max_attempts)s THEN %(exhausted)s
                       ELSE o.last_error END,
     attempts = CASE WHEN o.attempts >= %(max_attempts)s THEN o.attempts
@@ -375,18 +214,49 @@ UPDATE messenger.realtime_outbox AS o SET
     claimed_at = CASE WHEN o.attempts >= %(max_attempts)s THEN NULL ELSE now() END,
     updated_at = now(),
     row_version = o.row_version + 1
-FROM due
-WHERE o.id = due.id
-RETURNING o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id,
-          o.ref_id, o.session_kind, o.seq, o.status, o.attempts, o.row_version,
-          o.created_at, extract(epoch FROM now() - o.created_at)::float8 AS age,
-          o.stream_offset;
+
+-- fragment: CLAIMED_ROW
+-- A claimed row as every claim returns it: rows.ClaimedRow's fields, in its order (the
+-- rows are built by position; store.py checks the names).
+o.id, o.kind, o.target_kind, o.chat_id, o.target_user_id, o.message_id,
+o.ref_id, o.session_kind, o.seq, o.status, o.attempts, o.row_version,
+o.created_at, extract(epoch FROM now() - o.created_at)::float8 AS age,
+o.stream_offset
+
+-- fragment: TARGET_HASH(uuid)
+-- A target's partition hash (partitions.py): the first 32 bits of md5 of the uuid's
+-- text, as a signed int4. Textually ix_rto_pending_partition's expression (migration
+-- 0007, over target_key): a probe rides that index only if it spells it the same.
+('x' || left(md5(({{uuid}})::text), 8))::bit(32)::int4
+
+-- fragment: IN_PARTITION(uuid)
+-- The single runner claims every target: no filter.
+
+-- fragment: IN_PARTITION(uuid) in partition
+-- A partition's leader claims only the targets whose hash is in its range.
+AND {{TARGET_HASH({{uuid}})}} BETWEEN %(lo)s::int4 AND %(hi)s::int4
+
+-- fragment: WALK_KEY(uuid)
+-- A target's place in the single runner's walk: its key (ix_rto_pending_target's order).
+{{uuid}}
+
+-- fragment: WALK_KEY(uuid) in partition
+-- A target's place in a partition's walk: (its hash, its key), ix_rto_pending_partition's
+-- order, compared as a row.
+({{TARGET_HASH({{uuid}})}}, {{uuid}})
+
+-- fragment: WALK_ORDER(uuid)
+-- The walk's ORDER BY: WALK_KEY's columns, in the index's order.
+{{uuid}}
+
+-- fragment: WALK_ORDER(uuid) in partition
+{{TARGET_HASH({{uuid}})}}, {{uuid}}
 
 
 -- name: PARTITION_OF
 -- Which partition of %(count)s a target belongs to (tests, operators): the same hash
 -- and the same ranges as partitions.Partition (INT4_MIN = -2147483648, 2^32 hashes).
-SELECT ((('x' || left(md5((%(key)s::uuid)::text), 8))::bit(32)::int4::int8 - (-2147483648))
+SELECT (({{TARGET_HASH(%(key)s::uuid)}}::int8 - (-2147483648))
         * %(count)s::int8 / 4294967296)::int4;
 
 
@@ -505,3 +375,124 @@ WHERE id IN (
     WHERE status = 'Done' AND updated_at < now() - make_interval(secs => %(older_than)s)
     LIMIT %(limit)s
 );
+
+
+-- The lease's statements (lease.py runs them on the lease session): the single-runner
+-- lock, the row that names its holder (messenger.realtime_dispatch_lease) and the
+-- heartbeat that proves the holder lives. They never touch the outbox; the fair claim
+-- proves the lease in its own statement (WALK_AND_CLAIM's lease).
+
+-- name: LEASE_ACQUIRE
+-- Take the lock and, in the same statement (so the same commit), name this session as
+-- the holder with a fresh heartbeat. The CTE runs pg_try_advisory_lock exactly once (a
+-- volatile function keeps it materialised); no row comes back when the lock is busy. The
+-- row carries the holder's LOCK_TTL: every worker judges the lease by it
+-- (LEASE_STALE_AFTER).
+WITH lock AS (SELECT pg_try_advisory_lock(%(key)s) AS held)
+INSERT INTO messenger.realtime_dispatch_lease AS l
+    (lock_key, holder_pid, holder, partitions, lock_ttl, acquired_at, heartbeat_at)
+SELECT %(lock_key)s, pg_backend_pid(), %(holder)s, %(partitions)s, %(ttl)s, now(), now()
+FROM lock WHERE lock.held
+ON CONFLICT (lock_key) DO UPDATE SET
+    holder_pid = excluded.holder_pid, holder = excluded.holder,
+    partitions = excluded.partitions, lock_ttl = excluded.lock_ttl,
+    acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at
+RETURNING l.holder_pid;
+
+
+-- name: LEASE_ACQUIRE_TURN
+-- Acquisitions of one LOCK_KEY's leases, whatever their partition count, one at a time
+-- (a transaction lock, before LEASE_OTHER_COUNT and LEASE_ACQUIRE): two workers of
+-- different counts cannot both find the other absent and both lead. Tried, never waited
+-- for: a session frozen inside its acquisition must not hang the others (false: stand
+-- by, poll again).
+SELECT pg_try_advisory_xact_lock(%(turn)s);
+
+
+-- name: LEASE_OTHER_COUNT
+-- A live lease of this LOCK_KEY with another partition count (a rolling change of
+-- DISPATCH_PARTITIONS): this worker must not lead beside it. Stale ones are deleted
+-- first, as a standby of their own count would end their holder: a holder that resumes
+-- then finds its lease gone at its next heartbeat, before it claims or pushes (Leader).
+WITH stale AS (
+    DELETE FROM messenger.realtime_dispatch_lease
+    WHERE {{LEASE_OF_OTHER_COUNT}} AND NOT {{LEASE_FRESH}}
+)
+SELECT {{LEASE_COUNT}}, holder FROM messenger.realtime_dispatch_lease
+WHERE {{LEASE_OF_OTHER_COUNT}} AND {{LEASE_FRESH}}
+ORDER BY heartbeat_at DESC LIMIT 1;
+
+
+-- name: LEASE_HEARTBEAT
+-- Only the session named as holder can stamp: no row back means the lease was taken over.
+UPDATE messenger.realtime_dispatch_lease SET heartbeat_at = now()
+WHERE lock_key = %(lock_key)s AND holder_pid = pg_backend_pid()
+RETURNING holder_pid;
+
+
+-- name: LEASE_RELEASE
+-- Graceful exit: drop the lease row and the lock, so a standby leads at its next poll.
+WITH gone AS (
+    DELETE FROM messenger.realtime_dispatch_lease
+    WHERE lock_key = %(lock_key)s AND holder_pid = pg_backend_pid()
+)
+SELECT pg_advisory_unlock(%(key)s);
+
+
+-- name: LEASE_HOLDER
+-- Who holds the lock in this database (a bigint advisory key shows in pg_locks as
+-- classid = high 32 bits, objid = low 32 bits, objsubid = 1), and what the lease says.
+-- Exclusive holders only: partitioned leaders hold the single-runner key *shared* (their
+-- guard, runner.py), which a single runner must wait for, never end.
+SELECT l.pid, lease.holder_pid, lease.holder,
+       extract(epoch FROM now() - lease.heartbeat_at)::float8, coalesce(lease.lock_ttl, %(ttl)s)
+FROM pg_locks AS l
+LEFT JOIN messenger.realtime_dispatch_lease AS lease ON lease.lock_key = %(lock_key)s
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.mode = 'ExclusiveLock'
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid::bigint = (%(key)s >> 32) & 4294967295
+  AND l.objid::bigint = %(key)s & 4294967295;
+
+
+-- name: LEASE_LOCKED
+-- The re-check under the row lock: a heartbeat committing meanwhile waits for this
+-- transaction and then finds its session gone, or it committed first and we see it fresh.
+SELECT holder_pid, extract(epoch FROM now() - heartbeat_at)::float8, {{LEASE_STALE_AFTER}}
+FROM messenger.realtime_dispatch_lease WHERE lock_key = %(lock_key)s
+FOR UPDATE;
+
+
+-- name: LEASE_TERMINATE
+-- End a stale holder's session (which frees its lock), waiting up to %(wait_ms)s for it.
+SELECT pg_terminate_backend(%(pid)s, %(wait_ms)s);
+
+
+-- name: LEASE_GUARD
+-- A partition leader's guard: the single-runner key in share mode, held for its session.
+-- Partition leaders share it; a single runner (DISPATCH_PARTITIONS=1) holds it
+-- exclusively. So the two schemes never lead at once (a half-done switch of
+-- DISPATCH_PARTITIONS waits instead of running two leaders for one chat).
+SELECT pg_try_advisory_lock_shared(%(guard)s);
+
+
+-- fragment: LEASE_COUNT
+-- The partition count of a lease row: the column (migration 0008), else what an older
+-- worker's LOCK_KEY says (LOCK_KEY#partition-i-of-K), else a single runner's 1.
+coalesce(partitions, (regexp_match(lock_key, '#partition-\d+-of-(\d+)$'))[1]::int, 1)
+
+-- fragment: LEASE_OF_OTHER_COUNT
+-- A lease row of this LOCK_KEY (%(base)s), whatever its partition count, whose count is
+-- not %(partitions)s.
+(lock_key = %(base)s OR starts_with(lock_key, %(base)s || '#partition-'))
+AND {{LEASE_COUNT}} <> %(partitions)s
+
+-- fragment: LEASE_STALE_AFTER
+-- A lease is stale once its heartbeat is older than its *holder's* LOCK_TTL (it stamps
+-- every third of that), whatever the reader's: with mismatched settings a short-TTL
+-- standby would otherwise end a live leader. NULL: a holder from before migration 0009,
+-- judged by the reader's own LOCK_TTL.
+coalesce(lock_ttl, %(ttl)s)
+
+-- fragment: LEASE_FRESH
+-- The lease row's heartbeat is recent enough to be its holder's (LEASE_STALE_AFTER).
+heartbeat_at >= now() - make_interval(secs => {{LEASE_STALE_AFTER}})

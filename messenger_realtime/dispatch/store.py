@@ -24,11 +24,12 @@ from messenger_realtime.outbox.enums import RealtimeTargetKind as TargetKind
 
 Conn = psycopg.AsyncConnection[Any]
 NO_TARGET = UUID(int=0)  # the walk's cursor before any target
-assert len(ClaimedRow._fields) == sql.CLAIMED_COLUMNS  # WALK_AND_CLAIM's rows are split there
+# Claimed rows are built by position from the CLAIMED_ROW columns, split off there.
+assert ClaimedRow._fields == sql.CLAIMED_NAMES
 
 
 @dataclass(frozen=True)
-class Claim:
+class ClaimShape:
     """How much a claim takes and the backoff it schedules (from the worker's options)."""
 
     limit: int
@@ -44,7 +45,7 @@ async def prepare_claim_session(conn: Conn) -> None:
 
 async def claim_fair(
     conn: Conn,
-    shape: Claim,
+    shape: ClaimShape,
     cursor: UUID,
     partition: Partition | None = None,
     lease: Mapping[str, Any] | None = None,
@@ -99,12 +100,12 @@ def _walk_and_claimed(rows: list[Any]) -> tuple[tuple[Any, ...], list[ClaimedRow
 
 
 async def claim_suspect(
-    conn: Conn, claim: Claim, partition: Partition | None = None
+    conn: Conn, shape: ClaimShape, partition: Partition | None = None
 ) -> list[RowOutcome]:
     """Claim one suspect (a due row whose last attempt got no outcome), as an outcome to
     be decided; within `partition`, its own only. A suspect the claim itself quarantined
     (attempts exhausted) comes back decided and recorded."""
-    params = _claim_params(claim)
+    params = _claim_params(shape)
     statement = sql.CLAIM_SUSPECT
     if partition is not None:
         params.update(partition.params())
@@ -116,12 +117,12 @@ async def claim_suspect(
     return _outcomes(rows, suspect=True)
 
 
-def _claim_params(claim: Claim, **extra: Any) -> dict[str, Any]:
+def _claim_params(shape: ClaimShape, **extra: Any) -> dict[str, Any]:
     return {
-        "limit": claim.limit,
-        "delays": claim.delays,
-        "jitter": claim.jitter,
-        "max_attempts": claim.max_attempts,
+        "limit": shape.limit,
+        "delays": shape.delays,
+        "jitter": shape.jitter,
+        "max_attempts": shape.max_attempts,
         "exhausted": sql.EXHAUSTED_ERROR,
         **extra,
     }

@@ -4,7 +4,7 @@ Partition leases of different counts have different LOCK_KEYs (LOCK_KEY#partitio
 so their advisory locks never meet: without this column a worker started with another
 count (a rolling change of the setting) would lead beside a live leader, and one chat
 would have two leaders. With it, a worker refuses to lead while a live lease of its
-LOCK_KEY names another count (dispatch/lease.py, OTHER_COUNT). NULL: a row written by a
+LOCK_KEY names another count (dispatch/queries.sql, LEASE_OTHER_COUNT). NULL: a row written by a
 worker from before this migration (its LOCK_KEY says the count). Adding a nullable column
 without a default rewrites nothing.
 """

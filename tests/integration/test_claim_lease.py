@@ -43,7 +43,7 @@ def test_a_fair_claim_is_one_statement_that_proves_the_lease_without_a_heartbeat
             assert await dispatcher.leader.try_acquire()
             assert dispatcher.leader.conn is not None
             count_statements(dispatcher.leader.conn, lease_statements)
-            count_statements(await dispatcher._claim_connection(), claim_statements)
+            count_statements(await dispatcher.claimer.connection(), claim_statements)
             dispatcher.wakes.last_probe = time.monotonic()  # no suspect probe in this pass
             dispatcher.leader.proven_at = float("-inf")
             before = time.monotonic()

@@ -15,7 +15,8 @@ from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch import store
 from messenger_realtime.dispatch.backoff import delay_table
 from messenger_realtime.dispatch.build_thread import BUILD_TIMEOUT_ERROR
-from messenger_realtime.dispatch.dispatcher import NO_TARGET, Dispatcher
+from messenger_realtime.dispatch.dispatcher import Dispatcher
+from messenger_realtime.dispatch.store import NO_TARGET
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.enums import RealtimeDispatchKind as Kind
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
@@ -104,7 +105,7 @@ def test_targets_take_turns_across_claims() -> None:
 
     async def two_claims() -> None:
         conn = await db.connect()
-        shape = store.Claim(3, delay_table(options()), 0.0, 8)
+        shape = store.ClaimShape(3, delay_table(options()), 0.0, 8)
         cursor = NO_TARGET
         for _ in range(2):
             outcomes, cursor = await store.claim_fair(conn, shape, cursor)
@@ -136,7 +137,7 @@ def test_an_invitation_behind_a_20000_row_backlog_is_claimed_in_the_first_batch(
 
     async def first_claim() -> list[uuid.UUID]:
         conn = await db.connect()
-        outcomes, _ = await store.claim_fair(conn, store.Claim(200, [1.0], 0.0, 8), NO_TARGET)
+        outcomes, _ = await store.claim_fair(conn, store.ClaimShape(200, [1.0], 0.0, 8), NO_TARGET)
         await conn.close()
         return [o.row.id for o in outcomes]
 
@@ -166,7 +167,7 @@ def test_an_urgent_flood_in_one_chat_leaves_a_share_of_each_batch_to_the_others(
 
     async def first_claim() -> list[Any]:
         conn = await db.connect()
-        outcomes, _ = await store.claim_fair(conn, store.Claim(200, [1.0], 0.0, 8), NO_TARGET)
+        outcomes, _ = await store.claim_fair(conn, store.ClaimShape(200, [1.0], 0.0, 8), NO_TARGET)
         await conn.close()
         return [o.row for o in outcomes]
 

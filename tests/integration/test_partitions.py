@@ -13,13 +13,13 @@ from django.db import connection
 
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch import partitions, sql, store
-from messenger_realtime.dispatch.dispatcher import NO_TARGET
 from messenger_realtime.dispatch.partitions import INT4_MIN, Partition
+from messenger_realtime.dispatch.store import NO_TARGET
 from tests.support.partitions import insert_invitations, insert_rows, partition_of
 from tests.support.runtime import run
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
-SHAPE = store.Claim(200, [60.0], 0.0, 8)
+SHAPE = store.ClaimShape(200, [60.0], 0.0, 8)
 
 
 def claim_all(partition: Partition | None) -> list[tuple[uuid.UUID, uuid.UUID]]:
