@@ -89,10 +89,11 @@ def chaos_run(*args: str) -> tuple[int, dict[str, Any], str]:
 
 
 def test_chaos_smoke_loses_nothing_through_two_faults() -> None:
-    """CI's one-minute soak: a Daphne killed and Redis restarted under traffic (issue
-    31); the 30-minute runs are in docs/reliability.md."""
+    """CI's one-minute soak: a Daphne killed (issue 31) and a Daphne's Redis connections
+    gone silent (issue 43) under traffic; the 30-minute runs are in docs/reliability.md."""
     status, result, stderr = chaos_run(
-        "--minutes", "1", "--clients", "40", "--seed", "31", "--faults", "daphne_kill,redis_restart"
+        "--minutes", "1", "--clients", "40", "--seed", "31",
+        "--faults", "daphne_kill,redis_silent_hub",
     )  # fmt: skip
     assert sum(result["faults_by_kind"].values()) == 2, stderr[-3000:]
     assert result["messages"] > 100 and result["deliveries"] > result["messages"]
