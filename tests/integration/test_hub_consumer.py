@@ -12,9 +12,9 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.hub import registry
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection, events
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
 from messenger_realtime.hub.rosters import rosters
 from messenger_realtime.hub.transports.websocket import HubConsumer
@@ -34,10 +34,11 @@ from tests.support.runtime import run
 def test_a_refused_connection_disconnects_cleanly(
     shutting_down: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(registry, "accepting", not shutting_down)
+    hub = HubProcess()
+    hub.accepting = not shutting_down
 
     async def scenario() -> bool:
-        communicator = WebsocketCommunicator(HubConsumer.as_asgi(), "/hubs/messenger")
+        communicator = WebsocketCommunicator(HubConsumer.as_asgi(hub=hub), "/hubs/messenger")
         connected, _ = await communicator.connect()
         # Daphne then reports the socket gone; the consumer must wind down without error.
         await communicator.send_input({"type": "websocket.disconnect", "code": 1006})
@@ -197,8 +198,10 @@ def test_an_open_connection_has_no_task_of_its_own_until_it_delivers() -> None:
     async def scenario() -> tuple[int, int, int, int, list[Any], bool]:
         before = len(asyncio.all_tasks())
         connections = []
+        hub = HubProcess()
         for _ in range(200):
             connection = HubConnection(
+                hub=hub,
                 connection_id=uuid.uuid4().hex,
                 identity=Identity(uuid.uuid4(), None),
                 token=None,
@@ -206,7 +209,7 @@ def test_an_open_connection_has_no_task_of_its_own_until_it_delivers() -> None:
                 transport=Recorder(),
                 channel_layer=None,
             )
-            await connection.open()
+            await hub.open(connection)
             connections.append(connection)
         opened = len(asyncio.all_tasks())
         for connection in connections:  # as after their handshake: delivering, nothing yet
@@ -223,7 +226,7 @@ def test_an_open_connection_has_no_task_of_its_own_until_it_delivers() -> None:
         assert task is not None
         await asyncio.wait_for(task, 5)
         for connection in connections:
-            registry.remove(connection.connection_id, connection)
+            hub.forget(connection.connection_id, connection)
             connection.timeouts.stop()
         transport = first.transport
         assert isinstance(transport, Recorder)

@@ -22,6 +22,7 @@ from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.fanout import BACKLOG_LIMIT
 from messenger_realtime.hub.inbox import OVERRUN_MESSAGE, Inbox
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
 from messenger_realtime.ops import metrics
 from tests.support.helpers import layer
@@ -73,6 +74,7 @@ def overruns() -> float:
 async def opened(hub: Any, transport: Transport, chat: uuid.UUID, group: str) -> HubConnection:
     """A handshaken connection of `chat`, in its group, delivering."""
     connection = HubConnection(
+        hub=HubProcess(),
         connection_id=uuid.uuid4().hex,
         identity=Identity(uuid.uuid4(), None),
         token=None,

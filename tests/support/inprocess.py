@@ -15,6 +15,7 @@ from django.db import connections
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
 from messenger_realtime.hub.protocols.base import Frame
 from tests.support.runtime import run
@@ -51,6 +52,7 @@ def consumer_of(user_id: uuid.UUID, held: dict[uuid.UUID, int]) -> tuple[HubConn
 
     async def create() -> HubConnection:
         return HubConnection(
+            hub=HubProcess(),
             connection_id=uuid.uuid4().hex,
             identity=Identity(user_id, None),
             token=None,

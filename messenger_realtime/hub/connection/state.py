@@ -20,6 +20,15 @@ from messenger_realtime.hub.protocols.base import Frame, HubProtocol
 from messenger_realtime.hub.transports.base import Transport
 
 
+class Process(Protocol):
+    """hub/process.HubProcess, as a connection uses it: the process owns its registry
+    entry and its place among its user's open connections."""
+
+    def forget(self, connection_id: str, connection: object) -> None: ...
+
+    def give_back_place(self, user_id: UUID, connection_id: str, options: HubOptions) -> None: ...
+
+
 class AuthPart(Protocol):
     """authentication.Authentication, as the other parts use it."""
 

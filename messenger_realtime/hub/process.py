@@ -1,0 +1,98 @@
+"""The hub's state in one served process: its connections, its admission, and what its
+event loop runs for all of them.
+
+One HubProcess is made where the ASGI application is built (`routed`, hub/routing.py,
+which `messenger_realtime.asgi.with_hub` calls) and handed to what needs it: the
+transports' consumers and negotiate get it from the route, a connection gets it when
+it is made (as `Process`, hub/connection/state.py), Daphne's shutdown from `with_hub`.
+Nothing else in the hub keeps mutable state at module level: a test that builds its own
+HubProcess sees no other test's connections, counts or caches.
+
+What it owns, and who else writes it (nobody):
+- `connections`: this process's live logical connections by id (a resume, a poll, a
+  POST finds its connection here; Daphne's shutdown closes them all). `open()` adds a
+  connection, `forget()` removes it (its end, or a long poll's last answer).
+- `accepting`: False once the process shuts down (new connections are refused).
+- `admission`: connects in progress and the line of negotiates (hub/admission.py).
+- the renewal of its connections' places among their users' open connections
+  (hub/user_connections.py), and the give-backs in flight.
+
+Per event loop. Daphne serves a process from one event loop, so in production each of
+these is one per process. Tests run several event loops in one process (one per test)
+against one application, and the loop-bound parts hold that loop's timers, tasks and
+futures: so they are kept per loop here (`_for_loop`), made at first use on a loop and
+forgotten with it.
+"""
+
+import asyncio
+import weakref
+from uuid import UUID
+
+from messenger_realtime.conf.settings import HubOptions
+from messenger_realtime.hub import user_connections
+from messenger_realtime.hub.admission import Admission
+from messenger_realtime.hub.connection import HubConnection
+
+
+class _LoopParts:
+    """What one event loop runs for the process."""
+
+    __slots__ = ("renewing",)
+
+    def __init__(self) -> None:
+        self.renewing: asyncio.Task[None] | None = None  # places' renewal, once one is taken
+
+
+class HubProcess:
+    """The hub's shared state in one served process (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self.connections: dict[str, HubConnection] = {}
+        self.accepting = True
+        self.admission = Admission()
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopParts] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._giving_back: set[asyncio.Future[None]] = set()  # places given back, in flight
+
+    def _for_loop(self) -> _LoopParts:
+        loop = asyncio.get_running_loop()
+        parts = self._loops.get(loop)
+        if parts is None:
+            parts = self._loops[loop] = _LoopParts()
+        return parts
+
+    # -- the registry ---------------------------------------------------------------
+
+    def get(self, connection_id: str) -> HubConnection | None:
+        """The live connection with this id in this process, or None."""
+        return self.connections.get(connection_id)
+
+    def live(self) -> list[HubConnection]:
+        return list(self.connections.values())
+
+    async def open(self, connection: HubConnection) -> None:
+        """Register a connection whose transport has accepted, and start its clock."""
+        self.connections[connection.connection_id] = connection
+        await connection.open()
+
+    def forget(self, connection_id: str, connection: object) -> None:
+        """It ended (or its last poll was answered): no request finds it any more."""
+        if self.connections.get(connection_id) is connection:
+            del self.connections[connection_id]
+
+    # -- places among a user's open connections (hub/user_connections.py) ------------
+
+    async def take_place(self, user_id: UUID, connection_id: str, options: HubOptions) -> bool:
+        """Whether the connection has a place (False: its user holds the cap already);
+        the process renews the places of its live connections from then on."""
+        parts = self._for_loop()
+        if parts.renewing is None:
+            parts.renewing = asyncio.ensure_future(user_connections.renew_forever(self.live))
+        return await user_connections.take(user_id, connection_id, options)
+
+    def give_back_place(self, user_id: UUID, connection_id: str, options: HubOptions) -> None:
+        """A connection ended: its place frees (in the background, kept until done)."""
+        task = asyncio.ensure_future(user_connections.give_back(user_id, connection_id, options))
+        self._giving_back.add(task)
+        task.add_done_callback(self._giving_back.discard)
