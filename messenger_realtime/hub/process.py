@@ -16,6 +16,9 @@ What it owns, and who else writes it (nobody):
 - `admission`: connects in progress and the line of negotiates (hub/admission.py).
 - the renewal of its connections' places among their users' open connections
   (hub/user_connections.py), and the give-backs in flight.
+- per event loop: the `clock` every connection's deadlines are kept on (hub/clock.py),
+  the `fanout` over the channel layer (hub/fanout.py: the process is the layer's group
+  member) and the chat `rosters` it has read (hub/rosters.py).
 
 Per event loop. Daphne serves a process from one event loop, so in production each of
 these is one per process. Tests run several event loops in one process (one per test)
@@ -26,20 +29,27 @@ forgotten with it.
 
 import asyncio
 import weakref
+from typing import Any
 from uuid import UUID
 
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.hub import user_connections
 from messenger_realtime.hub.admission import Admission
+from messenger_realtime.hub.clock import Clock
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.fanout import Fanout
+from messenger_realtime.hub.rosters import Rosters, read_roster
 
 
 class _LoopParts:
     """What one event loop runs for the process."""
 
-    __slots__ = ("renewing",)
+    __slots__ = ("clock", "fanout", "renewing", "rosters")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.clock = Clock(loop)
+        self.fanout: Fanout | None = None  # made at first use, over the layer asked for
+        self.rosters = Rosters(read_roster)
         self.renewing: asyncio.Task[None] | None = None  # places' renewal, once one is taken
 
 
@@ -59,8 +69,25 @@ class HubProcess:
         loop = asyncio.get_running_loop()
         parts = self._loops.get(loop)
         if parts is None:
-            parts = self._loops[loop] = _LoopParts()
+            parts = self._loops[loop] = _LoopParts(loop)
         return parts
+
+    def clock(self) -> Clock:
+        """This event loop's clock: every connection's deadlines (hub/clock.py)."""
+        return self._for_loop().clock
+
+    def fanout(self, layer: Any) -> Fanout:
+        """This event loop's fan-out over `layer` (a new one if the layer changed: tests
+        give each test a layer of its own)."""
+        parts = self._for_loop()
+        fanout = parts.fanout
+        if fanout is None or fanout.layer is not layer:
+            fanout = parts.fanout = Fanout(layer)
+        return fanout
+
+    def rosters(self) -> Rosters:
+        """This event loop's chat rosters (hub/rosters.py)."""
+        return self._for_loop().rosters
 
     # -- the registry ---------------------------------------------------------------
 

@@ -39,7 +39,7 @@ class SlowRead(Groups):
     here that read waits for `release`, and says `entered` when it starts."""
 
     def __init__(self, connection: HubConnection, expire_in_read: bool) -> None:
-        super().__init__(connection)
+        super().__init__(connection, connection.hub)
         self.entered, self.release = asyncio.Event(), asyncio.Event()
         self.expire_in_read = expire_in_read
 

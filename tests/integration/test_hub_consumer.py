@@ -16,7 +16,6 @@ from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection, events
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
-from messenger_realtime.hub.rosters import rosters
 from messenger_realtime.hub.transports.websocket import HubConsumer
 from project.messenger import services
 from project.messenger.realtime_port import HostDomainPort
@@ -149,7 +148,8 @@ def test_a_member_added_costs_one_roster_read_not_a_read_per_connection(
     monkeypatch.setattr("messenger_realtime.hub.connection.groups.get_domain_port", lambda: port)
     monkeypatch.setattr("messenger_realtime.hub.rosters.get_domain_port", lambda: port)
     held = HostDomainPort().membership_versions([chat.id])[chat.id]
-    connections_ = [consumer_of(m.id, {chat.id: held}) for m in members]
+    hub = HubProcess()  # one process: its connections share its rosters
+    connections_ = [consumer_of(m.id, {chat.id: held}, hub) for m in members]
     for connection, _sent in connections_:
         connection.channel_layer = layer(redis_url)
     services.add_participant(alice.id, chat.id, newcomer.id)
@@ -178,7 +178,7 @@ def test_a_roster_read_before_the_version_moved_is_read_again() -> None:
     before = HostDomainPort().membership_versions([chat.id])[chat.id]
 
     async def scenario() -> tuple[Any, Any, int]:
-        shared = rosters()
+        shared = HubProcess().rosters()
         old = await shared.at_least(chat.id, before)
         await sync_to_async(services.add_participant)(alice.id, chat.id, carol.id)
         new = await shared.at_least(chat.id, before + 1)

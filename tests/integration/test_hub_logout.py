@@ -60,11 +60,12 @@ def test_a_logout_closes_the_connections_of_that_session_only() -> None:
     async def scenario() -> list[Recorder]:
         layer = get_channel_layer()
         recorders = []
+        hub = HubProcess()
         for session in (*sessions, None):  # two sessions, and a token connection
             recorder = Recorder()
             digest = session_digest(session) if session else None
             connection = HubConnection(
-                hub=HubProcess(),
+                hub=hub,
                 connection_id=uuid.uuid4().hex,
                 identity=Identity(user.id, None, digest),
                 token=None if session else "a token",

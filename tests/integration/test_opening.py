@@ -13,7 +13,6 @@ from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub import auth
-from messenger_realtime.hub.fanout import fanout_for
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.transports import opening
 from project.messenger import services
@@ -72,9 +71,10 @@ def test_a_connection_opens_in_two_redis_round_trips(
     connection_id, connection_token = auth.new_connection_token(user.id)
 
     async def scenario() -> list[str]:
-        connection = await open_with(channel_layer, user, connection_token)
+        hub = HubProcess()
+        connection = await open_with(channel_layer, user, connection_token, hub)
         try:
-            return sorted(fanout_for(channel_layer).members)
+            return sorted(hub.fanout(channel_layer).members)
         finally:
             await connection.end()
 
@@ -107,7 +107,7 @@ def test_a_token_claimed_before_is_refused_and_leaves_nothing_joined(
     async def scenario() -> tuple[str, dict[str, Any], set[str]]:
         with pytest.raises(InvalidToken) as refused:
             await open_with(channel_layer, user, connection_token, hub)
-        fanout = fanout_for(channel_layer)
+        fanout = hub.fanout(channel_layer)
         return str(refused.value), dict(fanout.members), set(fanout.joined)
 
     reason, members, joined = run(scenario())

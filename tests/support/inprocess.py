@@ -45,14 +45,16 @@ class Recorder:
         return False
 
 
-def consumer_of(user_id: uuid.UUID, held: dict[uuid.UUID, int]) -> tuple[HubConnection, list[Any]]:
+def consumer_of(
+    user_id: uuid.UUID, held: dict[uuid.UUID, int], hub: HubProcess | None = None
+) -> tuple[HubConnection, list[Any]]:
     """A connection past its handshake that holds `held` (chat -> membership version), its
-    sent frames collected in the returned list."""
+    sent frames collected in the returned list; of `hub` (a process of its own if None)."""
     recorder = Recorder()
 
     async def create() -> HubConnection:
         return HubConnection(
-            hub=HubProcess(),
+            hub=hub or HubProcess(),
             connection_id=uuid.uuid4().hex,
             identity=Identity(user_id, None),
             token=None,

@@ -38,9 +38,10 @@ def test_an_event_is_encoded_once_per_protocol_for_every_connection(
             "event": "contact_removed",
             "payload": {"contactId": "c", "fileMeta": {"createdAt": "2024-05-01"}},
         }
+        hub = HubProcess()
         for index in range(6):
             connection = HubConnection(
-                hub=HubProcess(),
+                hub=hub,
                 connection_id=uuid.uuid4().hex,
                 identity=Identity(uuid.uuid4(), None, None),
                 token="a token",

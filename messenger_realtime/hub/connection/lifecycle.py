@@ -109,11 +109,11 @@ class HubConnection:
         self.admission = Opening(None)  # counted from admit() on
         self.receiving: asyncio.Lock | None = None  # made at first use (long polling only)
         self.auth = Authentication(identity, token, self.loop)
-        self.groups = Groups(self)
+        self.groups = Groups(self, hub)
         self.outbound = Outbound(self)
         self.stateful: StatefulReconnect | None = None
         self.marks: StreamMarks | None = None
-        self.timeouts = Timeouts(self)  # its deadlines, on the process's one clock
+        self.timeouts = Timeouts(self, hub.clock())  # its deadlines, on the process's clock
 
     def receive_lock(self) -> asyncio.Lock:
         """One POST of this connection at a time (long polling, Server-Sent Events)."""

@@ -13,16 +13,26 @@ from uuid import UUID
 
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.hub.auth import Identity
+from messenger_realtime.hub.clock import Clock
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.membership import ChatMemberships
+from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.protocols.base import Frame, HubProtocol
+from messenger_realtime.hub.rosters import Rosters
 from messenger_realtime.hub.transports.base import Transport
 
 
 class Process(Protocol):
     """hub/process.HubProcess, as a connection uses it: the process owns its registry
-    entry and its place among its user's open connections."""
+    entry and its place among its user's open connections, and what its event loop runs
+    for every connection (the clock, the fan-out, the rosters)."""
+
+    def clock(self) -> Clock: ...
+
+    def fanout(self, layer: Any) -> Fanout: ...
+
+    def rosters(self) -> Rosters: ...
 
     def forget(self, connection_id: str, connection: object) -> None: ...
 
