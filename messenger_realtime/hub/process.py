@@ -16,6 +16,9 @@ What it owns, and who else writes it (nobody):
 - `admission`: connects in progress and the line of negotiates (hub/admission.py).
 - the renewal of its connections' places among their users' open connections
   (hub/user_connections.py), and the give-backs in flight.
+- `built`: the events its recoveries built, shared by the next ones (hub/recovery.py),
+  the thread its recoveries read on, and a lock per user recovering (one recovery read
+  at a time per user: hub/connection/recovery.py).
 - per event loop: the `clock` every connection's deadlines are kept on (hub/clock.py),
   the `fanout` over the channel layer (hub/fanout.py: the process is the layer's group
   member) and the chat `rosters` it has read (hub/rosters.py).
@@ -29,6 +32,8 @@ forgotten with it.
 
 import asyncio
 import weakref
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from uuid import UUID
 
@@ -38,6 +43,8 @@ from messenger_realtime.hub.admission import Admission
 from messenger_realtime.hub.clock import Clock
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.fanout import Fanout
+from messenger_realtime.hub.reads import hub_read
+from messenger_realtime.hub.recovery import BuiltEvents, StreamRecovery, read_missed
 from messenger_realtime.hub.rosters import Rosters, read_roster
 
 
@@ -64,6 +71,17 @@ class HubProcess:
             weakref.WeakKeyDictionary()
         )
         self._giving_back: set[asyncio.Future[None]] = set()  # places given back, in flight
+        self.built = BuiltEvents()
+        # A Recover's read has a thread of its own (on a connection borrowed per read): one
+        # user's heavy or stuck recovery never holds up the reads every connect makes
+        # (reads.py). Its thread starts at the first recovery, not here.
+        self._recovery_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hub-recovery")
+        self._read_missed = hub_read(read_missed, executor=self._recovery_thread)
+        # One user's recoveries run one at a time in this process, so a user with many
+        # connections queues one read at a time on that thread, not many ahead of others.
+        self._recovering: weakref.WeakValueDictionary[UUID, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
 
     def _for_loop(self) -> _LoopParts:
         loop = asyncio.get_running_loop()
@@ -107,6 +125,21 @@ class HubProcess:
         """It ended (or its last poll was answered): no request finds it any more."""
         if self.connections.get(connection_id) is connection:
             del self.connections[connection_id]
+
+    # -- recoveries (hub/connection/recovery.py) --------------------------------------
+
+    def recovering(self, user_id: UUID) -> asyncio.Lock:
+        """The lock a user's recoveries take, one at a time, in this process."""
+        lock = self._recovering.get(user_id)
+        if lock is None:
+            lock = self._recovering[user_id] = asyncio.Lock()
+        return lock
+
+    async def read_missed(
+        self, user_id: UUID, asked: Mapping[str, int], most: int
+    ) -> list[StreamRecovery]:
+        """hub/recovery.read_missed on the recoveries' thread, with this process's cache."""
+        return await self._read_missed(user_id, asked, most, self.built)
 
     # -- places among a user's open connections (hub/user_connections.py) ------------
 

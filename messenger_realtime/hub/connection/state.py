@@ -8,6 +8,7 @@ import cycle, not even one of annotations.
 """
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -19,6 +20,7 @@ from messenger_realtime.hub.connection.membership import ChatMemberships
 from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.protocols.base import Frame, HubProtocol
+from messenger_realtime.hub.recovery import StreamRecovery
 from messenger_realtime.hub.rosters import Rosters
 from messenger_realtime.hub.transports.base import Transport
 
@@ -33,6 +35,12 @@ class Process(Protocol):
     def fanout(self, layer: Any) -> Fanout: ...
 
     def rosters(self) -> Rosters: ...
+
+    def recovering(self, user_id: UUID) -> asyncio.Lock: ...
+
+    async def read_missed(
+        self, user_id: UUID, asked: Mapping[str, int], most: int
+    ) -> list[StreamRecovery]: ...
 
     def forget(self, connection_id: str, connection: object) -> None: ...
 
@@ -122,6 +130,9 @@ class Connection(Protocol):
     last_sent: float
     refused_invocations: int
     marks: StreamMarks | None  # made at its first event with an offset (marks.py)
+
+    @property
+    def hub(self) -> Process: ...
 
     # Its parts: read-only here (a part never replaces another).
     @property
