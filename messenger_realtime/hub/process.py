@@ -15,7 +15,8 @@ What it owns, and who else writes it (nobody):
 - `accepting`: False once the process shuts down (new connections are refused).
 - `admission`: connects in progress and the line of negotiates (hub/admission.py).
 - the renewal of its connections' places among their users' open connections
-  (hub/user_connections.py), and the give-backs in flight.
+  (hub/user_connections.py); the tasks nobody awaits (give-backs, writes that cannot
+  wait), kept until done (`keep`).
 - `built`: the events its recoveries built, shared by the next ones (hub/recovery.py),
   the thread its recoveries read on, and a lock per user recovering (one recovery read
   at a time per user: hub/connection/recovery.py).
@@ -70,7 +71,7 @@ class HubProcess:
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopParts] = (
             weakref.WeakKeyDictionary()
         )
-        self._giving_back: set[asyncio.Future[None]] = set()  # places given back, in flight
+        self._tasks: set[asyncio.Future[None]] = set()  # nobody awaits them: kept till done
         self.built = BuiltEvents()
         # A Recover's read has a thread of its own (on a connection borrowed per read): one
         # user's heavy or stuck recovery never holds up the reads every connect makes
@@ -153,6 +154,11 @@ class HubProcess:
 
     def give_back_place(self, user_id: UUID, connection_id: str, options: HubOptions) -> None:
         """A connection ended: its place frees (in the background, kept until done)."""
-        task = asyncio.ensure_future(user_connections.give_back(user_id, connection_id, options))
-        self._giving_back.add(task)
-        task.add_done_callback(self._giving_back.discard)
+        self.keep(
+            asyncio.ensure_future(user_connections.give_back(user_id, connection_id, options))
+        )
+
+    def keep(self, task: "asyncio.Future[None]") -> None:
+        """Hold a task nobody awaits until it is done (the loop keeps only weak references)."""
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

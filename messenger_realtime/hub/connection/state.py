@@ -46,6 +46,8 @@ class Process(Protocol):
 
     def give_back_place(self, user_id: UUID, connection_id: str, options: HubOptions) -> None: ...
 
+    def keep(self, task: "asyncio.Future[None]") -> None: ...
+
 
 class AuthPart(Protocol):
     """authentication.Authentication, as the other parts use it."""

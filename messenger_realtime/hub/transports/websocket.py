@@ -35,7 +35,6 @@ _check_standing = hub_read(check_standing)
 ABNORMAL_CLOSURE = 1006  # the TCP connection went without a close frame: resumable
 HUB_STATE = "hub.state"  # a dict Daphne's protocol shares with the hub (hub/daphne/server.py)
 HUB_SOCKET = "hub.socket"  # Daphne's WebSocket protocol itself, when served by Daphne
-_WRITES: set["asyncio.Task[None]"] = set()  # send_now's tasks off Daphne, kept until done
 
 
 class WebSocketTransport:
@@ -67,9 +66,7 @@ class WebSocketTransport:
         test's ASGI server), in a task."""
         socket = self._socket
         if socket is None:
-            task = asyncio.ensure_future(self.send(frame))
-            _WRITES.add(task)
-            task.add_done_callback(_WRITES.discard)
+            self.consumer.hub.keep(asyncio.ensure_future(self.send(frame)))
             return
         if socket.state == socket.STATE_OPEN:
             if isinstance(frame, str):
