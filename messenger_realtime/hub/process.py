@@ -5,8 +5,9 @@ One HubProcess is made where the ASGI application is built (`routed`, hub/routin
 which `messenger_realtime.asgi.with_hub` calls) and handed to what needs it: the
 transports' consumers and negotiate get it from the route, a connection gets it when
 it is made (as `Process`, hub/connection/state.py), Daphne's shutdown from `with_hub`.
-Nothing else in the hub keeps mutable state at module level: a test that builds its own
-HubProcess sees no other test's connections, counts or caches.
+No other hub state is kept at module level (but two caches: docs/architecture.md, "Who
+owns the hub's state"): a test that builds its own HubProcess sees no other test's
+connections, counts or caches.
 
 What it owns, and who else writes it (nobody):
 - `connections`: this process's live logical connections by id (a resume, a poll, a
@@ -27,8 +28,7 @@ What it owns, and who else writes it (nobody):
 Per event loop. Daphne serves a process from one event loop, so in production each of
 these is one per process. Tests run several event loops in one process (one per test)
 against one application, and the loop-bound parts hold that loop's timers, tasks and
-futures: so they are kept per loop here (`_for_loop`), made at first use on a loop and
-forgotten with it.
+futures: so they are kept per loop here (`_for_loop`), made at first use on a loop.
 """
 
 import asyncio
