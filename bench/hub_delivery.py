@@ -32,6 +32,7 @@ from messenger_realtime.conf.settings import load_hub_options  # noqa: E402
 from messenger_realtime.hub.auth import Identity  # noqa: E402
 from messenger_realtime.hub.connection import HubConnection, events  # noqa: E402
 from messenger_realtime.hub.daphne import websocket  # noqa: E402
+from messenger_realtime.hub.process import HubProcess  # noqa: E402
 from messenger_realtime.hub.protocols import JsonProtocol, MessagePackProtocol  # noqa: E402
 from messenger_realtime.hub.transports.websocket import HubConsumer, WebSocketTransport  # noqa: E402
 
@@ -41,7 +42,7 @@ REPEATS = 5
 
 def consumer(chat: uuid.UUID, binary: bool = False) -> HubConnection:
     """A connection past its handshake on a WebSocket whose ASGI send does nothing."""
-    socket_consumer = HubConsumer()
+    socket_consumer = HubConsumer(HubProcess())
 
     async def base_send(message: dict[str, Any]) -> None:
         return None
@@ -49,6 +50,7 @@ def consumer(chat: uuid.UUID, binary: bool = False) -> HubConnection:
     socket_consumer.base_send, socket_consumer.scope = base_send, {}
     options = load_hub_options()
     hub = HubConnection(
+        hub=HubProcess(),
         connection_id=uuid.uuid4().hex,
         identity=Identity(uuid.uuid4(), None),
         token=None,

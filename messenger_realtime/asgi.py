@@ -3,7 +3,8 @@
     application = with_hub(get_asgi_application())    # or any ASGI app of the host's
 
 `with_hub` puts the hub's routes (/hubs/messenger, its negotiate and HTTP transports) in
-front of the host's application (hub/routing.py) and, when Daphne serves the process,
+front of the host's application (hub/routing.py), serving one HubProcess (the hub's
+shared state in this process: hub/process.py), and, when Daphne serves the process,
 applies the app's Daphne integration itself, once per process: tokens scrubbed from
 Daphne's access log (and from `runserver`'s), the listen backlog and collector settings a
 reconnect storm needs, a polite Close to every connection at shutdown
@@ -17,6 +18,7 @@ beside admin.py, not in either part.
 
 import sys
 
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.routing import Application, routed
 
 __all__ = ["with_hub"]
@@ -26,9 +28,10 @@ _integrated = False  # the server is set up once per process, whatever calls wit
 
 def with_hub(application: Application) -> Application:
     """`application` with the hub's routes in front, served as the app needs it."""
+    hub = HubProcess()
     if served_by_daphne():
-        _integrate_daphne()
-    return routed(application)
+        _integrate_daphne(hub)
+    return routed(application, hub)
 
 
 def served_by_daphne() -> bool:
@@ -37,7 +40,7 @@ def served_by_daphne() -> bool:
     return "twisted.internet.reactor" in sys.modules and "daphne.server" in sys.modules
 
 
-def _integrate_daphne() -> None:
+def _integrate_daphne(hub: HubProcess) -> None:
     global _integrated
     if _integrated:
         return
@@ -51,4 +54,4 @@ def _integrate_daphne() -> None:
     in_process = start_if_single_process()
     if in_process is not None:
         export_worker_families_from_web()
-    install_daphne_integration(also_stop=in_process.stop if in_process else None)
+    install_daphne_integration(hub, also_stop=in_process.stop if in_process else None)

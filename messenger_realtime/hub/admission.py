@@ -227,8 +227,8 @@ class Opening:
 
     __slots__ = ("_admission", "_user")
 
-    def __init__(self, admission: Admission, user: str) -> None:
-        self._admission: Admission | None = admission
+    def __init__(self, admission: Admission | None, user: str = "") -> None:
+        self._admission = admission  # None: counted nowhere (not admitted, or done)
         self._user = user  # counted for this user (no held slot), or ""
 
     def done(self) -> None:
@@ -237,22 +237,3 @@ class Opening:
                 self._admission._opened(self._user)
             self._admission._release()
             self._admission = None
-
-
-ADMISSION = Admission()  # the process's one count (Daphne runs one event loop)
-
-
-def connect(options: HubOptions) -> contextlib.AbstractAsyncContextManager[Slot | None]:
-    return ADMISSION.connect(options)
-
-
-def opening(connection_id: str, user: str) -> Opening:
-    return ADMISSION.opening(connection_id, user)
-
-
-def may_open(user: str, options: HubOptions) -> bool:
-    return ADMISSION.may_open(user, options)
-
-
-def may_hold(user: str, options: HubOptions) -> bool:
-    return ADMISSION.may_hold(user, options)

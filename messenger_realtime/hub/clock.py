@@ -4,7 +4,8 @@ Each connection has deadlines (its handshake, its next keep-alive ping, the clie
 timeout, its credentials' expiry, a stateful Ack, the end of a resume window); a task
 per connection that slept until the nearest one was most of what an idle connection
 cost its process (a task, a coroutine frame and a timeout handle per nap, every ping).
-Here each connection has at most one live entry in one heap per event loop, and one
+Here each connection has at most one live entry in one heap per event loop (its
+HubProcess keeps one Clock per loop: hub/process.py), and one
 loop timer is armed at the heap's earliest entry. When it fires, every due entry's
 owner is called (`Timed.fire`, synchronous: quick work inline, anything that waits in a
 task of its own) and says when it wants to be called next.
@@ -26,13 +27,11 @@ import heapq
 import itertools
 import logging
 import math
-import weakref
 from typing import Protocol
 
 logger = logging.getLogger(__name__)
 
 GRANULE = 0.05  # seconds: how late a deadline may fire, at most, to share a loop turn
-_CLOCKS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Clock]" = weakref.WeakKeyDictionary()
 
 
 class Timed(Protocol):
@@ -104,15 +103,6 @@ class Clock:
 def on_grid(when: float) -> float:
     """The first point of the GRANULE grid at or after `when` (never before it)."""
     return max(when, math.ceil(when / GRANULE) * GRANULE)
-
-
-def clock() -> Clock:
-    """This event loop's clock (one per process in Daphne)."""
-    loop = asyncio.get_running_loop()
-    found = _CLOCKS.get(loop)
-    if found is None:
-        found = _CLOCKS[loop] = Clock(loop)
-    return found
 
 
 def cancel(entry: Entry | None) -> None:

@@ -74,21 +74,11 @@ EVERY_CHANNEL = "*"  # an overrun for every connection of the process (backplane
 RETRY_AFTER = 1.0  # s before the reader tries again after a failed receive (Redis down)
 _NAME_LIMIT = 99  # Channels' longest channel name
 
-_FANOUTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Fanout]" = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def fanout_for(layer: Any) -> "Fanout":
-    """This event loop's fan-out over `layer` (one per process in Daphne)."""
-    loop = asyncio.get_running_loop()
-    fanout = _FANOUTS.get(loop)
-    if fanout is None or fanout.layer is not layer:
-        fanout = _FANOUTS[loop] = Fanout(layer)
-    return fanout
-
 
 class Fanout:
+    """One event loop's fan-out over a layer: its HubProcess keeps one per loop
+    (HubProcess.fanout, hub/process.py)."""
+
     def __init__(self, layer: Any) -> None:
         self.layer = layer
         self.members: dict[str, set[Inbox]] = {}  # group -> local inboxes in it

@@ -31,6 +31,7 @@ from messenger_realtime.conf.settings import HubOptions, load_hub_options
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub import admission, ratelimit, user_connections
 from messenger_realtime.hub.auth import new_connection_token
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.transports.credentials import cors_headers, identify_scope
 from messenger_realtime.ops.logging import Field
 from messenger_realtime.ops.webhealth import layer_verdict
@@ -75,15 +76,16 @@ def wants_stateful(query: dict[str, list[str]], options: HubOptions) -> bool:
     return asked.lower() == "true" and offered
 
 
-async def negotiate(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """The ASGI application of POST (and OPTIONS) {hub}/negotiate."""
+async def negotiate(hub: HubProcess, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The ASGI application of POST (and OPTIONS) {hub}/negotiate, for the process `hub`
+    (hub/routing.py binds it)."""
     while True:  # the body means nothing here; read it to its end (or the client's going)
         message = await receive()
         if message["type"] == "http.disconnect":
             return
         if not message.get("more_body"):
             break
-    status, body, headers = await answer(scope)
+    status, body, headers = await answer(hub, scope)
     options = load_hub_options()
     extra = cors_headers(scope, options, ALLOWED)
     if extra and status == 204:
@@ -94,7 +96,9 @@ async def negotiate(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def answer(scope: dict[str, Any]) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+async def answer(
+    hub: HubProcess, scope: dict[str, Any]
+) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
     """(status, body, headers) of a negotiate request."""
     method = scope["method"]
     if method == "OPTIONS":
@@ -119,7 +123,7 @@ async def answer(scope: dict[str, Any]) -> tuple[int, bytes, list[tuple[bytes, b
         retry = (b"retry-after", str(LAYER_RETRY_AFTER).encode())
         return 503, _json({"error": LAYER_DOWN}), [JSON, retry]
     options = load_hub_options()
-    async with admission.connect(options) as slot:
+    async with hub.admission.connect(options) as slot:
         if slot is None:
             busy = _json({"error": "Service unavailable: too many connects in progress"})
             return 503, busy, [JSON, (b"retry-after", str(admission.RETRY_AFTER).encode())]
@@ -130,7 +134,7 @@ async def answer(scope: dict[str, Any]) -> tuple[int, bytes, list[tuple[bytes, b
             www = (b"www-authenticate", b'Bearer realm="messenger"')
             return 401, _json({"error": f"Unauthorized: {exc}"}), [JSON, www]
         user = str(identity.user_id)
-        if not admission.may_hold(user, options):  # its slot is released on the way out
+        if not hub.admission.may_hold(user, options):  # its slot is released on the way out
             return _too_many(user, "too many connects in progress for this user")
         limited = await ratelimit.acheck(ratelimit.CONNECTS, identity.user_id, options)
         if limited is not None:
@@ -138,7 +142,7 @@ async def answer(scope: dict[str, Any]) -> tuple[int, bytes, list[tuple[bytes, b
         version = min(requested, MAX_NEGOTIATE_VERSION)
         stateful = version >= 1 and wants_stateful(query, options)
         connection_id, connection_token = new_connection_token(identity.user_id, stateful=stateful)
-        if not await user_connections.take(identity.user_id, connection_id, options):
+        if not await hub.take_place(identity.user_id, connection_id, options):
             reason = user_connections.refusal(options)
             return _too_many(user, reason, user_connections.RETRY_AFTER)
         slot.hold_for(connection_id, user)  # until its transport opens (hub/admission.py)

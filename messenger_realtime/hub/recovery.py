@@ -151,9 +151,6 @@ class BuiltEvents:
                 self._size -= len(dropped)
 
 
-BUILT = BuiltEvents()
-
-
 def parse(argument: Any) -> dict[str, int]:
     """The Recover argument: an object mapping stream names to the last offset held."""
     if not isinstance(argument, dict):
@@ -171,10 +168,14 @@ def parse(argument: Any) -> dict[str, int]:
     return asked
 
 
-def read_missed(user_id: UUID, asked: Mapping[str, int], most: int) -> list[StreamRecovery]:
+def read_missed(
+    user_id: UUID, asked: Mapping[str, int], most: int, built: BuiltEvents
+) -> list[StreamRecovery]:
     """Each asked stream's outcome, with its missed events when recovered (synchronous:
-    the hub runs it on Django's database thread). At most `most` events in all, in the
-    order the streams were asked: a stream past that budget is "resync", unread."""
+    the hub runs it on a thread of its own). At most `most` events in all, in the
+    order the streams were asked: a stream past that budget is "resync", unread. `built`:
+    the process's events built by earlier recoveries (HubProcess.built), reused and
+    added to."""
     port = get_domain_port()
     chats = port.active_chats(user_id)  # read at recovery, as a REST resync would check
     readable: dict[str, int] = {}
@@ -190,7 +191,7 @@ def read_missed(user_id: UUID, asked: Mapping[str, int], most: int) -> list[Stre
     budget = most  # events this call may still send
     for start in range(0, len(names), READ_CHUNK):
         chunk = {name: readable[name] for name in names[start : start + READ_CHUNK]}
-        for recovery in _read(chunk, budget, port) if budget > 0 else _unread(chunk):
+        for recovery in _read(chunk, budget, port, built) if budget > 0 else _unread(chunk):
             if recovery.outcome == RECOVERED:
                 if len(recovery.events) > budget:  # this chunk's earlier streams took it
                     recovery = StreamRecovery(recovery.stream, RESYNC, recovery.offset)
@@ -205,7 +206,9 @@ def _unread(asked: Mapping[str, int]) -> list[StreamRecovery]:
     return [StreamRecovery(stream, RESYNC) for stream in asked]
 
 
-def _read(asked: Mapping[str, int], most: int, port: Any) -> list[StreamRecovery]:
+def _read(
+    asked: Mapping[str, int], most: int, port: Any, built_before: BuiltEvents
+) -> list[StreamRecovery]:
     keys = [_stream_key(stream) for stream in asked]
     params: dict[str, Any] = {
         "streams": list(asked),
@@ -234,7 +237,7 @@ def _read(asked: Mapping[str, int], most: int, port: Any) -> list[StreamRecovery
             whole[stream] = rows
     # Build what no recovery of this process built at the same stream offset, together
     # (one domain read per entity type for all of it); the rest is taken as built.
-    kept = {stream: BUILT.take(stream, counters.get(stream) or 0) for stream in whole}
+    kept = {stream: built_before.take(stream, counters.get(stream) or 0) for stream in whole}
     todo = [
         row
         for stream, rows in whole.items()
@@ -256,7 +259,7 @@ def _read(asked: Mapping[str, int], most: int, port: Any) -> list[StreamRecovery
                     layer_message(event) if isinstance(event, OutgoingEvent) else None
                 )
         if fresh:
-            BUILT.keep(stream, last, fresh)
+            built_before.keep(stream, last, fresh)
         have = {**kept[stream], **fresh}
         events = [have[row.stream_offset] for row in whole[stream]]
         ready = [event for event in events if event is not None]

@@ -14,7 +14,6 @@ change, plus one per connection concerned.
 """
 
 import asyncio
-import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from uuid import UUID
@@ -71,19 +70,6 @@ class Rosters:
 
 
 @hub_read
-def _read_roster(chat: UUID) -> ChatRoster | None:
+def read_roster(chat: UUID) -> ChatRoster | None:
+    """The domain's roster of `chat` (the Reader of a process's Rosters: hub/process.py)."""
     return get_domain_port().chat_roster(chat)
-
-
-_ROSTERS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Rosters]" = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def rosters() -> Rosters:
-    """This event loop's rosters (one per process in Daphne)."""
-    loop = asyncio.get_running_loop()
-    found = _ROSTERS.get(loop)
-    if found is None:
-        found = _ROSTERS[loop] = Rosters(_read_roster)
-    return found

@@ -4,10 +4,12 @@ the server that serves it (messenger_realtime/asgi.py):
 
     application = with_hub(ProtocolTypeRouter({...the host's own routes...}))
 
-`routed` answers the hub's paths under the server's root path: the WebSocket at
-/hubs/messenger, POST (and OPTIONS) /hubs/messenger/negotiate, and the HTTP transports
-(Server-Sent Events, long polling, their sends and DELETE) at /hubs/messenger; every
-other request goes to the host's application unchanged.
+`routed` makes the process's HubProcess (hub/process.py: the hub's shared state, one per
+served application) and hands it to each hub route. It answers the hub's paths under the
+server's root path: the WebSocket at /hubs/messenger, POST (and OPTIONS)
+/hubs/messenger/negotiate, and the HTTP transports (Server-Sent Events, long polling,
+their sends and DELETE) at /hubs/messenger; every other request goes to the host's
+application unchanged.
 
 A hub route is dispatched without a frame of its own: `routed` returns the hub's
 coroutine itself rather than awaiting it. A WebSocket is held for hours, and Channels'
@@ -22,11 +24,13 @@ a request has no bearer token, in the same thread hop as the user's standing
 middleware would (each also holding a copy of the scope for the connection's life).
 """
 
+import functools
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from messenger_realtime.hub.negotiate import negotiate
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.transports.http import HubHttpConsumer
 from messenger_realtime.hub.transports.websocket import HubConsumer
 
@@ -38,8 +42,9 @@ __all__ = ["HUB_PATH", "routed"]
 Application = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
 
-def hub_route(scope: dict[str, Any]) -> Application | None:
-    """The hub's application for this request, None when the path is not the hub's."""
+def hub_route(scope: dict[str, Any], hub: HubProcess) -> Application | None:
+    """The hub's application for this request (serving `hub`), None when the path is
+    not the hub's."""
     path = scope.get("path", "")
     root = scope.get("root_path", "")
     if root:
@@ -50,22 +55,24 @@ def hub_route(scope: dict[str, Any]) -> Application | None:
     kind = scope["type"]
     if path == HUB_PATH:
         if kind == "websocket":
-            return HubConsumer()
+            return HubConsumer(hub)
         if kind == "http":
-            return HubHttpConsumer()
+            return HubHttpConsumer(hub)
     elif kind == "http" and NEGOTIATE_PATH.fullmatch(path):
-        return negotiate
+        return functools.partial(negotiate, hub)
     return None
 
 
-def routed(application: Application) -> Application:
-    """`application` with the hub's routes in front of it (see the module's docstring)."""
+def routed(application: Application, hub: HubProcess | None = None) -> Application:
+    """`application` with the hub's routes in front of it (see the module's docstring),
+    serving `hub` (a new HubProcess when None)."""
+    process = HubProcess() if hub is None else hub
 
     def route(scope: dict[str, Any], receive: Any, send: Any) -> Awaitable[None]:
-        hub = hub_route(scope)
+        served = hub_route(scope, process)
         # The coroutine itself, not awaited here: no frame of this function outlives the
         # call (ASGI servers run what an application returns, as a task).
-        return (hub or application)(scope, receive, send)
+        return (served or application)(scope, receive, send)
 
     # An ASGI 3 application although not a coroutine function (asgiref's test, which
     # Daphne applies, would otherwise take it for an ASGI 2 double callable).

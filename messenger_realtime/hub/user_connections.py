@@ -21,14 +21,15 @@ through).
 import asyncio
 import logging
 import math
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 from uuid import UUID
 
 import redis
 
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import describe_error
-from messenger_realtime.hub import ratelimit, registry
+from messenger_realtime.hub import ratelimit
 from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
@@ -74,8 +75,13 @@ end
 return 0
 """
 
-# The renewal task of each event loop (Daphne runs one): started by the first place taken.
-_renewing: "dict[asyncio.AbstractEventLoop, asyncio.Task[None]]" = {}
+
+class Place(Protocol):
+    """A live connection, as its place's renewal reads it (hub/connection/lifecycle.py)."""
+
+    connection_id: str
+    user_id: UUID
+    options: HubOptions
 
 
 def refusal(options: HubOptions) -> str:
@@ -87,7 +93,6 @@ async def take(user_id: UUID, connection_id: str, options: HubOptions) -> bool:
     cap, url = options.max_connections_per_user, options.rate_limit_redis_url
     if cap <= 0 or not url:
         return True
-    _renew_in_background()
     lease_us = round(LEASE * 1_000_000)
     try:
         script = ratelimit.registered_script(url, TAKE)
@@ -110,17 +115,13 @@ async def give_back(user_id: UUID, connection_id: str, options: HubOptions) -> N
         _failed("give back", user_id, exc)
 
 
-def _renew_in_background() -> None:
-    loop = asyncio.get_running_loop()
-    if loop not in _renewing:
-        _renewing[loop] = loop.create_task(_renew_forever())
-
-
-async def _renew_forever() -> None:
-    """Every RENEW_EVERY seconds, one round trip renews this process's live places."""
+async def renew_forever(connections: Callable[[], Sequence[Place]]) -> None:
+    """Every RENEW_EVERY seconds, one round trip renews the places of `connections()`,
+    this process's live connections (run by its HubProcess, hub/process.py, from the
+    first place it takes)."""
     while True:
         await asyncio.sleep(RENEW_EVERY)
-        live = registry.live()
+        live = connections()
         if not live:
             continue
         options = live[0].options

@@ -16,6 +16,7 @@ from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.connection.groups import Groups
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
 from tests.support.helpers import layer
 from tests.support.runtime import PrivateRedis, run
@@ -38,7 +39,7 @@ class SlowRead(Groups):
     here that read waits for `release`, and says `entered` when it starts."""
 
     def __init__(self, connection: HubConnection, expire_in_read: bool) -> None:
-        super().__init__(connection)
+        super().__init__(connection, connection.hub)
         self.entered, self.release = asyncio.Event(), asyncio.Event()
         self.expire_in_read = expire_in_read
 
@@ -64,6 +65,7 @@ def test_frames_built_before_a_mid_batch_expiry_go_out_before_the_close(
     async def scenario() -> list[dict[str, Any]]:
         transport = Recorder()
         connection = HubConnection(
+            hub=HubProcess(),
             connection_id=uuid.uuid4().hex,
             identity=Identity(uuid.uuid4(), None),
             token=None,

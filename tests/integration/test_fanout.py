@@ -306,6 +306,7 @@ def test_several_waiting_events_leave_in_one_frame(private_redis: PrivateRedis) 
     from messenger_realtime.conf.settings import load_hub_options
     from messenger_realtime.hub.auth import Identity
     from messenger_realtime.hub.connection import HubConnection
+    from messenger_realtime.hub.process import HubProcess
     from messenger_realtime.hub.protocols import JsonProtocol
 
     chat = uuid.uuid4()
@@ -329,6 +330,7 @@ def test_several_waiting_events_leave_in_one_frame(private_redis: PrivateRedis) 
 
     async def scenario() -> None:
         connection = HubConnection(
+            hub=HubProcess(),
             connection_id=uuid.uuid4().hex,
             identity=Identity(uuid.uuid4(), None),
             token=None,

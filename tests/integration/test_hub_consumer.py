@@ -12,11 +12,10 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.hub import registry
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection, events
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
-from messenger_realtime.hub.rosters import rosters
 from messenger_realtime.hub.transports.websocket import HubConsumer
 from project.messenger import services
 from project.messenger.realtime_port import HostDomainPort
@@ -34,10 +33,11 @@ from tests.support.runtime import run
 def test_a_refused_connection_disconnects_cleanly(
     shutting_down: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(registry, "accepting", not shutting_down)
+    hub = HubProcess()
+    hub.accepting = not shutting_down
 
     async def scenario() -> bool:
-        communicator = WebsocketCommunicator(HubConsumer.as_asgi(), "/hubs/messenger")
+        communicator = WebsocketCommunicator(HubConsumer.as_asgi(hub=hub), "/hubs/messenger")
         connected, _ = await communicator.connect()
         # Daphne then reports the socket gone; the consumer must wind down without error.
         await communicator.send_input({"type": "websocket.disconnect", "code": 1006})
@@ -148,7 +148,8 @@ def test_a_member_added_costs_one_roster_read_not_a_read_per_connection(
     monkeypatch.setattr("messenger_realtime.hub.connection.groups.get_domain_port", lambda: port)
     monkeypatch.setattr("messenger_realtime.hub.rosters.get_domain_port", lambda: port)
     held = HostDomainPort().membership_versions([chat.id])[chat.id]
-    connections_ = [consumer_of(m.id, {chat.id: held}) for m in members]
+    hub = HubProcess()  # one process: its connections share its rosters
+    connections_ = [consumer_of(m.id, {chat.id: held}, hub) for m in members]
     for connection, _sent in connections_:
         connection.channel_layer = layer(redis_url)
     services.add_participant(alice.id, chat.id, newcomer.id)
@@ -177,7 +178,7 @@ def test_a_roster_read_before_the_version_moved_is_read_again() -> None:
     before = HostDomainPort().membership_versions([chat.id])[chat.id]
 
     async def scenario() -> tuple[Any, Any, int]:
-        shared = rosters()
+        shared = HubProcess().rosters()
         old = await shared.at_least(chat.id, before)
         await sync_to_async(services.add_participant)(alice.id, chat.id, carol.id)
         new = await shared.at_least(chat.id, before + 1)
@@ -197,8 +198,10 @@ def test_an_open_connection_has_no_task_of_its_own_until_it_delivers() -> None:
     async def scenario() -> tuple[int, int, int, int, list[Any], bool]:
         before = len(asyncio.all_tasks())
         connections = []
+        hub = HubProcess()
         for _ in range(200):
             connection = HubConnection(
+                hub=hub,
                 connection_id=uuid.uuid4().hex,
                 identity=Identity(uuid.uuid4(), None),
                 token=None,
@@ -206,7 +209,7 @@ def test_an_open_connection_has_no_task_of_its_own_until_it_delivers() -> None:
                 transport=Recorder(),
                 channel_layer=None,
             )
-            await connection.open()
+            await hub.open(connection)
             connections.append(connection)
         opened = len(asyncio.all_tasks())
         for connection in connections:  # as after their handshake: delivering, nothing yet
@@ -223,7 +226,7 @@ def test_an_open_connection_has_no_task_of_its_own_until_it_delivers() -> None:
         assert task is not None
         await asyncio.wait_for(task, 5)
         for connection in connections:
-            registry.remove(connection.connection_id, connection)
+            hub.forget(connection.connection_id, connection)
             connection.timeouts.stop()
         transport = first.transport
         assert isinstance(transport, Recorder)

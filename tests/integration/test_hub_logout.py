@@ -21,6 +21,7 @@ from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.hub.auth import Identity, session_holds
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.connection.authentication import SESSION_ENDED
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
 from tests.support.factories import UserFactory
 from tests.support.runtime import run
@@ -59,10 +60,12 @@ def test_a_logout_closes_the_connections_of_that_session_only() -> None:
     async def scenario() -> list[Recorder]:
         layer = get_channel_layer()
         recorders = []
+        hub = HubProcess()
         for session in (*sessions, None):  # two sessions, and a token connection
             recorder = Recorder()
             digest = session_digest(session) if session else None
             connection = HubConnection(
+                hub=hub,
                 connection_id=uuid.uuid4().hex,
                 identity=Identity(user.id, None, digest),
                 token=None if session else "a token",
@@ -131,6 +134,7 @@ def test_a_resume_with_a_session_logged_out_since_it_authenticated_is_closed() -
     async def scenario() -> tuple[Recorder, HubConnection]:
         recorder = Recorder()
         connection = HubConnection(
+            hub=HubProcess(),
             connection_id=uuid.uuid4().hex,
             identity=Identity(user.id, None, session_digest(keys[0]), keys[0]),
             token=None,

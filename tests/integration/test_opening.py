@@ -12,8 +12,8 @@ from messenger_realtime.backplane.groups import layer_group
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub import admission, auth, registry
-from messenger_realtime.hub.fanout import fanout_for
+from messenger_realtime.hub import auth
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.transports import opening
 from project.messenger import services
 from tests.support.factories import UserFactory
@@ -45,9 +45,12 @@ def trips(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     return sent
 
 
-def open_with(channel_layer: Any, user: Any, connection_token: str) -> Any:
+def open_with(
+    channel_layer: Any, user: Any, connection_token: str, hub: HubProcess | None = None
+) -> Any:
     """A new_connection() with `connection_token`, on `channel_layer`."""
     return opening.new_connection(
+        hub or HubProcess(),
         connection_token=connection_token,
         identity=auth.Identity(user.id, None),
         token=None,
@@ -68,9 +71,10 @@ def test_a_connection_opens_in_two_redis_round_trips(
     connection_id, connection_token = auth.new_connection_token(user.id)
 
     async def scenario() -> list[str]:
-        connection = await open_with(channel_layer, user, connection_token)
+        hub = HubProcess()
+        connection = await open_with(channel_layer, user, connection_token, hub)
         try:
-            return sorted(fanout_for(channel_layer).members)
+            return sorted(hub.fanout(channel_layer).members)
         finally:
             await connection.end()
 
@@ -97,19 +101,20 @@ def test_a_token_claimed_before_is_refused_and_leaves_nothing_joined(
     monkeypatch.setattr(opening, "get_channel_layer", lambda: channel_layer)
     connection_id, connection_token = auth.new_connection_token(user.id)
     private_redis.client().set(f"asgi:hub-connection:{connection_id}", b"1", ex=60)
-    in_progress = admission.ADMISSION.in_progress
+    hub = HubProcess()
+    in_progress = hub.admission.in_progress
 
     async def scenario() -> tuple[str, dict[str, Any], set[str]]:
         with pytest.raises(InvalidToken) as refused:
-            await open_with(channel_layer, user, connection_token)
-        fanout = fanout_for(channel_layer)
+            await open_with(channel_layer, user, connection_token, hub)
+        fanout = hub.fanout(channel_layer)
         return str(refused.value), dict(fanout.members), set(fanout.joined)
 
     reason, members, joined = run(scenario())
     assert reason == USED
     assert members == {} and joined == set()
-    assert registry.get(connection_id) is None
-    assert admission.ADMISSION.in_progress == in_progress
+    assert hub.get(connection_id) is None
+    assert hub.admission.in_progress == in_progress
     groups = private_redis.client().keys("asgi:group:*")
     assert all(not private_redis.client().zcard(g) for g in groups)
 

@@ -19,15 +19,15 @@ from messenger_realtime.hub.connection import events
 from messenger_realtime.hub.connection.marks import TRACKED
 from messenger_realtime.hub.connection.recovery import recover
 from messenger_realtime.hub.recovery import (
-    BUILT,
     FORBIDDEN,
     MISSED,
     RECOVERED,
     RESYNC,
+    BuiltEvents,
     RecoverError,
     parse,
+    read_missed,
 )
-from messenger_realtime.hub.recovery import read_missed as read
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.streams import current_offsets
 from project.messenger import services
@@ -40,6 +40,14 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("hub_thread_db", "fresh_builds"),
 ]
+
+
+# The built events read() shares, as one process's recoveries do (HubProcess.built).
+BUILT = BuiltEvents()
+
+
+def read(user_id: Any, asked: dict[str, int], most: int) -> Any:
+    return read_missed(user_id, asked, most, BUILT)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.fanout import BACKLOG_LIMIT
 from messenger_realtime.hub.inbox import OVERRUN_MESSAGE, Inbox
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
 from messenger_realtime.ops import metrics
 from tests.support.helpers import layer
@@ -70,9 +71,13 @@ def overruns() -> float:
     return float(metrics.channel_overruns._value.get())
 
 
-async def opened(hub: Any, transport: Transport, chat: uuid.UUID, group: str) -> HubConnection:
-    """A handshaken connection of `chat`, in its group, delivering."""
+async def opened(
+    process: HubProcess, hub: Any, transport: Transport, chat: uuid.UUID, group: str
+) -> HubConnection:
+    """A handshaken connection of `process` on the layer `hub` of `chat`, in its group,
+    delivering."""
     connection = HubConnection(
+        hub=process,
         connection_id=uuid.uuid4().hex,
         identity=Identity(uuid.uuid4(), None),
         token=None,
@@ -104,11 +109,12 @@ def test_a_stalled_connection_is_closed_at_the_backlog_limit_and_a_slow_one_lose
 
     async def scenario() -> tuple[Transport, Transport, list[Any], float]:
         hub = layer(private_redis.url)  # the project's capacity: CHANNEL_CAPACITY, 10,000
+        process = HubProcess()
         assert hub.capacity > BURST
         gate = asyncio.Event()
         stuck_transport, slow_transport = Transport(gate), Transport(pause=0.01)
-        stuck = await opened(hub, stuck_transport, chat, group)
-        slow = await opened(hub, slow_transport, chat, group)
+        stuck = await opened(process, hub, stuck_transport, chat, group)
+        slow = await opened(process, hub, slow_transport, chat, group)
         put = stuck.groups.inbox.put
 
         def measured_put(message: dict[str, Any]) -> None:
@@ -181,10 +187,11 @@ def test_a_slow_connection_does_not_hold_the_reader_for_a_quick_one_in_its_proce
         # The hub's capacity bounds each inbox; the worker's, the Redis queue.
         capacity = 2 * BURST if slow_capacity == "above the burst" else BURST // 2
         hub = layer(private_redis.url, capacity=capacity)
+        process = HubProcess()
         gate = asyncio.Event()
         slow_transport, quick_transport = Transport(gate), Transport()
-        slow = await opened(hub, slow_transport, chat, group)
-        quick = await opened(hub, quick_transport, chat, group)
+        slow = await opened(process, hub, slow_transport, chat, group)
+        quick = await opened(process, hub, quick_transport, chat, group)
         before = overruns()
         await publish_burst(private_redis.url, chat)
         # The slow one's send waits (a slow socket) all along: the quick one gets it all.

@@ -15,6 +15,7 @@ from django.db import connections
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
 from messenger_realtime.hub.protocols.base import Frame
 from tests.support.runtime import run
@@ -44,13 +45,16 @@ class Recorder:
         return False
 
 
-def consumer_of(user_id: uuid.UUID, held: dict[uuid.UUID, int]) -> tuple[HubConnection, list[Any]]:
+def consumer_of(
+    user_id: uuid.UUID, held: dict[uuid.UUID, int], hub: HubProcess | None = None
+) -> tuple[HubConnection, list[Any]]:
     """A connection past its handshake that holds `held` (chat -> membership version), its
-    sent frames collected in the returned list."""
+    sent frames collected in the returned list; of `hub` (a process of its own if None)."""
     recorder = Recorder()
 
     async def create() -> HubConnection:
         return HubConnection(
+            hub=hub or HubProcess(),
             connection_id=uuid.uuid4().hex,
             identity=Identity(user_id, None),
             token=None,

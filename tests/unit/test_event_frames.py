@@ -10,6 +10,7 @@ import pytest
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection, events
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols.json_protocol import JsonProtocol
 from messenger_realtime.hub.protocols.messagepack import MessagePackProtocol
 from tests.support.transports import FakeTransport
@@ -37,8 +38,10 @@ def test_an_event_is_encoded_once_per_protocol_for_every_connection(
             "event": "contact_removed",
             "payload": {"contactId": "c", "fileMeta": {"createdAt": "2024-05-01"}},
         }
+        hub = HubProcess()
         for index in range(6):
             connection = HubConnection(
+                hub=hub,
                 connection_id=uuid.uuid4().hex,
                 identity=Identity(uuid.uuid4(), None, None),
                 token="a token",

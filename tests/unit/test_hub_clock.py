@@ -22,7 +22,7 @@ class Owner:
 def test_owners_fire_in_time_order_and_an_earlier_schedule_replaces_a_later_one() -> None:
     async def scenario() -> list[str]:
         loop, fired, done = asyncio.get_running_loop(), [], asyncio.Event()
-        c = clock.clock()
+        c = clock.Clock(asyncio.get_running_loop())
         now = loop.time()
         owners = {n: Owner(n, fired) for n in ("a", "b", "c", "d")}
         owners["c"].entry = c.schedule(owners["c"], now + 0.03, None)
@@ -46,7 +46,7 @@ def test_owners_fire_in_time_order_and_an_earlier_schedule_replaces_a_later_one(
 def test_one_owner_failing_does_not_stop_the_others_due_with_it() -> None:
     async def scenario() -> list[str]:
         loop, fired = asyncio.get_running_loop(), []
-        c, done = clock.clock(), asyncio.Event()
+        c, done = clock.Clock(asyncio.get_running_loop()), asyncio.Event()
         when = loop.time() + 0.01
         c.schedule(Owner("bad", fired, fail=True), when, None)
         c.schedule(Owner("good", fired), when, None)
@@ -62,7 +62,7 @@ def test_one_owner_failing_does_not_stop_the_others_due_with_it() -> None:
 def test_thousands_of_owners_share_one_loop_timer() -> None:
     async def scenario() -> tuple[int, int]:
         loop = asyncio.get_running_loop()
-        c = clock.clock()
+        c = clock.Clock(asyncio.get_running_loop())
         fired: list[str] = []
         for n in range(5000):
             c.schedule(Owner(str(n), fired), loop.time() + 60 + n / 1000, None)
@@ -76,7 +76,7 @@ def test_thousands_of_owners_share_one_loop_timer() -> None:
 def test_deadlines_within_one_granule_fire_together_and_never_early() -> None:
     async def scenario() -> list[tuple[float, float]]:
         loop, calls, done = asyncio.get_running_loop(), [], asyncio.Event()
-        c = clock.clock()
+        c = clock.Clock(asyncio.get_running_loop())
         edge = clock.on_grid(loop.time() + 0.2)  # a point of the grid ahead
         for k in range(40):  # one a millisecond, over the 50 ms granule that ends at `edge`
             when = edge - 0.045 + k * 0.001

@@ -5,7 +5,7 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from messenger_realtime.hub import registry
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.transports.longpolling import LongPollingTransport
 from tests.support.runtime import run
 
@@ -38,9 +38,14 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+def polling() -> LongPollingTransport:
+    """A transport whose process is a fresh one (nothing else registered)."""
+    return LongPollingTransport(OPTIONS, HubProcess().forget)
+
+
 def test_a_pending_poll_gets_what_is_sent_in_the_same_turn_in_one_answer() -> None:
     async def scenario() -> list[tuple[int, bytes]]:
-        transport, poll = LongPollingTransport(OPTIONS), Poll()
+        transport, poll = polling(), Poll()
         await transport.take_poll(poll)
         assert transport.idle_since() is None  # a poll is pending: the client is reachable
         await transport.send("a")
@@ -53,7 +58,7 @@ def test_a_pending_poll_gets_what_is_sent_in_the_same_turn_in_one_answer() -> No
 
 def test_a_newer_poll_answers_the_pending_one_with_204() -> None:
     async def scenario() -> tuple[list[Any], list[Any]]:
-        transport, older, newer = LongPollingTransport(OPTIONS), Poll(), Poll()
+        transport, older, newer = polling(), Poll(), Poll()
         await transport.take_poll(older)
         await transport.take_poll(newer)
         await transport.send("x")
@@ -65,7 +70,11 @@ def test_a_newer_poll_answers_the_pending_one_with_204() -> None:
 
 def test_an_abandoned_poll_leaves_the_queue_for_the_next_one() -> None:
     async def scenario() -> list[Any]:
-        transport, gone, next_poll = LongPollingTransport(OPTIONS), Poll(), Poll()
+        transport, gone, next_poll = (
+            polling(),
+            Poll(),
+            Poll(),
+        )
         await transport.take_poll(gone)
         transport.poll_gone(gone)
         assert transport.idle_since() is not None
@@ -78,7 +87,11 @@ def test_an_abandoned_poll_leaves_the_queue_for_the_next_one() -> None:
 
 def test_past_the_bound_the_queue_is_dropped_and_the_connection_told() -> None:
     async def scenario() -> tuple[list[Any], list[Any]]:
-        transport, connection, poll = LongPollingTransport(OPTIONS), Connection(), Poll()
+        transport, connection, poll = (
+            polling(),
+            Connection(),
+            Poll(),
+        )
         transport.connection = connection
         await transport.send("x" * 60)
         await transport.send("y" * 60)  # 120 > 100: nobody polls fast enough
@@ -93,16 +106,17 @@ def test_past_the_bound_the_queue_is_dropped_and_the_connection_told() -> None:
 
 def test_an_ended_connection_hands_over_its_last_words_then_answers_204() -> None:
     async def scenario() -> list[Any]:
-        transport, connection = LongPollingTransport(OPTIONS), Connection()
+        hub = HubProcess()
+        transport, connection = LongPollingTransport(OPTIONS, hub.forget), Connection()
         transport.connection = connection
-        registry.add(connection.connection_id, connection)
+        hub.connections[connection.connection_id] = connection
         await transport.send("bye")
         await transport.close()
-        assert transport.lingers() and registry.get("c1") is connection
+        assert transport.lingers() and hub.get("c1") is connection
         first, second = Poll(), Poll()
         await transport.take_poll(first)
         await transport.take_poll(second)
-        assert registry.get("c1") is None  # forgotten after the 204
+        assert hub.get("c1") is None  # forgotten after the 204
         return first.answers + second.answers
 
     assert run(scenario()) == [(200, b"bye"), (204, b"")]

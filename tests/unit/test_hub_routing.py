@@ -1,12 +1,14 @@
 """The hub's routes in front of the host's application (hub/routing.py)."""
 
 import asyncio
+import functools
 from typing import Any
 
 import pytest
 from asgiref.compatibility import guarantee_single_callable
 
 from messenger_realtime.hub.negotiate import negotiate
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.routing import hub_route, routed
 from messenger_realtime.hub.transports.http import HubHttpConsumer
 from messenger_realtime.hub.transports.websocket import HubConsumer
@@ -27,12 +29,15 @@ def scope(kind: str, path: str, root: str = "") -> dict[str, Any]:
 def test_the_hub_path_goes_to_the_hub_transport_of_its_kind(
     kind: str, path: str, root: str, expected: type
 ) -> None:
-    assert isinstance(hub_route(scope(kind, path, root)), expected)
+    assert isinstance(hub_route(scope(kind, path, root), HubProcess()), expected)
 
 
 @pytest.mark.parametrize("path", ["/hubs/messenger/negotiate", "/hubs/messenger/negotiate/"])
 def test_negotiate_with_or_without_its_slash(path: str) -> None:
-    assert hub_route(scope("http", path)) is negotiate
+    hub = HubProcess()
+    route = hub_route(scope("http", path), hub)
+    assert isinstance(route, functools.partial)
+    assert route.func is negotiate and route.args == (hub,)  # negotiate for this process
 
 
 @pytest.mark.parametrize(
@@ -47,7 +52,7 @@ def test_negotiate_with_or_without_its_slash(path: str) -> None:
     ],
 )
 def test_every_other_request_is_not_the_hubs(kind: str, path: str, root: str) -> None:
-    assert hub_route(scope(kind, path, root)) is None
+    assert hub_route(scope(kind, path, root), HubProcess()) is None
 
 
 def test_the_host_gets_the_rest_and_no_router_frame_is_left_between() -> None:

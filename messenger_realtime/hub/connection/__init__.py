@@ -15,7 +15,8 @@ What arrives from the channel layer (events.py) and from the client (invocations
 handled by functions of the connection, not parts: they keep no state of their own.
 What a part may read or call of its connection and of the other parts is declared once,
 in state.py (`Connection`), which imports none of them: no import cycle.
-Process-wide things (the clock, the fanout, admission, the registry) stay in hub/.
+Process-wide things (the clock, the fanout, admission, the registry) are its process's
+(hub/process.py), which a connection is handed when it is made (`Process`, state.py).
 """
 
 from messenger_realtime.hub.connection.lifecycle import FIRST_MESSAGE_WAIT, HubConnection

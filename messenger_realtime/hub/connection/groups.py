@@ -12,21 +12,21 @@ from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub.auth import Identity, require_standing, session_holds
 from messenger_realtime.hub.connection.membership import ChatMemberships, Verdict
-from messenger_realtime.hub.connection.state import Connection
-from messenger_realtime.hub.fanout import Fanout, fanout_for
+from messenger_realtime.hub.connection.state import Connection, Process
+from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.reads import hub_read
-from messenger_realtime.hub.rosters import rosters
 
 
 class Groups:
     """A connection's groups: what it holds (its ChatMemberships), the inbox the
     process's reader fills for it, and joining and leaving as the domain says."""
 
-    __slots__ = ("_inbox", "admitted", "connection", "memberships", "session_lost")
+    __slots__ = ("_inbox", "admitted", "connection", "hub", "memberships", "session_lost")
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, hub: Process) -> None:
         self.connection = connection
+        self.hub = hub  # its process: the fan-out and the rosters
         self.memberships = ChatMemberships()
         self._inbox: Inbox | None = None
         self.admitted = False  # admit() read its memberships and joined its groups
@@ -34,7 +34,7 @@ class Groups:
 
     @property
     def fanout(self) -> Fanout:
-        return fanout_for(self.connection.channel_layer)
+        return self.hub.fanout(self.connection.channel_layer)
 
     @property
     def inbox(self) -> Inbox:
@@ -55,7 +55,7 @@ class Groups:
         if verdict is Verdict.RESYNC and version is not None and chat in self.memberships.held:
             # Held, at an older version: one roster read per process, not one per
             # connection, says whether this user is still in (hub/rosters.py).
-            roster = await rosters().at_least(UUID(chat), version)
+            roster = await self.hub.rosters().at_least(UUID(chat), version)
             if roster is not None and self.connection.user_id in roster.members:
                 self.memberships.advance(chat, roster.version)
                 return True

@@ -24,7 +24,8 @@ from messenger_realtime.exceptions import (
     ProtocolError,
     SequenceError,
 )
-from messenger_realtime.hub import admission, protocols, registry, user_connections
+from messenger_realtime.hub import protocols
+from messenger_realtime.hub.admission import Opening
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection.authentication import SESSION_ENDED, Authentication
 from messenger_realtime.hub.connection.events import BACKPLANE_RESTARTED, OVERRUN
@@ -32,6 +33,7 @@ from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.connection.invocations import handle
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.outbound import Outbound
+from messenger_realtime.hub.connection.state import Process
 from messenger_realtime.hub.connection.stateful import REPLAY_OVERFLOW, StatefulReconnect
 from messenger_realtime.hub.connection.timeouts import Timeouts
 from messenger_realtime.hub.protocols import handshake
@@ -41,7 +43,6 @@ from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
-_PENDING: set["asyncio.Future[None]"] = set()  # places being given back (hub/user_connections.py)
 UNEXPECTED = "Connection closed with an error."  # ASP.NET's words when it does not say why
 FIRST_MESSAGE_WAIT = 0.5  # stateful: the longest events wait for the client's first message
 
@@ -51,7 +52,7 @@ class HubConnection:
 
     __slots__ = (
         "__weakref__",
-        "admission",  # a connect in progress until the handshake (hub/admission.py)
+        "admission",  # a connect in progress from admit() to the handshake (hub/admission.py)
         # Its parts.
         "auth",
         "channel_layer",
@@ -61,6 +62,7 @@ class HubConnection:
         "groups",
         "handshake_buffer",  # until the handshake: what arrived of its record
         "handshaken",
+        "hub",  # its process (hub/process.py), as a connection uses it
         "last_received",
         "last_sent",
         "loop",
@@ -82,6 +84,7 @@ class HubConnection:
     def __init__(
         self,
         *,
+        hub: Process,
         connection_id: str,
         identity: Identity,
         token: str | None,
@@ -90,6 +93,7 @@ class HubConnection:
         channel_layer: Any,
         stateful_allowed: bool = False,
     ) -> None:
+        self.hub = hub
         self.connection_id, self.user_id = connection_id, identity.user_id
         self.options = options
         self.transport: Transport | None = transport
@@ -102,14 +106,14 @@ class HubConnection:
         self.handshake_buffer: handshake.HandshakeBuffer | None = handshake.HandshakeBuffer(
             options.max_message_size
         )
-        self.admission = admission.opening(connection_id, str(identity.user_id))
+        self.admission = Opening(None)  # counted from admit() on
         self.receiving: asyncio.Lock | None = None  # made at first use (long polling only)
         self.auth = Authentication(identity, token, self.loop)
-        self.groups = Groups(self)
+        self.groups = Groups(self, hub)
         self.outbound = Outbound(self)
         self.stateful: StatefulReconnect | None = None
         self.marks: StreamMarks | None = None
-        self.timeouts = Timeouts(self)  # its deadlines, on the process's one clock
+        self.timeouts = Timeouts(self, hub.clock())  # its deadlines, on the process's clock
 
     def receive_lock(self) -> asyncio.Lock:
         """One POST of this connection at a time (long polling, Server-Sent Events)."""
@@ -132,17 +136,23 @@ class HubConnection:
         return transport.idle_since() if transport is not None else None
 
     async def open(self) -> None:
-        """Register and start the clock; the transport has accepted."""
-        registry.add(self.connection_id, self)
+        """Start the clock; the transport has accepted (its process registered it:
+        HubProcess.open)."""
         metrics.hub_connections.inc()
         self.opened = True
         self.timeouts.start()
 
     async def admit(
-        self, identity: Identity, token: str | None, claim: Claim | None = None
+        self,
+        admission: Opening,
+        identity: Identity,
+        token: str | None,
+        claim: Claim | None = None,
     ) -> None:
-        """Before the transport accepts: its token's claim, the reads and joins of its
-        groups (groups.py)."""
+        """Before the transport accepts: counted as a connect in progress (`admission`,
+        until its handshake is answered or it ends), its token's claim, the reads and
+        joins of its groups (groups.py)."""
+        self.admission = admission
         await self.groups.admit(identity, token, claim)
 
     # -- client -> server -------------------------------------------------------
@@ -289,12 +299,10 @@ class HubConnection:
         self.timeouts.stop()
         self.admission.done()
         # Its place among its user's open connections frees (hub/user_connections.py).
-        _give_back = user_connections.give_back(self.user_id, self.connection_id, self.options)
-        _PENDING.add(task := asyncio.ensure_future(_give_back))
-        task.add_done_callback(_PENDING.discard)
+        self.hub.give_back_place(self.user_id, self.connection_id, self.options)
         transport = self.transport
         if transport is None or not transport.lingers():
-            registry.remove(self.connection_id, self)
+            self.hub.forget(self.connection_id, self)
         if self.opened:
             metrics.hub_connections.dec()
             metrics.hub_disconnects.inc()

@@ -28,7 +28,6 @@ logger = logging.getLogger(__name__)
 # number of records per frame): at most this many records, or about this many bytes.
 FRAME_RECORDS = 100
 FRAME_BYTES = 64 * 1024
-_WRITES: set["asyncio.Task[None]"] = set()  # write_now's tasks, kept until done
 
 
 class Outbound:
@@ -77,9 +76,7 @@ class Outbound:
         c = self.connection
         c.last_received = now = c.loop.time()
         if now >= c.auth.expires_at and not c.closing:
-            task = asyncio.ensure_future(c.drop(c.auth.expiry_reason))
-            _WRITES.add(task)
-            task.add_done_callback(_WRITES.discard)
+            c.hub.keep(asyncio.ensure_future(c.drop(c.auth.expiry_reason)))
 
     async def _deliver(self) -> None:
         """Forward what the process's reader put in this connection's inbox, until it is
@@ -151,9 +148,7 @@ class Outbound:
         if send_now is not None:
             send_now(frame)
             return
-        task = asyncio.ensure_future(transport.send(frame))
-        _WRITES.add(task)
-        task.add_done_callback(_WRITES.discard)
+        c.hub.keep(asyncio.ensure_future(transport.send(frame)))
 
     async def emit(self, frame: Frame) -> None:
         """A hub invocation message (an event, a completion): numbered and kept for a

@@ -13,37 +13,24 @@ A connection runs its invocations one at a time, so one Recover is in flight per
 connection, and a user's recoveries read one at a time per process, on a thread of
 their own, never ahead of the reads other users' connects make."""
 
-import asyncio
 import logging
 import time
-import weakref
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from uuid import UUID
 
 from messenger_realtime.hub import ratelimit
 from messenger_realtime.hub.connection.events import encode, event_frame
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import Frame
-from messenger_realtime.hub.reads import hub_read
 from messenger_realtime.hub.recovery import (
     RECOVERED,
     RESYNC,
     StreamRecovery,
     parse,
-    read_missed,
 )
 from messenger_realtime.ops import metrics
 
 logger = logging.getLogger(__name__)
-# A Recover's read has a thread of its own (on a connection borrowed per read): one
-# user's heavy or stuck recovery never holds up the reads every connect makes (reads.py).
-_RECOVERY_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hub-recovery")
-_read_missed = hub_read(read_missed, executor=_RECOVERY_THREAD)
-# One user's recoveries run one at a time in this process, so a user with many
-# connections queues one read at a time on that thread, not many ahead of everyone else.
-_RECOVERING: "weakref.WeakValueDictionary[UUID, asyncio.Lock]" = weakref.WeakValueDictionary()
 SEND_CHUNK = 64 * 1024  # bytes per message of recovered events (Twisted's own threshold)
 # What a Recover costs beyond its own invocation: one more per 10 events and one more per
 # 16 KiB it sent (bench/one_user.py: at one per 10 events alone, one user recovering 25
@@ -70,8 +57,10 @@ async def recover(connection: Connection, argument: Any) -> dict[str, str]:
     most_bytes = min(options.recovery_max_bytes, options.send_buffer_limit // 2)
     outcomes: dict[str, str] = {}
     try:
-        async with _user_lock(connection.user_id):
-            results = await _read_missed(connection.user_id, asked, options.recovery_max_events)
+        # One at a time per user, on its process's thread for recoveries (HubProcess).
+        hub = connection.hub
+        async with hub.recovering(connection.user_id):
+            results = await hub.read_missed(connection.user_id, asked, options.recovery_max_events)
         for result in results:
             frames = _frames(connection, marks, result)
             bytes_ = sum(_size(frame) for frame in frames)
@@ -94,13 +83,6 @@ async def recover(connection: Connection, argument: Any) -> dict[str, str]:
     elapsed = time.perf_counter() - started
     _report(connection, outcomes, sent, elapsed)
     return outcomes
-
-
-def _user_lock(user_id: UUID) -> asyncio.Lock:
-    lock = _RECOVERING.get(user_id)
-    if lock is None:
-        lock = _RECOVERING[user_id] = asyncio.Lock()
-    return lock
 
 
 def _frames(connection: Connection, marks: StreamMarks, result: StreamRecovery) -> list[Frame]:

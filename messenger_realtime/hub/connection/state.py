@@ -8,16 +8,45 @@ import cycle, not even one of annotations.
 """
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any, Protocol
 from uuid import UUID
 
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.hub.auth import Identity
+from messenger_realtime.hub.clock import Clock
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.membership import ChatMemberships
+from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.protocols.base import Frame, HubProtocol
+from messenger_realtime.hub.recovery import StreamRecovery
+from messenger_realtime.hub.rosters import Rosters
 from messenger_realtime.hub.transports.base import Transport
+
+
+class Process(Protocol):
+    """hub/process.HubProcess, as a connection uses it: the process owns its registry
+    entry and its place among its user's open connections, and what its event loop runs
+    for every connection (the clock, the fan-out, the rosters)."""
+
+    def clock(self) -> Clock: ...
+
+    def fanout(self, layer: Any) -> Fanout: ...
+
+    def rosters(self) -> Rosters: ...
+
+    def recovering(self, user_id: UUID) -> asyncio.Lock: ...
+
+    async def read_missed(
+        self, user_id: UUID, asked: Mapping[str, int], most: int
+    ) -> list[StreamRecovery]: ...
+
+    def forget(self, connection_id: str, connection: object) -> None: ...
+
+    def give_back_place(self, user_id: UUID, connection_id: str, options: HubOptions) -> None: ...
+
+    def keep(self, task: "asyncio.Future[None]") -> None: ...
 
 
 class AuthPart(Protocol):
@@ -103,6 +132,9 @@ class Connection(Protocol):
     last_sent: float
     refused_invocations: int
     marks: StreamMarks | None  # made at its first event with an offset (marks.py)
+
+    @property
+    def hub(self) -> Process: ...
 
     # Its parts: read-only here (a part never replaces another).
     @property

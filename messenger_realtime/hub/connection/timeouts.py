@@ -14,7 +14,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
-from messenger_realtime.hub import clock
+from messenger_realtime.hub.clock import Clock, Entry, cancel
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols import handshake
 from messenger_realtime.ops.logging import Field
@@ -31,11 +31,12 @@ SLACK = 0.01  # s after a deadline: its comparison with the clock must find it p
 class Timeouts:
     """The deadlines of one connection, kept by the process's clock."""
 
-    __slots__ = ("connection", "ending", "entry")
+    __slots__ = ("clock", "connection", "ending", "entry")
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, clock: Clock) -> None:
         self.connection = connection
-        self.entry: clock.Entry | None = None
+        self.clock = clock  # its process's, on its loop (HubProcess.clock)
+        self.entry: Entry | None = None
         self.ending: asyncio.Task[None] | None = None  # the close a deadline started
 
     def start(self) -> None:
@@ -43,10 +44,10 @@ class Timeouts:
 
     def moved(self, when: float) -> None:
         """A deadline may now be as early as `when` (loop time)."""
-        self.entry = clock.clock().schedule(self, when + SLACK, self.entry)
+        self.entry = self.clock.schedule(self, when + SLACK, self.entry)
 
     def stop(self) -> None:
-        clock.cancel(self.entry)
+        cancel(self.entry)
         self.entry = None
 
     def fire(self, now: float) -> None:

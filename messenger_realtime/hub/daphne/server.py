@@ -34,8 +34,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from messenger_realtime.hub import registry
 from messenger_realtime.hub.daphne import capacity
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.ops.logging import scrub_query_secrets
 
 logger = logging.getLogger(__name__)
@@ -43,8 +43,8 @@ daphne_logger = logging.getLogger("daphne.server")  # its messages, under its ow
 FULL_SCAN_EVERY = 30  # runs of a checker between two visits of every connection
 
 
-async def close_all_connections() -> int:
-    connections = registry.live()
+async def close_all_connections(hub: HubProcess) -> int:
+    connections = hub.live()
     await asyncio.gather(*(c.shutdown() for c in connections), return_exceptions=True)
     return len(connections)
 
@@ -69,17 +69,20 @@ async def _let_applications_finish(timeout: float) -> None:
         await asyncio.wait(stragglers, timeout=1.0)
 
 
-async def _shutdown(also_stop: Callable[[], Awaitable[None]] | None) -> None:
-    registry.accepting = False  # clients told to reconnect must go to another process
-    closed = await close_all_connections()
+async def _shutdown(hub: HubProcess, also_stop: Callable[[], Awaitable[None]] | None) -> None:
+    hub.accepting = False  # clients told to reconnect must go to another process
+    closed = await close_all_connections(hub)
     if also_stop is not None:
         await also_stop()
     await _let_applications_finish(timeout=2.0)
     logger.info("hub shutdown", extra={"action": "shutdown", "closed": closed})
 
 
-def install_daphne_integration(also_stop: Callable[[], Awaitable[None]] | None = None) -> None:
-    """Called once per process by messenger_realtime.asgi.with_hub when Daphne serves it.
+def install_daphne_integration(
+    hub: HubProcess, also_stop: Callable[[], Awaitable[None]] | None = None
+) -> None:
+    """Called once per process by messenger_realtime.asgi.with_hub when Daphne serves it:
+    at shutdown `hub` refuses new connections and closes its own.
 
     also_stop: awaited after the connections are closed and before Daphne exits (the
     in-process dispatcher's stop in single-process mode).
@@ -87,7 +90,7 @@ def install_daphne_integration(also_stop: Callable[[], Awaitable[None]] | None =
     from twisted.internet import defer, reactor
 
     def before_shutdown() -> Any:
-        return defer.Deferred.fromFuture(asyncio.ensure_future(_shutdown(also_stop)))
+        return defer.Deferred.fromFuture(asyncio.ensure_future(_shutdown(hub, also_stop)))
 
     reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)  # type: ignore[arg-type]
     _install_protocol()

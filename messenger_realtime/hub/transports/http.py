@@ -21,7 +21,8 @@ from channels.exceptions import StopConsumer
 
 from messenger_realtime.conf.settings import HubOptions, load_hub_options
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub import registry
+from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols.base import message_too_big
 from messenger_realtime.hub.transports import opening, sse
 from messenger_realtime.hub.transports.base import (
@@ -43,8 +44,8 @@ TEXT = [(b"content-type", b"text/plain")]
 class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
     channel_layer_alias = "messenger_realtime.hub.none"  # the connection has the channel
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, hub: HubProcess) -> None:
+        self.hub = hub  # the process it serves (hub/process.py)
         self.chunks: list[bytes] = []
         self.size, self.responded = 0, False
         self.on_gone: Any = None  # what to tell when the client goes (poll, stream)
@@ -108,7 +109,7 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
             await self.respond(401, f"Unauthorized: {exc}".encode(), [*TEXT, www])
             return
         try:
-            _, connection = opening.find(ids[0], identity.user_id)
+            _, connection = opening.find(self.hub, ids[0], identity.user_id)
         except InvalidToken as exc:
             logger.info("hub request refused", extra={"action": "refused", "reason": str(exc)})
             await self.respond(404, NOT_FOUND.encode())
@@ -131,13 +132,16 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
             await self.respond(404, unsupported.encode())
             return
         transport: Any = (
-            sse.ServerSentEventsTransport(self) if stream else LongPollingTransport(options)
+            sse.ServerSentEventsTransport(self)
+            if stream
+            else LongPollingTransport(options, self.hub.forget)
         )
         try:
-            if not registry.accepting:
+            if not self.hub.accepting:
                 raise InvalidToken("shutting down")
             identity, token = await identify_scope(self.scope, options, lookup=False)
             self.connection = await opening.new_connection(
+                self.hub,
                 connection_token=connection_token,
                 identity=identity,
                 token=token,
@@ -155,7 +159,7 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
             return
         # Registered before the client hears back: its next request (the handshake's
         # POST) finds the connection.
-        await self.connection.open()
+        await self.hub.open(self.connection)
         if stream:
             await self._stream(transport)
         else:
@@ -177,7 +181,7 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
 
         self.on_gone = gone
 
-    async def _get(self, connection: Any) -> None:
+    async def _get(self, connection: HubConnection) -> None:
         """A poll (or a second event stream) for a connection that is open here."""
         stream = b"text/event-stream" in dict(self.scope["headers"]).get(b"accept", b"")
         transport = connection.transport
@@ -186,6 +190,7 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
         elif stream:
             await self.respond(409)
         else:
+            assert isinstance(transport, LongPollingTransport)  # the only one of its name
             self.on_gone = self._poll_gone(transport)
             await transport.take_poll(self)
 
@@ -195,7 +200,7 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
 
         return gone
 
-    async def _post(self, connection: Any, body: bytes) -> None:
+    async def _post(self, connection: HubConnection | None, body: bytes) -> None:
         transport = connection.transport if connection is not None else None
         if connection is None or connection.closing or transport is None:
             await self.respond(404, NOT_FOUND.encode())
@@ -209,13 +214,14 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
                 await connection.receive(body)
             await self.respond(200)
 
-    async def _delete(self, connection: Any) -> None:
+    async def _delete(self, connection: HubConnection | None) -> None:
         transport = connection.transport if connection is not None else None
         if connection is None or transport is None:
             await self.respond(404, NOT_FOUND.encode())
         elif transport.name != LONG_POLLING:
             await self.respond(400, b"Cannot terminate this connection using the DELETE endpoint.")
         else:
+            assert isinstance(transport, LongPollingTransport)  # the only one of its name
             transport.terminate()
             await connection.end()
             await transport.close()

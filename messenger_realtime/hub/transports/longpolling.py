@@ -11,9 +11,9 @@ queued bytes the connection is closed with allowReconnect, as on the other trans
 """
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Protocol
 
-from messenger_realtime.hub import registry
 from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.transports.base import LONG_POLLING
 
@@ -37,7 +37,10 @@ class LongPollingTransport:
     binary_ok = True
     inherent_keepalive = True  # polls are the liveness: no pings, no client timeout
 
-    def __init__(self, options: Any) -> None:
+    def __init__(self, options: Any, forget: Callable[[str, object], None]) -> None:
+        """`forget`: its process's (HubProcess.forget), called once the connection ended
+        and its last poll was answered."""
+        self._forget_connection = forget
         self.limit, self.poll_timeout = options.send_buffer_limit, options.long_poll_timeout
         self.disconnect_timeout = options.disconnect_timeout
         self.loop = asyncio.get_running_loop()
@@ -124,7 +127,7 @@ class LongPollingTransport:
 
     def _forget(self) -> None:
         if self.connection is not None:
-            registry.remove(self.connection.connection_id, self.connection)
+            self._forget_connection(self.connection.connection_id, self.connection)
 
     def use_binary(self, binary: bool) -> None:
         """Bodies are bytes either way (octet-stream)."""

@@ -1,6 +1,5 @@
 """Opening a logical connection, or finding the one a request belongs to."""
 
-from typing import Any
 from uuid import UUID
 
 import redis
@@ -9,8 +8,9 @@ from channels.layers import get_channel_layer
 from messenger_realtime.backplane.claims import Claim
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub import admission, auth, ratelimit, registry, user_connections
+from messenger_realtime.hub import auth, ratelimit, user_connections
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.transports.base import Transport
 from messenger_realtime.uuid7 import uuid7
 
@@ -20,14 +20,17 @@ from messenger_realtime.uuid7 import uuid7
 LAYER_UNREACHABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
-def find(connection_token: str, user_id: UUID) -> tuple[auth.ConnectionGrant, Any]:
+def find(
+    hub: HubProcess, connection_token: str, user_id: UUID
+) -> tuple[auth.ConnectionGrant, HubConnection | None]:
     """The grant of the caller's token and its live connection in this process (or None).
     InvalidToken for a token that is not this user's; its age does not matter here."""
     grant = auth.read_connection_token(connection_token, user_id, max_age=None)
-    return grant, registry.get(grant.connection_id)
+    return grant, hub.get(grant.connection_id)
 
 
 async def new_connection(
+    hub: HubProcess,
     *,
     connection_token: str | None,
     identity: auth.Identity,
@@ -45,13 +48,14 @@ async def new_connection(
     stateful, claim = False, None
     if connection_token is None:
         connection_id = uuid7().hex  # skipNegotiation: WebSockets straight away
-        await _admit_unnegotiated(identity.user_id, connection_id, options)
+        await _admit_unnegotiated(hub, identity.user_id, connection_id, options)
     else:
         ttl = options.connection_token_ttl
         grant = auth.read_connection_token(connection_token, identity.user_id, ttl)
         connection_id, stateful = grant.connection_id, grant.stateful
         claim = Claim(connection_id, ttl)  # made as it joins its user's group (admit)
     connection = HubConnection(
+        hub=hub,
         connection_id=connection_id,
         identity=identity,
         token=token,
@@ -61,20 +65,24 @@ async def new_connection(
         stateful_allowed=stateful and options.stateful_reconnect_buffer_size > 0,
     )
     try:
-        await connection.admit(identity, token, claim)
+        # Counted as a connect in progress from here (in the slot its negotiate held).
+        admission = hub.admission.opening(connection_id, str(identity.user_id))
+        await connection.admit(admission, identity, token, claim)
     except BaseException:
         await connection.end()  # its groups, its count of connects in progress
         raise
     return connection
 
 
-async def _admit_unnegotiated(user_id: UUID, connection_id: str, options: HubOptions) -> None:
+async def _admit_unnegotiated(
+    hub: HubProcess, user_id: UUID, connection_id: str, options: HubOptions
+) -> None:
     """What negotiate checks of a connect, for a WebSocket that skipped it; InvalidToken
     (the upgrade is refused) past a bound."""
-    if not admission.may_open(str(user_id), options):
+    if not hub.admission.may_open(str(user_id), options):
         raise InvalidToken("too many connects in progress for this user")
     limited = await ratelimit.acheck(ratelimit.CONNECTS, user_id, options)
     if limited is not None:
         raise InvalidToken(str(limited))
-    if not await user_connections.take(user_id, connection_id, options):
+    if not await hub.take_place(user_id, connection_id, options):
         raise InvalidToken(user_connections.refusal(options))

@@ -18,8 +18,9 @@ from channels.exceptions import StopConsumer
 
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub import registry
-from messenger_realtime.hub.auth import check_standing
+from messenger_realtime.hub.auth import Identity, check_standing
+from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.reads import hub_read
 from messenger_realtime.hub.transports import opening
@@ -34,7 +35,6 @@ _check_standing = hub_read(check_standing)
 ABNORMAL_CLOSURE = 1006  # the TCP connection went without a close frame: resumable
 HUB_STATE = "hub.state"  # a dict Daphne's protocol shares with the hub (hub/daphne/server.py)
 HUB_SOCKET = "hub.socket"  # Daphne's WebSocket protocol itself, when served by Daphne
-_WRITES: set["asyncio.Task[None]"] = set()  # send_now's tasks off Daphne, kept until done
 
 
 class WebSocketTransport:
@@ -66,9 +66,7 @@ class WebSocketTransport:
         test's ASGI server), in a task."""
         socket = self._socket
         if socket is None:
-            task = asyncio.ensure_future(self.send(frame))
-            _WRITES.add(task)
-            task.add_done_callback(_WRITES.discard)
+            self.consumer.hub.keep(asyncio.ensure_future(self.send(frame)))
             return
         if socket.state == socket.STATE_OPEN:
             if isinstance(frame, str):
@@ -103,8 +101,11 @@ class WebSocketTransport:
 
 class HubConsumer(AsyncConsumer):  # type: ignore[misc]
     channel_layer = None  # no channel: the connection's inbox has what the layer brings
-    connection: Any = None
+    connection: HubConnection | None = None
     transport: WebSocketTransport | None = None
+
+    def __init__(self, hub: HubProcess) -> None:
+        self.hub = hub  # the process it serves (hub/process.py)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """As Channels' AsyncConsumer, which has no channel here: one loop over what the
@@ -130,7 +131,7 @@ class HubConsumer(AsyncConsumer):  # type: ignore[misc]
         # keeps only the two keys it reads later (its Daphne socket and shared state).
         scope = self.scope
         self.scope = {key: scope[key] for key in (HUB_SOCKET, HUB_STATE) if key in scope}
-        if not registry.accepting:
+        if not self.hub.accepting:
             await self._refuse("shutting down")  # the client retries elsewhere
             return
         options = load_hub_options()
@@ -139,13 +140,14 @@ class HubConsumer(AsyncConsumer):  # type: ignore[misc]
             # The token's signature and claims here; the user's standing is read with
             # the connection's chats (admit) or, for a resume, on its own.
             identity, token = await identify_scope(scope, options, lookup=False)
-            existing = opening.find(ids[0], identity.user_id)[1] if ids else None
+            existing = opening.find(self.hub, ids[0], identity.user_id)[1] if ids else None
             if existing is not None:
                 await _check_standing(identity, token)
                 await self._resume(existing, identity, token)
                 return
             transport = WebSocketTransport(self)
             connection = await opening.new_connection(
+                self.hub,
                 connection_token=ids[0] if ids else None,
                 identity=identity,
                 token=token,
@@ -161,9 +163,11 @@ class HubConsumer(AsyncConsumer):  # type: ignore[misc]
             return
         await self.base_send({"type": "websocket.accept"})
         self.connection, self.transport = connection, transport
-        await connection.open()
+        await self.hub.open(connection)
 
-    async def _resume(self, connection: Any, identity: Any, token: str | None) -> None:
+    async def _resume(
+        self, connection: HubConnection, identity: Identity, token: str | None
+    ) -> None:
         why = connection.resumable_by(identity.user_id)
         if why is not None:
             metrics.hub_resumes.labels(outcome="refused").inc()
