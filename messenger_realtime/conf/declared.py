@@ -1,8 +1,8 @@
 """Every MESSENGER_REALTIME key, declared once.
 
 One row per key: its type, default, the process that reads it, its unit, a line of what
-it does, and the rules its value must meet (each with a stable check id). Parsing
-(settings.py), the system checks and the loaders (validation.py, checks.py), the worker's
+it does, and the rules its value must meet (each with a stable check id). Parsing and
+the loaders (settings.py), the system checks (checks.py), the worker's
 `--help`, and the settings table in docs/operations.md are all derived from this table;
 tests/unit/test_settings_table.py fails when the docs table and this one disagree
 (`python -m messenger_realtime.conf.declared` prints the table to paste).
