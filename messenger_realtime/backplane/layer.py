@@ -44,7 +44,7 @@ import redis
 from channels_redis.core import RedisChannelLayer
 
 from messenger_realtime.backplane import pipeline, shards
-from messenger_realtime.backplane.claims import Claim
+from messenger_realtime.backplane.reservations import ConnectionReservation
 from messenger_realtime.conf.settings import network_timeout
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.ops import metrics
@@ -54,7 +54,7 @@ from messenger_realtime.ops.network import REDIS, WAITS
 logger = logging.getLogger(__name__)
 
 RECEIVE_BATCH = 100
-OVERRUN_EVENT = "realtime.overrun"  # handled by HubConsumer.realtime_overrun
+OVERRUN_EVENT = "realtime.overrun"  # handled by hub/connection/events.py (HANDLERS)
 
 # KEYS[1]: the channel key, KEYS[2]: its backup key, KEYS[3]: its overrun set, ARGV[1]:
 # how many to pop. A backup left by an interrupted receive goes back in front first
@@ -157,27 +157,27 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
         pipeline.report_lost(sent.lost)
 
     async def group_add_many(
-        self, memberships: list[tuple[str, str]], claim: Claim | None = None
+        self, memberships: list[tuple[str, str]], reservation: ConnectionReservation | None = None
     ) -> bool:
         """channels-redis' group_add for several (group, channel) pairs: the same ZADD and
         EXPIRE of each group's member set, one pipelined round trip per host instead of
         two round trips per group (a connection joins its user's group, then every
-        chat's: hub/fanout.py). With `claim`, its SET NX goes in the same round trip (a
-        connection claims its token as it joins its user's group); returns whether the
-        claim was made (True without one)."""
+        chat's: hub/fanout.py). With `reservation`, its SET NX goes in the same round trip
+        (a connection reserves its token as it joins its user's group); returns whether
+        the reservation was made (True without one)."""
         now = time.time()
         buckets = shards.by_host(self, memberships, lambda m: shards.group_host(self, m[0]))
-        claim_host = -1
-        if claim is not None:
-            claim_host = int(self.consistent_hash(claim.key(self)))
-            buckets.setdefault(claim_host, [])
+        reservation_host = -1
+        if reservation is not None:
+            reservation_host = int(self.consistent_hash(reservation.key(self)))
+            buckets.setdefault(reservation_host, [])
 
         def adds(host: int, pairs: list[tuple[str, str]]) -> Any:
             async def call(connection: Any) -> Any:
                 pipe = connection.pipeline(transaction=False)
-                if host == claim_host:
-                    assert claim is not None
-                    pipe.set(claim.key(self), b"1", nx=True, ex=claim.seconds)  # result [0]
+                if host == reservation_host:
+                    assert reservation is not None
+                    pipe.set(reservation.key(self), b"1", nx=True, ex=reservation.seconds)  # [0]
                 for group, channel in pairs:
                     key = self._group_key(group)
                     pipe.zadd(key, {channel: now})
@@ -186,9 +186,11 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
 
             return call
 
-        calls = {h: adds(h, pairs) for h, pairs in buckets.items() if pairs or h == claim_host}
+        calls = {
+            h: adds(h, pairs) for h, pairs in buckets.items() if pairs or h == reservation_host
+        }
         results = await shards.on_hosts(self, calls) if calls else {}
-        return claim is None or bool(results[claim_host][0])
+        return reservation is None or bool(results[reservation_host][0])
 
     async def receive_single(self, channel: str) -> tuple[Any, Any]:
         if not channel.endswith("!"):  # a general (non-process) channel: unchanged

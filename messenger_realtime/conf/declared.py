@@ -1,8 +1,8 @@
 """Every MESSENGER_REALTIME key, declared once.
 
 One row per key: its type, default, the process that reads it, its unit, a line of what
-it does, and the rules its value must meet (each with a stable check id). Parsing
-(settings.py), the system checks and the loaders (validation.py, checks.py), the worker's
+it does, and the rules its value must meet (each with a stable check id). Parsing and
+the loaders (settings.py), the system checks (checks.py), the worker's
 `--help`, and the settings table in docs/operations.md are all derived from this table;
 tests/unit/test_settings_table.py fails when the docs table and this one disagree
 (`python -m messenger_realtime.conf.declared` prints the table to paste).
@@ -20,27 +20,6 @@ from typing import Any
 WORKER = "worker"
 HUB = "hub"
 
-# Kinds a delivery deadline may drop: never a message, a receipt or any chat state change
-# (clients rebuild those from REST anyway, but a lost message event is never acceptable).
-EXPIRABLE_KINDS = frozenset(
-    {
-        "CallInvited",
-        "CallAnswered",
-        "CallDeclined",
-        "CallMissed",
-        "CallCancelled",
-        "CallEnded",
-        "ConferenceInvited",
-        "ConferenceStarted",
-        "ConferenceEnded",
-        "ConferenceParticipantJoined",
-        "ConferenceParticipantLeft",
-        "ScreenShareStarted",
-        "ScreenShareStopped",
-        "RecordingStarted",
-        "RecordingStopped",
-    }
-)
 MIN_JWT_KEY_BYTES = 32  # RFC 7518: an HS256 key at least as long as the hash
 MAX_JWT_LEEWAY = 60.0  # clock skew is seconds; more would only lengthen every token
 # Twisted's own write buffer threshold: a smaller bound would close healthy connections
@@ -188,15 +167,6 @@ def _timeout_past_keepalive(timeout: Any, values: Mapping[str, Any]) -> bool:
     return bool(timeout <= 0 or keepalive < timeout)  # (a non-positive one is E007's)
 
 
-def _only_expirable(deadlines: Any, _: Mapping[str, Any]) -> bool:
-    return not set(deadlines) - EXPIRABLE_KINDS
-
-
-def _not_expirable(deadlines: Any) -> str:
-    unknown = ", ".join(sorted(set(deadlines) - EXPIRABLE_KINDS))
-    return f"names kinds that may not expire: {unknown} (only media kinds may)"
-
-
 def _deadlines_positive(deadlines: Any, _: Mapping[str, Any]) -> bool:
     return all(seconds > 0 for seconds in deadlines.values())
 
@@ -264,8 +234,8 @@ SETTINGS: tuple[Setting, ...] = (
          at_most(300.0, "seconds")),
     _key("DELIVERY_DEADLINES", dict, {"CallInvited": 45.0, "ConferenceInvited": 300.0,
          "ConferenceStarted": 300.0}, W, "s", "kind -> seconds: older rows of these kinds "
-         "end Done, not pushed (environment: Kind=seconds,Kind=seconds)",
-         Rule("E015", _only_expirable, "may name only media kinds", _not_expirable),
+         "end Done, not pushed (environment: Kind=seconds,Kind=seconds; only media kinds: "
+         "E015 in outbox/checks.py, beside the kinds)",
          Rule("E015", _deadlines_positive, "deadlines must be > 0 seconds")),
     _key("HUB_BACKLOG_LIMIT", int, 200, W, "messages", "queued for one hub process above "
          "which pushes wait", above(0, "E010"), at_most(1_000_000, "messages")),

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from django.core.exceptions import ImproperlyConfigured
 
 from messenger_realtime.backplane.publisher import Publisher
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
@@ -43,6 +44,7 @@ from messenger_realtime.exceptions import (
 from messenger_realtime.ops import metrics, tracing
 from messenger_realtime.ops.health import Liveness
 from messenger_realtime.ops.logging import Field
+from messenger_realtime.outbox.checks import expiry_problem
 from messenger_realtime.outbox.enums import RealtimeDispatchKind
 from messenger_realtime.uuid7 import uuid7
 
@@ -120,6 +122,10 @@ class Dispatcher:
             stopping=self.stop.is_set,
             layer_trouble=lambda: LAYER.trouble(horizon),
         )
+        # The worker's command runs E015 first; an in-process dispatcher starts without
+        # system checks, and must not expire a message either.
+        if problem := expiry_problem(options.delivery_deadlines):
+            raise ImproperlyConfigured(f"MESSENGER_REALTIME DELIVERY_DEADLINES: {problem}")
         self.builder = Builder(self.port, options.build_timeout, options.delivery_deadlines)
         shape = store.ClaimShape(
             options.batch_size, delay_table(options), options.backoff_jitter, options.max_attempts

@@ -64,7 +64,7 @@ from messenger_realtime.ops.logging import Field
 logger = logging.getLogger(__name__)
 BACKLOG_LIMIT = 1000  # deliveries waiting in memory before the reader stops popping
 STALL_AFTER = 0.5  # s an inbox with messages may take nothing before it stops counting
-# The most one connection adds to the backlog: a frame's worth (delivery.FRAME_RECORDS),
+# The most one connection adds to the backlog: a frame's worth (outbound.FRAME_RECORDS),
 # what it takes at once. A tenth of BACKLOG_LIMIT: one connection alone never fills it.
 CONNECTION_SHARE = 100
 # Groups are joined again this often: channels-redis forgets members older than its

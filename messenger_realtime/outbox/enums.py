@@ -117,6 +117,29 @@ URGENT_KINDS = (
     RealtimeDispatchKind.CONFERENCE_ENDED,
 )
 
+# Kinds a delivery deadline (DELIVERY_DEADLINES) may drop: media signals only, never a
+# message, a receipt or any chat state change (clients rebuild those from REST anyway,
+# but a lost message event is never acceptable). outbox/checks.py holds the setting to it.
+EXPIRABLE_KINDS = frozenset(
+    {
+        RealtimeDispatchKind.CALL_INVITED,
+        RealtimeDispatchKind.CALL_ANSWERED,
+        RealtimeDispatchKind.CALL_DECLINED,
+        RealtimeDispatchKind.CALL_MISSED,
+        RealtimeDispatchKind.CALL_CANCELLED,
+        RealtimeDispatchKind.CALL_ENDED,
+        RealtimeDispatchKind.CONFERENCE_INVITED,
+        RealtimeDispatchKind.CONFERENCE_STARTED,
+        RealtimeDispatchKind.CONFERENCE_ENDED,
+        RealtimeDispatchKind.CONFERENCE_PARTICIPANT_JOINED,
+        RealtimeDispatchKind.CONFERENCE_PARTICIPANT_LEFT,
+        RealtimeDispatchKind.SCREEN_SHARE_STARTED,
+        RealtimeDispatchKind.SCREEN_SHARE_STOPPED,
+        RealtimeDispatchKind.RECORDING_STARTED,
+        RealtimeDispatchKind.RECORDING_STOPPED,
+    }
+)
+
 _WORD_BOUNDARY = re.compile(r"(?<!^)(?=[A-Z])")
 
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from redis.asyncio.connection import AbstractConnection
 
-from messenger_realtime.backplane.claims import USED, Claim
 from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.reservations import USED, ConnectionReservation
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.exceptions import InvalidToken
@@ -138,6 +138,6 @@ def test_over_sharded_redis_the_claim_is_made_on_its_own_key_s_server(
             connection = await open_with(channel_layer, user, connection_token)
             await connection.end()
         ttl = load_hub_options().connection_token_ttl
-        return [await Claim(cid, ttl).make(channel_layer) for cid, _ in tokens]
+        return [await ConnectionReservation(cid, ttl).make(channel_layer) for cid, _ in tokens]
 
     assert run(scenario()) == [False] * 4  # each was claimed already, on either server

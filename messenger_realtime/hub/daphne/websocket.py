@@ -9,8 +9,9 @@
 - Send bound: before each outgoing message the connection's unsent bytes (Twisted's write
   buffer plus, on Linux, the socket's unacknowledged bytes) are compared with
   SEND_BUFFER_LIMIT; past it the application gets one `hub.send_overflow` message and the
-  consumer closes the connection with allowReconnect (consumer.py). A client that keeps
-  pinging but never reads is caught too: it is what it does not read that counts.
+  consumer closes the connection with allowReconnect (HubConsumer.hub_send_overflow, in
+  hub/transports/websocket.py). A client that keeps pinging but never reads is caught
+  too: it is what it does not read that counts.
 - Eager writes: a frame goes to the socket at once when nothing waits in Twisted's
   buffer, and only what the kernel does not take waits for the reactor. Twisted alone
   buffers every write and registers the socket for writability (two epoll_ctl calls and
