@@ -8,6 +8,7 @@ SignalR, which clients may show or match.
 import logging
 from typing import Any
 
+import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.exceptions import HubError
 from messenger_realtime.hub import ratelimit
 from messenger_realtime.hub.connection.methods import HubMethod, discover
@@ -21,7 +22,7 @@ async def handle(connection: Connection, message: dict[str, Any]) -> bool:
     """Act on one message from the client; False when the connection was closed."""
     kind = message["type"]
     if kind == MessageType.CLOSE:
-        await connection.finish()  # the client's Close: end without a word, no resume
+        await connection.end(ending.CLIENT_CLOSED)  # without a word, no resume
         return False
     if kind == MessageType.INVOCATION:
         await _invoke(connection, message)
@@ -45,7 +46,7 @@ async def _invoke(connection: Connection, message: dict[str, Any]) -> None:
         connection.refused_invocations += 1
         if connection.refused_invocations >= options.rate_limit_flood:
             # It keeps going past its limit: end it (a reconnect counts on, too).
-            await connection.close_with_error(f"Connection closed with an error. {refusal}")
+            await connection.end(ending.error(f"Connection closed with an error. {refusal}"))
             return
         await _reply(connection, message, error=f"{_failed(target)} HubException: {refusal}")
         return

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 
+import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.hub.connection.events import EVENT_TYPE, dispatch, event_frame
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import Frame, join_frames
@@ -76,7 +77,7 @@ class Outbound:
         c = self.connection
         c.last_received = now = c.loop.time()
         if now >= c.auth.expires_at and not c.closing:
-            c.hub.keep(asyncio.ensure_future(c.drop(c.auth.expiry_reason)))
+            c.end_soon(ending.dropped(c.auth.expiry_reason))
 
     async def _deliver(self) -> None:
         """Forward what the process's reader put in this connection's inbox, until it is
@@ -111,7 +112,7 @@ class Outbound:
             raise
         except Exception:
             logger.exception("hub connection failed", extra=c.ids())
-            await c.shutdown()
+            await c.end(ending.SHUTDOWN)
         finally:
             if self.task is asyncio.current_task():
                 self.task = None

@@ -18,7 +18,9 @@ resume window passing. A refused resume makes the official client start afresh.
 import logging
 from typing import Any
 
+import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.hub.auth import Identity
+from messenger_realtime.hub.connection.ending import REPLAY_OVERFLOW
 from messenger_realtime.hub.connection.replay import InboundSequence, ReplayBuffer
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import SEQUENCED, Frame, MessageType, join_frames
@@ -81,7 +83,7 @@ class StatefulReconnect:
         kept = all([buffer.add(frame) for frame in frames])
         if c.transport is None or self.resuming:  # not on the wire: only the buffer has it
             if not kept:
-                await c.drop(REPLAY_OVERFLOW)
+                await c.end(ending.dropped(REPLAY_OVERFLOW))
             return
         if was_resumable and not buffer.resumable:
             # The client acks too slowly for the bound: it stays connected, but a drop
@@ -115,7 +117,7 @@ class StatefulReconnect:
             # As at the handshake: a logout since the upgrade authenticated this resume
             # named a session the connection did not have yet (lifecycle.py).
             self.resuming = False
-            await c.end_session()
+            await c.end(ending.session_ended())
             return
         c.protocol.reset()
         transport.use_binary(c.protocol.binary)
@@ -139,6 +141,3 @@ class StatefulReconnect:
     def _log_ids(self) -> dict[str, Any]:
         c = self.connection
         return {Field.CONNECTION_ID: c.connection_id, Field.USER_ID: c.user_id}
-
-
-REPLAY_OVERFLOW = "replay buffer over STATEFUL_RECONNECT_BUFFER_SIZE"
