@@ -321,6 +321,11 @@ def test_several_waiting_events_leave_in_one_frame(private_redis: PrivateRedis) 
 
         async def close(self) -> None: ...
 
+        def send_now(self, frame: Any) -> bool:
+            return False
+
+        def take_pings(self, heard: Any) -> None: ...
+
         def use_binary(self, binary: bool) -> None: ...
 
         def idle_since(self) -> None:

@@ -67,9 +67,9 @@ class Outbound:
     def take_pings(self) -> None:
         """Let the transport take the client's Pings itself, where it can (a WebSocket
         under Daphne: daphne/websocket.py), now that a Ping means nothing but `heard`."""
-        take = getattr(self.connection.transport, "take_pings", None)
-        if take is not None:
-            take(self.heard)
+        transport = self.connection.transport
+        if transport is not None:
+            transport.take_pings(self.heard)
 
     def heard(self) -> None:
         """A Ping the transport took itself: the client is alive (as receive() would
@@ -145,11 +145,8 @@ class Outbound:
         transport = c.transport
         if transport is None:
             return
-        send_now = getattr(transport, "send_now", None)
-        if send_now is not None:
-            send_now(frame)
-            return
-        c.hub.keep(asyncio.ensure_future(transport.send(frame)))
+        if not transport.send_now(frame):
+            c.hub.keep(asyncio.ensure_future(transport.send(frame)))
 
     async def emit(self, frame: Frame) -> None:
         """A hub invocation message (an event, a completion): numbered and kept for a
