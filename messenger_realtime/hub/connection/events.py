@@ -10,7 +10,6 @@ from typing import Any
 
 import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.hub.connection.ending import BACKPLANE_RESTARTED, OVERRUN
-from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.media import media_join
 from messenger_realtime.hub.protocols.base import Frame
@@ -48,9 +47,7 @@ async def event_frame(
     if hold:
         offset = message["payload"].get("offset")
         if offset is not None:
-            marks = connection.marks
-            if marks is None:
-                marks = connection.marks = StreamMarks()
+            marks = connection.stream_marks()
             if not marks.admits(message["payload"]["stream"], offset, message):
                 return None
     return encode(connection, message)

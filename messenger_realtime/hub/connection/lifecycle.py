@@ -115,6 +115,23 @@ class HubConnection:
         self.marks: StreamMarks | None = None
         self.timeouts = Timeouts(self, hub.clock())  # its deadlines, on the process's clock
 
+    def sent(self) -> None:
+        """Something went out to the client now (the keep-alive counts from here)."""
+        self.last_sent = self.loop.time()
+
+    def heard(self) -> float:
+        """Something came from the client now (its timeout counts from here): the time."""
+        self.last_received = now = self.loop.time()
+        return now
+
+    def stream_marks(self) -> StreamMarks:
+        """Its StreamMarks (marks.py), made at first use: at its first event with an
+        offset, or its first Recover."""
+        marks = self.marks
+        if marks is None:
+            marks = self.marks = StreamMarks()
+        return marks
+
     def receive_lock(self) -> asyncio.Lock:
         """One POST of this connection at a time (long polling, Server-Sent Events)."""
         if self.receiving is None:
@@ -159,7 +176,7 @@ class HubConnection:
 
     async def receive(self, data: Frame) -> None:
         """What the transport got from the client: a frame, or a POST body."""
-        self.last_received = now = self.loop.time()
+        now = self.heard()
         if self.closing:
             return
         auth = self.auth
@@ -263,9 +280,23 @@ class HubConnection:
         return None
 
     async def resume(self, transport: Transport, identity: Identity, token: str | None) -> None:
-        """Carry on over a new WebSocket (stateful.py)."""
-        assert self.stateful is not None
-        await self.stateful.resume(transport, identity, token)
+        """Carry on over a new WebSocket, authenticated again (stateful.py replays)."""
+        stateful = self.stateful
+        assert stateful is not None
+        old, self.transport = self.transport, transport
+        stateful.attach()
+        if old is not None:  # half-open: the server had not seen it drop yet
+            await old.close()
+        self.auth.renew(identity, token, self.loop)
+        if not await self.auth.session_holds(self.user_id):
+            # As at the handshake: a logout since the upgrade authenticated this resume
+            # named a session the connection did not have yet.
+            stateful.refused()
+            await self.end(ending.session_ended())
+            return
+        await stateful.replay(transport)
+        self.last_received = self.last_sent = now = self.loop.time()
+        self.timeouts.moved(now)
 
     # -- ending -------------------------------------------------------------------
 

@@ -75,7 +75,7 @@ class Outbound:
         """A Ping the transport took itself: the client is alive (as receive() would
         record it, expiry included)."""
         c = self.connection
-        c.last_received = now = c.loop.time()
+        now = c.heard()
         if now >= c.auth.expires_at and not c.closing:
             c.end_soon(ending.dropped(c.auth.expiry_reason))
 
@@ -132,7 +132,7 @@ class Outbound:
     async def send(self, frame: Frame) -> None:
         """A message outside the sequence (handshake, ping, Close, Ack, Sequence)."""
         c = self.connection
-        c.last_sent = c.loop.time()
+        c.sent()
         transport = c.transport
         if transport is not None:
             await transport.send(frame)
@@ -141,7 +141,7 @@ class Outbound:
         """As send, from code that cannot wait (the clock's pings and Acks): at once
         where the transport writes without waiting (a WebSocket), else in a task."""
         c = self.connection
-        c.last_sent = c.loop.time()
+        c.sent()
         transport = c.transport
         if transport is None:
             return
@@ -152,7 +152,7 @@ class Outbound:
         """A hub invocation message (an event, a completion): numbered and kept for a
         resume when stateful (stateful.py)."""
         c = self.connection
-        c.last_sent = c.loop.time()
+        c.sent()
         if c.stateful is not None:
             await c.stateful.emit(frame)
             return
@@ -168,7 +168,7 @@ class Outbound:
             await self.emit(frames[0])
             return
         c = self.connection
-        c.last_sent = c.loop.time()
+        c.sent()
         if c.stateful is not None:
             await c.stateful.emit(*frames)
             return

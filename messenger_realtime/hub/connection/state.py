@@ -121,18 +121,39 @@ class Connection(Protocol):
     connection_id: str
     user_id: UUID
     options: HubOptions
-    transport: Transport | None
     channel_layer: Any
     loop: asyncio.AbstractEventLoop
     protocol: HubProtocol | None
     handshaken: bool
-    closing: bool
-    ended: bool
-    opened_at: float
-    last_received: float
-    last_sent: float
     refused_invocations: int
-    marks: StreamMarks | None  # made at its first event with an offset (marks.py)
+    # Written by the connection alone (read-only here).
+
+    @property
+    def transport(self) -> Transport | None: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    @property
+    def opened_at(self) -> float: ...
+
+    @property
+    def last_received(self) -> float: ...
+
+    @property
+    def last_sent(self) -> float: ...
+
+    @property
+    def marks(self) -> StreamMarks | None: ...  # stream_marks() makes them
+
+    def sent(self) -> None: ...
+
+    def heard(self) -> float: ...
+
+    def stream_marks(self) -> StreamMarks: ...
 
     @property
     def hub(self) -> Process: ...

@@ -48,9 +48,7 @@ async def recover(connection: Connection, argument: Any) -> dict[str, str]:
     -> the last offset the client holds."""
     started = time.perf_counter()
     asked = parse(argument)
-    marks = connection.marks
-    if marks is None:
-        marks = connection.marks = StreamMarks()
+    marks = connection.stream_marks()
     for stream in asked:  # from here, live events of these streams wait
         marks.held.setdefault(stream, [])
     # Frames an event delivery built before the hold go out before any recovered one.
