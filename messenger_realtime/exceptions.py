@@ -84,6 +84,12 @@ class InvalidToken(RealtimeError):
     """Why a credential was refused (safe to show: never contains the token)."""
 
 
+class HubError(RealtimeError):
+    """A hub method refuses a call: str() is what the client is told (its Completion's
+    `HubException: ...`, as ASP.NET Core answers a HubException). Any other exception a
+    method raises is logged and answered without a word of why."""
+
+
 class HubProtocolError(RealtimeError):
     """A client broke the SignalR hub protocol."""
 

@@ -20,7 +20,7 @@ What it owns, and who else writes it (nobody):
   wait), kept until done (`keep`).
 - `built`: the events its recoveries built, shared by the next ones (hub/recovery.py),
   the thread its recoveries read on, and a lock per user recovering (one recovery read
-  at a time per user: hub/connection/recovery.py).
+  at a time per user: hub/connection/methods/recover.py).
 - per event loop: the `clock` every connection's deadlines are kept on (hub/clock.py),
   the `fanout` over the channel layer (hub/fanout.py: the process is the layer's group
   member) and the chat `rosters` it has read (hub/rosters.py).
@@ -127,7 +127,7 @@ class HubProcess:
         if self.connections.get(connection_id) is connection:
             del self.connections[connection_id]
 
-    # -- recoveries (hub/connection/recovery.py) --------------------------------------
+    # -- recoveries (hub/connection/methods/recover.py) ------------------------------
 
     def recovering(self, user_id: UUID) -> asyncio.Lock:
         """The lock a user's recoveries take, one at a time, in this process."""

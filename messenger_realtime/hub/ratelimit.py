@@ -41,7 +41,8 @@ CONNECTS = "connect"  # negotiates, and WebSocket upgrades that skip negotiate
 KEY = "messenger_realtime:rate:{scope}:{user}"
 # KEYS[1]: the log; ARGV[1]: the limit (>= 1), ARGV[2]: the window in microseconds,
 # ARGV[3] (optional): a charge, logged whatever the count (what a request turned out to
-# cost beyond the one it was counted as: a Recover's events, hub/connection/recovery.py).
+# cost beyond the one it was counted as: a Recover's events,
+# hub/connection/methods/recover.py).
 # Returns 0 when the request is let through (and logged), else the microseconds until
 # the oldest logged request leaves the window. TIME is Redis' clock (scripts may call it
 # since Redis 5, which replicates a script's effects, not the script). The member is

@@ -33,6 +33,7 @@ from messenger_realtime.backplane.publisher import layer_message
 from messenger_realtime.contracts.build import build_events
 from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.contracts.port import get_domain_port
+from messenger_realtime.exceptions import HubError
 from messenger_realtime.outbox.enums import RealtimeTargetKind
 from messenger_realtime.outbox.streams import CHAT_PREFIX, USER_PREFIX
 
@@ -69,7 +70,7 @@ ORDER BY a.stream, o.stream_offset
 """
 
 
-class RecoverError(ValueError):
+class RecoverError(HubError, ValueError):
     """The Recover argument is not what the method takes (the client is told why)."""
 
 

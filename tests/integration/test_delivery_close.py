@@ -15,6 +15,7 @@ import pytest
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.connection.ending import RELEASED
 from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
@@ -91,7 +92,7 @@ def test_frames_built_before_a_mid_batch_expiry_go_out_before_the_close(
         groups.release.set()
         await asyncio.wait_for(asyncio.gather(delivery, return_exceptions=True), 10)
         await asyncio.wait_for(transport.closed.wait(), 10)
-        await connection.end()
+        await connection.end(RELEASED)
         return transport.records
 
     records = run(scenario())

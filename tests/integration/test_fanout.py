@@ -306,6 +306,7 @@ def test_several_waiting_events_leave_in_one_frame(private_redis: PrivateRedis) 
     from messenger_realtime.conf.settings import load_hub_options
     from messenger_realtime.hub.auth import Identity
     from messenger_realtime.hub.connection import HubConnection
+    from messenger_realtime.hub.connection.ending import RELEASED
     from messenger_realtime.hub.process import HubProcess
     from messenger_realtime.hub.protocols import JsonProtocol
 
@@ -319,6 +320,11 @@ def test_several_waiting_events_leave_in_one_frame(private_redis: PrivateRedis) 
             frames.append(frame)
 
         async def close(self) -> None: ...
+
+        def send_now(self, frame: Any) -> bool:
+            return False
+
+        def take_pings(self, heard: Any) -> None: ...
 
         def use_binary(self, binary: bool) -> None: ...
 
@@ -345,7 +351,7 @@ def test_several_waiting_events_leave_in_one_frame(private_redis: PrivateRedis) 
             connection.groups.inbox.put({**message, "payload": {"seq": n}, "membership_version": 1})
         connection.outbound.start()
         await until(lambda: frames, "a frame sent")
-        await connection.end()
+        await connection.end(RELEASED)
 
     run(scenario())
     assert len(frames) == 1

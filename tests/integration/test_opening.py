@@ -13,6 +13,7 @@ from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub import auth
+from messenger_realtime.hub.connection.ending import RELEASED
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.transports import opening
 from project.messenger import services
@@ -76,7 +77,7 @@ def test_a_connection_opens_in_two_redis_round_trips(
         try:
             return sorted(hub.fanout(channel_layer).members)
         finally:
-            await connection.end()
+            await connection.end(RELEASED)
 
     joined = run(scenario())
     assert joined == sorted(
@@ -136,7 +137,7 @@ def test_over_sharded_redis_the_claim_is_made_on_its_own_key_s_server(
     async def scenario() -> list[bool]:
         for user, (_, connection_token) in zip(users, tokens, strict=True):
             connection = await open_with(channel_layer, user, connection_token)
-            await connection.end()
+            await connection.end(RELEASED)
         ttl = load_hub_options().connection_token_ttl
         return [await ConnectionReservation(cid, ttl).make(channel_layer) for cid, _ in tokens]
 

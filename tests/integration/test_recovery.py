@@ -17,7 +17,7 @@ from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.hub.connection import events
 from messenger_realtime.hub.connection.marks import TRACKED
-from messenger_realtime.hub.connection.recovery import recover
+from messenger_realtime.hub.connection.methods.recover import recover
 from messenger_realtime.hub.recovery import (
     FORBIDDEN,
     MISSED,

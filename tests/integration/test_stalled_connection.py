@@ -20,6 +20,7 @@ from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.hub import fanout as fanout_module
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.connection.ending import RELEASED
 from messenger_realtime.hub.fanout import BACKLOG_LIMIT
 from messenger_realtime.hub.inbox import OVERRUN_MESSAGE, Inbox
 from messenger_realtime.hub.process import HubProcess
@@ -133,7 +134,7 @@ def test_a_stalled_connection_is_closed_at_the_backlog_limit_and_a_slow_one_lose
         lost = overruns() - before
         gate.set()  # the stuck delivery goes on: it takes the overrun and closes
         await asyncio.wait_for(stuck_transport.closed.wait(), 10)
-        await slow.end()
+        await slow.end(RELEASED)
         return stuck_transport, slow_transport, held, lost
 
     stuck, slow, held, lost = run(scenario())
@@ -203,7 +204,7 @@ def test_a_slow_connection_does_not_hold_the_reader_for_a_quick_one_in_its_proce
         else:
             await asyncio.wait_for(slow_transport.closed.wait(), 30)
         for connection in (slow, quick):
-            await connection.end()
+            await connection.end(RELEASED)
         return slow_transport, quick_transport, held, overruns() - before
 
     slow, quick, held, lost = run(scenario())

@@ -36,6 +36,11 @@ class Recorder:
 
     async def close(self) -> None: ...
 
+    def send_now(self, frame: Any) -> bool:
+        return False
+
+    def take_pings(self, heard: Any) -> None: ...
+
     def use_binary(self, binary: bool) -> None: ...
 
     def idle_since(self) -> float | None:

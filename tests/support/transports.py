@@ -17,6 +17,11 @@ class FakeTransport:
     async def close(self) -> None:
         self.closed.set()
 
+    def send_now(self, frame: Any) -> bool:
+        return False
+
+    def take_pings(self, heard: Any) -> None: ...
+
     def use_binary(self, binary: bool) -> None: ...
 
     def idle_since(self) -> None:

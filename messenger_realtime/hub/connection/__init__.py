@@ -1,7 +1,8 @@
 """One logical hub connection, composed of small parts.
 
 `HubConnection` (lifecycle.py) holds the state every part reads, in one place, and its
-life: the handshake, receiving, and ending once. Each part owns one concern and its own
+life: the handshake, receiving, and ending once, whichever way: `end(Ending)`, with the
+reason as data (ending.py). Each part owns one concern and its own
 state, and is reached through the connection's attribute of the same name:
 
 - `auth` (authentication.py): the credentials it came with and when they expire;

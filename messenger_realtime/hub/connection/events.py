@@ -8,15 +8,13 @@ acts on a control message by its Channels message type (HANDLERS).
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from messenger_realtime.hub.connection.authentication import REVOKED
-from messenger_realtime.hub.connection.marks import StreamMarks
+import messenger_realtime.hub.connection.ending as ending
+from messenger_realtime.hub.connection.ending import BACKPLANE_RESTARTED, OVERRUN
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.media import media_join
 from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.restarts import BACKPLANE_RESTARTED_EVENT
 
-OVERRUN = "events dropped (channel layer overrun)"
-BACKPLANE_RESTARTED = "events may be lost (channel layer server restarted)"
 EVENT_TYPE = "realtime.event"  # backplane/publisher.py's dispatcher events
 _FRAMES = "_frames"  # a message's frames by protocol name, filled in by the first connection
 
@@ -30,7 +28,7 @@ async def event_frame(
     protocol and process and kept on the message."""
     auth = connection.auth
     if connection.closing or connection.loop.time() >= auth.expires_at:
-        await connection.drop(auth.expiry_reason)  # no event once the credentials expired
+        await connection.end(ending.dropped(auth.expiry_reason))  # none once expired
         return None
     chat = message.get("chat")
     groups = connection.groups
@@ -49,9 +47,7 @@ async def event_frame(
     if hold:
         offset = message["payload"].get("offset")
         if offset is not None:
-            marks = connection.marks
-            if marks is None:
-                marks = connection.marks = StreamMarks()
+            marks = connection.stream_marks()
             if not marks.admits(message["payload"]["stream"], offset, message):
                 return None
     return encode(connection, message)
@@ -99,31 +95,31 @@ async def _membership(connection: Connection, message: dict[str, Any]) -> None:
 
 async def _disconnect(connection: Connection, message: dict[str, Any]) -> None:
     """Ops asked this user's connections to reconnect (see control.disconnect_user)."""
-    await connection.shutdown()
+    await connection.end(ending.SHUTDOWN)
 
 
 async def _session_ended(connection: Connection, message: dict[str, Any]) -> None:
     """The user logged out of the Django session this connection came with."""
     session = connection.auth.session
     if session is not None and message.get("session") == session:
-        await connection.end_session()
+        await connection.end(ending.session_ended())
 
 
 async def _revoked(connection: Connection, message: dict[str, Any]) -> None:
     """The user was deactivated or deleted, or their credentials revoked
     (control.credentials_revoked): Close for good, whatever the credentials."""
-    await connection.end_session(REVOKED, metric="revoked")
+    await connection.end(ending.revoked())
 
 
 async def _overrun(connection: Connection, message: dict[str, Any]) -> None:
     """The channel layer dropped a message meant for this connection (backplane/layer.py)."""
-    await connection.drop(OVERRUN)
+    await connection.end(ending.dropped(OVERRUN))
 
 
 async def _backplane_restarted(connection: Connection, message: dict[str, Any]) -> None:
     """A Redis server forgot the process's groups and queue (hub/fanout.py): events may
     have been lost on the way here, so the client reconnects and recovers them."""
-    await connection.drop(BACKPLANE_RESTARTED)
+    await connection.end(ending.dropped(BACKPLANE_RESTARTED))
 
 
 # Channels message type -> what it does to a connection.

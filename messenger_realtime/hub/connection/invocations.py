@@ -6,15 +6,14 @@ SignalR, which clients may show or match.
 """
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple
+from typing import Any
 
-from messenger_realtime.contracts.events import HubTarget
+import messenger_realtime.hub.connection.ending as ending
+from messenger_realtime.exceptions import HubError
 from messenger_realtime.hub import ratelimit
-from messenger_realtime.hub.connection.recovery import recover
+from messenger_realtime.hub.connection.methods import HubMethod, discover
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import MessageType
-from messenger_realtime.hub.recovery import RecoverError
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +22,7 @@ async def handle(connection: Connection, message: dict[str, Any]) -> bool:
     """Act on one message from the client; False when the connection was closed."""
     kind = message["type"]
     if kind == MessageType.CLOSE:
-        await connection.finish()  # the client's Close: end without a word, no resume
+        await connection.end(ending.CLIENT_CLOSED)  # without a word, no resume
         return False
     if kind == MessageType.INVOCATION:
         await _invoke(connection, message)
@@ -47,7 +46,7 @@ async def _invoke(connection: Connection, message: dict[str, Any]) -> None:
         connection.refused_invocations += 1
         if connection.refused_invocations >= options.rate_limit_flood:
             # It keeps going past its limit: end it (a reconnect counts on, too).
-            await connection.close_with_error(f"Connection closed with an error. {refusal}")
+            await connection.end(ending.error(f"Connection closed with an error. {refusal}"))
             return
         await _reply(connection, message, error=f"{_failed(target)} HubException: {refusal}")
         return
@@ -66,7 +65,7 @@ async def _invoke(connection: Connection, message: dict[str, Any]) -> None:
         return
     try:
         result = await method.call(connection, *arguments)
-    except RecoverError as exc:  # the client's argument: it is told what is wrong
+    except HubError as exc:  # the method refused the call: the client is told why
         await _reply(connection, message, error=f"{_failed(target)} HubException: {exc}")
         return
     except Exception:
@@ -94,24 +93,8 @@ async def _reply(
         )
 
 
-# -- hub methods clients may call ---------------------------------------------------
-
-
-async def get_groups(connection: Connection) -> list[str]:
-    """The hub groups this connection is in (decided by the server)."""
-    chats = sorted(str(HubTarget.chat(c)) for c in connection.groups.chats)
-    return [str(HubTarget.user(connection.user_id)), *chats]
-
-
-class HubMethod(NamedTuple):
-    arity: int  # how many arguments an invocation must give
-    call: Callable[..., Awaitable[Any]]  # (connection, *arguments) -> the result
-
-
-HUB_METHODS: dict[str, HubMethod] = {
-    "GetGroups": HubMethod(0, get_groups),
-    "Recover": HubMethod(1, recover),  # one object: stream -> last offset held
-}
+# Name -> method: one module each in methods/ (its docstring says how to add one).
+HUB_METHODS: dict[str, HubMethod] = discover()
 
 
 def _failed(target: str) -> str:

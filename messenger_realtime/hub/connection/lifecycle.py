@@ -16,6 +16,7 @@ import logging
 from typing import Any
 from uuid import UUID
 
+import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.backplane.claims import Claim
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import (
@@ -27,14 +28,14 @@ from messenger_realtime.exceptions import (
 from messenger_realtime.hub import protocols
 from messenger_realtime.hub.admission import Opening
 from messenger_realtime.hub.auth import Identity
-from messenger_realtime.hub.connection.authentication import SESSION_ENDED, Authentication
-from messenger_realtime.hub.connection.events import BACKPLANE_RESTARTED, OVERRUN
+from messenger_realtime.hub.connection.authentication import Authentication
+from messenger_realtime.hub.connection.ending import SEND_BUFFER_OVER, UNEXPECTED, Ending
 from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.connection.invocations import handle
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.outbound import Outbound
 from messenger_realtime.hub.connection.state import Process
-from messenger_realtime.hub.connection.stateful import REPLAY_OVERFLOW, StatefulReconnect
+from messenger_realtime.hub.connection.stateful import StatefulReconnect
 from messenger_realtime.hub.connection.timeouts import Timeouts
 from messenger_realtime.hub.protocols import handshake
 from messenger_realtime.hub.protocols.base import Frame, HubProtocol
@@ -43,7 +44,6 @@ from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
-UNEXPECTED = "Connection closed with an error."  # ASP.NET's words when it does not say why
 FIRST_MESSAGE_WAIT = 0.5  # stateful: the longest events wait for the client's first message
 
 
@@ -115,6 +115,23 @@ class HubConnection:
         self.marks: StreamMarks | None = None
         self.timeouts = Timeouts(self, hub.clock())  # its deadlines, on the process's clock
 
+    def sent(self) -> None:
+        """Something went out to the client now (the keep-alive counts from here)."""
+        self.last_sent = self.loop.time()
+
+    def heard(self) -> float:
+        """Something came from the client now (its timeout counts from here): the time."""
+        self.last_received = now = self.loop.time()
+        return now
+
+    def stream_marks(self) -> StreamMarks:
+        """Its StreamMarks (marks.py), made at first use: at its first event with an
+        offset, or its first Recover."""
+        marks = self.marks
+        if marks is None:
+            marks = self.marks = StreamMarks()
+        return marks
+
     def receive_lock(self) -> asyncio.Lock:
         """One POST of this connection at a time (long polling, Server-Sent Events)."""
         if self.receiving is None:
@@ -159,12 +176,12 @@ class HubConnection:
 
     async def receive(self, data: Frame) -> None:
         """What the transport got from the client: a frame, or a POST body."""
-        self.last_received = now = self.loop.time()
+        now = self.heard()
         if self.closing:
             return
         auth = self.auth
         if now >= auth.expires_at:
-            await self.drop(auth.expiry_reason)
+            await self.end(ending.dropped(auth.expiry_reason))
             return
         try:
             if not self.handshaken:
@@ -177,12 +194,12 @@ class HubConnection:
                 if not await self._receive_message(message):
                     return
         except (UnicodeDecodeError, HubProtocolError) as exc:
-            await self.close_with_error(_reason(exc))
+            await self.end(ending.error(_reason(exc)))
         except Exception:
             # Whatever a client's input set off, it ends that connection alone, with a
             # Close and at once (registry, groups), never a 1011 left for the clock.
             logger.exception("hub message failed", extra={**self.ids(), "action": "receive"})
-            await self.close_with_error(UNEXPECTED)
+            await self.end(ending.error(UNEXPECTED))
 
     async def _receive_message(self, message: dict[str, Any]) -> bool:
         """Act on one message; False once the connection was closed."""
@@ -202,9 +219,7 @@ class HubConnection:
         try:
             request = handshake.parse_handshake(record, binary_ok=transport.binary_ok)
         except HandshakeError as exc:
-            self.closing = True
-            await self.outbound.send(handshake.handshake_error(str(exc)))
-            await self.finish()
+            await self.end(ending.handshake_refused(str(exc)))
             return None
         self.handshake_buffer = None  # read: it holds nothing more for this connection
         self.protocol = protocols.create(request.protocol, self.options.max_message_size)
@@ -230,7 +245,7 @@ class HubConnection:
         ok = handshake.HANDSHAKE_OK
         await self.outbound.send(ok.encode() if self.protocol.binary else ok)
         if not session_holds:
-            await self.end_session()
+            await self.end(ending.session_ended())
             return None
         logger.info(
             "hub connected",
@@ -265,9 +280,23 @@ class HubConnection:
         return None
 
     async def resume(self, transport: Transport, identity: Identity, token: str | None) -> None:
-        """Carry on over a new WebSocket (stateful.py)."""
-        assert self.stateful is not None
-        await self.stateful.resume(transport, identity, token)
+        """Carry on over a new WebSocket, authenticated again (stateful.py replays)."""
+        stateful = self.stateful
+        assert stateful is not None
+        old, self.transport = self.transport, transport
+        stateful.attach()
+        if old is not None:  # half-open: the server had not seen it drop yet
+            await old.close()
+        self.auth.renew(identity, token, self.loop)
+        if not await self.auth.session_holds(self.user_id):
+            # As at the handshake: a logout since the upgrade authenticated this resume
+            # named a session the connection did not have yet.
+            stateful.refused()
+            await self.end(ending.session_ended())
+            return
+        await stateful.replay(transport)
+        self.last_received = self.last_sent = now = self.loop.time()
+        self.timeouts.moved(now)
 
     # -- ending -------------------------------------------------------------------
 
@@ -280,18 +309,40 @@ class HubConnection:
         if resumable and stateful is not None and stateful.may_resume():
             stateful.detach()
             return
-        await self.end()
+        await self.end(ending.RELEASED)
 
-    async def finish(self) -> None:
-        """Close the transport (after what was sent) and end the connection."""
-        self.closing = True
+    async def end(self, how: Ending) -> None:
+        """End this connection, whichever way (ending.py: the reasons as data). It ends
+        once: a second end only closes what the first left open (an `once` ending not
+        even that)."""
+        if how.once and self.closing:
+            return
+        self.closing = True  # before any Close: a resume it may prompt is refused
+        if how.metric is not None:
+            metrics.hub_forced_closes.labels(reason=how.metric).inc()
+        if how.reason is not None:
+            extra = {**self.ids(), "reason": how.reason, **dict(how.fields)}
+            logger.info(how.log, extra=extra)
+        if how.handshake_error is not None:
+            await self.outbound.send(handshake.handshake_error(how.handshake_error))
+        elif how.close:
+            close = self._close(how.error, allow_reconnect=how.allow_reconnect)
+            await self.outbound.send_close(close)
         transport = self.transport
-        if transport is not None:
+        if how.close_transport and transport is not None:
             with contextlib.suppress(Exception):  # the socket may be gone already
-                await transport.close()
-        await self.end()
+                await transport.close()  # after what was sent
+        await self._release()
 
-    async def end(self) -> None:
+    def end_soon(self, how: Ending) -> None:
+        """As end(), from code that cannot wait (the clock): in a task of its own, so one
+        connection's close never holds up the others'. An ending that is not `once`
+        marks it closing now: nothing it receives meanwhile is acted on."""
+        if not how.once:
+            self.closing = True
+        self.hub.keep(asyncio.ensure_future(self.end(how)))
+
+    async def _release(self) -> None:
         """Release everything, once: groups, tasks, the registry entry."""
         if self.ended:
             return
@@ -311,44 +362,10 @@ class HubConnection:
         # Also before the handshake finished: the user group is joined before it answers.
         await self.groups.leave_all()
 
-    async def close_with_error(self, reason: str, *, allow_reconnect: bool = False) -> None:
-        logger.info("hub connection closed", extra={**self.ids(), "reason": reason})
-        self.closing = True  # before the Close: a resume it may prompt is refused
-        await self.outbound.send_close(self._close(reason, allow_reconnect=allow_reconnect))
-        await self.finish()
-
-    async def drop(self, reason: str, **fields: Any) -> None:
-        """Close with allowReconnect, once: the client reconnects (authenticating again)
-        and resyncs over REST. Logged with the connection's ids, never a payload."""
-        if self.closing:
-            return
-        self.closing = True
-        metrics.hub_forced_closes.labels(reason=_REASONS.get(reason, "other")).inc()
-        logger.info("hub connection closed", extra={**self.ids(), "reason": reason, **fields})
-        await self.shutdown()
-
-    async def shutdown(self) -> None:
-        """Close, telling the client to reconnect (server shutdown, or ops' request)."""
-        self.closing = True
-        await self.outbound.send_close(self._close(allow_reconnect=True))
-        await self.finish()
-
-    async def end_session(self, reason: str = SESSION_ENDED, *, metric: str = "logout") -> None:
-        """Its Django session ended (logout), or its credentials were revoked: Close
-        saying so, without allowReconnect (a reconnect could only be refused; the
-        official clients then stop for good)."""
-        if self.closing:
-            return
-        self.closing = True
-        metrics.hub_forced_closes.labels(reason=metric).inc()
-        logger.info("hub connection closed", extra={**self.ids(), "reason": reason})
-        await self.outbound.send_close(self._close(f"Connection closed with an error. {reason}"))
-        await self.finish()
-
     async def send_overflow(self, unsent: Any) -> None:
         """Daphne: the connection's unsent data passed SEND_BUFFER_LIMIT (daphne/websocket.py,
         daphne/http.py)."""
-        await self.drop(SEND_BUFFER_OVER, unsent=unsent)
+        await self.end(ending.dropped(SEND_BUFFER_OVER, unsent=unsent))
 
     def _close(self, error: str | None = None, *, allow_reconnect: bool = False) -> Frame:
         close = self.protocol.close if self.protocol else protocols.JsonProtocol.close
@@ -361,18 +378,6 @@ class HubConnection:
             Field.CONNECTION_ID: self.connection_id,
             Field.USER_ID: self.user_id,
         }
-
-
-SEND_BUFFER_OVER = "send buffer over SEND_BUFFER_LIMIT"
-# Bounded label values of messenger_realtime_hub_forced_closes_total.
-_REASONS = {
-    "token expired": "expired",
-    "session expired": "expired",
-    SEND_BUFFER_OVER: "send_buffer",
-    OVERRUN: "overrun",
-    BACKPLANE_RESTARTED: "backplane_restart",
-    REPLAY_OVERFLOW: "replay_buffer",
-}
 
 
 def _reason(exc: Exception) -> str:

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 
+import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.hub.connection.events import EVENT_TYPE, dispatch, event_frame
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import Frame, join_frames
@@ -66,17 +67,17 @@ class Outbound:
     def take_pings(self) -> None:
         """Let the transport take the client's Pings itself, where it can (a WebSocket
         under Daphne: daphne/websocket.py), now that a Ping means nothing but `heard`."""
-        take = getattr(self.connection.transport, "take_pings", None)
-        if take is not None:
-            take(self.heard)
+        transport = self.connection.transport
+        if transport is not None:
+            transport.take_pings(self.heard)
 
     def heard(self) -> None:
         """A Ping the transport took itself: the client is alive (as receive() would
         record it, expiry included)."""
         c = self.connection
-        c.last_received = now = c.loop.time()
+        now = c.heard()
         if now >= c.auth.expires_at and not c.closing:
-            c.hub.keep(asyncio.ensure_future(c.drop(c.auth.expiry_reason)))
+            c.end_soon(ending.dropped(c.auth.expiry_reason))
 
     async def _deliver(self) -> None:
         """Forward what the process's reader put in this connection's inbox, until it is
@@ -111,7 +112,7 @@ class Outbound:
             raise
         except Exception:
             logger.exception("hub connection failed", extra=c.ids())
-            await c.shutdown()
+            await c.end(ending.SHUTDOWN)
         finally:
             if self.task is asyncio.current_task():
                 self.task = None
@@ -131,7 +132,7 @@ class Outbound:
     async def send(self, frame: Frame) -> None:
         """A message outside the sequence (handshake, ping, Close, Ack, Sequence)."""
         c = self.connection
-        c.last_sent = c.loop.time()
+        c.sent()
         transport = c.transport
         if transport is not None:
             await transport.send(frame)
@@ -140,21 +141,18 @@ class Outbound:
         """As send, from code that cannot wait (the clock's pings and Acks): at once
         where the transport writes without waiting (a WebSocket), else in a task."""
         c = self.connection
-        c.last_sent = c.loop.time()
+        c.sent()
         transport = c.transport
         if transport is None:
             return
-        send_now = getattr(transport, "send_now", None)
-        if send_now is not None:
-            send_now(frame)
-            return
-        c.hub.keep(asyncio.ensure_future(transport.send(frame)))
+        if not transport.send_now(frame):
+            c.hub.keep(asyncio.ensure_future(transport.send(frame)))
 
     async def emit(self, frame: Frame) -> None:
         """A hub invocation message (an event, a completion): numbered and kept for a
         resume when stateful (stateful.py)."""
         c = self.connection
-        c.last_sent = c.loop.time()
+        c.sent()
         if c.stateful is not None:
             await c.stateful.emit(frame)
             return
@@ -170,7 +168,7 @@ class Outbound:
             await self.emit(frames[0])
             return
         c = self.connection
-        c.last_sent = c.loop.time()
+        c.sent()
         if c.stateful is not None:
             await c.stateful.emit(*frames)
             return

@@ -15,6 +15,7 @@ from uuid import UUID
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.clock import Clock
+from messenger_realtime.hub.connection.ending import Ending
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.membership import ChatMemberships
 from messenger_realtime.hub.fanout import Fanout
@@ -120,18 +121,39 @@ class Connection(Protocol):
     connection_id: str
     user_id: UUID
     options: HubOptions
-    transport: Transport | None
     channel_layer: Any
     loop: asyncio.AbstractEventLoop
     protocol: HubProtocol | None
     handshaken: bool
-    closing: bool
-    ended: bool
-    opened_at: float
-    last_received: float
-    last_sent: float
     refused_invocations: int
-    marks: StreamMarks | None  # made at its first event with an offset (marks.py)
+    # Written by the connection alone (read-only here).
+
+    @property
+    def transport(self) -> Transport | None: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    @property
+    def opened_at(self) -> float: ...
+
+    @property
+    def last_received(self) -> float: ...
+
+    @property
+    def last_sent(self) -> float: ...
+
+    @property
+    def marks(self) -> StreamMarks | None: ...  # stream_marks() makes them
+
+    def sent(self) -> None: ...
+
+    def heard(self) -> float: ...
+
+    def stream_marks(self) -> StreamMarks: ...
 
     @property
     def hub(self) -> Process: ...
@@ -158,12 +180,6 @@ class Connection(Protocol):
 
     def ids(self) -> dict[str, Any]: ...
 
-    async def finish(self) -> None: ...
+    async def end(self, how: Ending) -> None: ...
 
-    async def drop(self, reason: str, **fields: Any) -> None: ...
-
-    async def shutdown(self) -> None: ...
-
-    async def close_with_error(self, reason: str, *, allow_reconnect: bool = False) -> None: ...
-
-    async def end_session(self, reason: str = ..., *, metric: str = ...) -> None: ...
+    def end_soon(self, how: Ending) -> None: ...

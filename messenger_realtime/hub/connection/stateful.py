@@ -18,7 +18,8 @@ resume window passing. A refused resume makes the official client start afresh.
 import logging
 from typing import Any
 
-from messenger_realtime.hub.auth import Identity
+import messenger_realtime.hub.connection.ending as ending
+from messenger_realtime.hub.connection.ending import REPLAY_OVERFLOW
 from messenger_realtime.hub.connection.replay import InboundSequence, ReplayBuffer
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import SEQUENCED, Frame, MessageType, join_frames
@@ -81,7 +82,7 @@ class StatefulReconnect:
         kept = all([buffer.add(frame) for frame in frames])
         if c.transport is None or self.resuming:  # not on the wire: only the buffer has it
             if not kept:
-                await c.drop(REPLAY_OVERFLOW)
+                await c.end(ending.dropped(REPLAY_OVERFLOW))
             return
         if was_resumable and not buffer.resumable:
             # The client acks too slowly for the bound: it stays connected, but a drop
@@ -102,21 +103,19 @@ class StatefulReconnect:
         logger.info("hub connection detached", extra=self._log_ids())
         c.timeouts.moved(self.detached_at + c.options.disconnect_timeout)
 
-    async def resume(self, transport: Transport, identity: Identity, token: str | None) -> None:
-        """Carry on over a new WebSocket: the Sequence, the unacked messages, then live."""
+    def attach(self) -> None:
+        """A new WebSocket carries it (HubConnection.resume): live sends wait in the
+        buffer until replay() has sent what it holds."""
+        self.detached_at, self.resuming = None, True
+
+    def refused(self) -> None:
+        """The resume was refused after attach(): sends go on the wire again (its Close)."""
+        self.resuming = False
+
+    async def replay(self, transport: Transport) -> None:
+        """Carry on over the new WebSocket: the Sequence, the unacked messages, then live."""
         c = self.connection
         assert c.protocol is not None
-        old, c.transport = c.transport, transport
-        self.detached_at, self.resuming = None, True
-        if old is not None:  # half-open: the server had not seen it drop yet
-            await old.close()
-        c.auth.renew(identity, token, c.loop)
-        if not await c.auth.session_holds(c.user_id):
-            # As at the handshake: a logout since the upgrade authenticated this resume
-            # named a session the connection did not have yet (lifecycle.py).
-            self.resuming = False
-            await c.end_session()
-            return
         c.protocol.reset()
         transport.use_binary(c.protocol.binary)
         if c.outbound.delivering:
@@ -132,13 +131,8 @@ class StatefulReconnect:
                 await transport.send(frame)
                 sent, replayed = message_id, replayed + 1
         self.resuming = False
-        c.last_received = c.last_sent = c.loop.time()
-        c.timeouts.moved(c.last_sent)
         logger.info("hub connection resumed", extra={**self._log_ids(), "replayed": replayed})
 
     def _log_ids(self) -> dict[str, Any]:
         c = self.connection
         return {Field.CONNECTION_ID: c.connection_id, Field.USER_ID: c.user_id}
-
-
-REPLAY_OVERFLOW = "replay buffer over STATEFUL_RECONNECT_BUFFER_SIZE"

@@ -4,26 +4,17 @@ transport is kept.
 
 A part of HubConnection with no task of its own: the process's Clock (clock.py) calls
 `fire` at the nearest deadline, and whoever moves a deadline earlier (an Ack falling due,
-a WebSocket dropping) calls `moved`. A ping or an Ack is written inline; closing, which
-waits on the socket and the channel layer, runs in a task of its own so one connection's
-close never holds up the others' deadlines.
+a WebSocket dropping) calls `moved`. A ping or an Ack is written inline; the end a
+deadline calls for, which waits on the socket and the channel layer, the connection runs
+in a task of its own (end_soon) so one connection's close never holds up the others'
+deadlines.
 """
 
-import asyncio
-import logging
-from collections.abc import Coroutine
-from typing import Any
-
+import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.hub.clock import Clock, Entry, cancel
+from messenger_realtime.hub.connection.ending import CLIENT_TIMEOUT
 from messenger_realtime.hub.connection.state import Connection
-from messenger_realtime.hub.protocols import handshake
-from messenger_realtime.ops.logging import Field
 
-logger = logging.getLogger(__name__)
-CLIENT_TIMEOUT = (
-    "Connection closed with an error. OperationCanceledException: Client hasn't sent a "
-    "message/ping within the configured ClientTimeoutInterval."
-)
 LONGEST_NAP = 3600.0  # every connection is looked at least this often (none is infinite)
 SLACK = 0.01  # s after a deadline: its comparison with the clock must find it passed
 
@@ -31,13 +22,12 @@ SLACK = 0.01  # s after a deadline: its comparison with the clock must find it p
 class Timeouts:
     """The deadlines of one connection, kept by the process's clock."""
 
-    __slots__ = ("clock", "connection", "ending", "entry")
+    __slots__ = ("clock", "connection", "entry")
 
     def __init__(self, connection: Connection, clock: Clock) -> None:
         self.connection = connection
         self.clock = clock  # its process's, on its loop (HubProcess.clock)
         self.entry: Entry | None = None
-        self.ending: asyncio.Task[None] | None = None  # the close a deadline started
 
     def start(self) -> None:
         self.moved(self.connection.loop.time())
@@ -58,20 +48,22 @@ class Timeouts:
             return
         o = c.options
         if not c.handshaken and now - c.opened_at >= o.handshake_timeout:
-            c.closing = True
-            self._end(self._handshake_canceled())
+            c.end_soon(ending.handshake_refused("Handshake was canceled."))
             return
         auth = c.auth
         if now >= auth.expires_at:
-            self._end(c.drop(auth.expiry_reason))
+            c.end_soon(ending.dropped(auth.expiry_reason))
             return
         idle = c.unreachable_since()
         if idle is not None and now - idle >= o.disconnect_timeout:
-            self._end(self._gone())
+            # Nothing reached the client for DISCONNECT_TIMEOUT: end without a resume.
+            detached = c.stateful is not None and c.stateful.detached_at is not None
+            reason = "no resume" if detached else "no poll"
+            c.end_soon(ending.gone(f"{reason} within DISCONNECT_TIMEOUT"))
             return
         keepalive = idle is None and c.pings()
         if keepalive and now - c.last_received >= o.client_timeout:
-            self._end(c.close_with_error(CLIENT_TIMEOUT, allow_reconnect=True))
+            c.end_soon(ending.error(CLIENT_TIMEOUT, allow_reconnect=True))
             return
         if keepalive and now - c.last_sent >= o.keepalive_interval:
             assert c.protocol is not None
@@ -90,27 +82,3 @@ class Timeouts:
         if stateful is not None and stateful.ack_at is not None:
             deadlines.append(stateful.ack_at)
         self.moved(min(deadlines))
-
-    def _end(self, closing: Coroutine[Any, Any, None]) -> None:
-        self.ending = asyncio.ensure_future(closing)
-
-    async def _handshake_canceled(self) -> None:
-        c = self.connection
-        await c.outbound.send(handshake.handshake_error("Handshake was canceled."))
-        await c.finish()
-
-    async def _gone(self) -> None:
-        """Nothing reached the client for DISCONNECT_TIMEOUT: end without a resume."""
-        c = self.connection
-        detached = c.stateful is not None and c.stateful.detached_at is not None
-        reason = "no resume" if detached else "no poll"
-        logger.info(
-            "hub connection ended",
-            extra={
-                "action": "close",
-                "reason": f"{reason} within DISCONNECT_TIMEOUT",
-                Field.CONNECTION_ID: c.connection_id,
-                Field.USER_ID: c.user_id,
-            },
-        )
-        await c.finish()

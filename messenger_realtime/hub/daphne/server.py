@@ -34,6 +34,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.hub.daphne import capacity
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.ops.logging import scrub_query_secrets
@@ -45,7 +46,8 @@ FULL_SCAN_EVERY = 30  # runs of a checker between two visits of every connection
 
 async def close_all_connections(hub: HubProcess) -> int:
     connections = hub.live()
-    await asyncio.gather(*(c.shutdown() for c in connections), return_exceptions=True)
+    ends = (c.end(ending.SHUTDOWN) for c in connections)
+    await asyncio.gather(*ends, return_exceptions=True)
     return len(connections)
 
 

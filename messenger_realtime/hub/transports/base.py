@@ -1,5 +1,6 @@
 """What a logical connection needs from the transport that carries it."""
 
+from collections.abc import Callable
 from typing import Protocol
 
 from messenger_realtime.hub.protocols.base import Frame
@@ -14,6 +15,17 @@ class Transport(Protocol):
 
     async def send(self, frame: Frame) -> None:
         """Deliver one message (or queue it for the next poll)."""
+        ...
+
+    def send_now(self, frame: Frame) -> bool:
+        """From code that cannot wait (the clock's pings and Acks): write one message at
+        once where the transport can (a WebSocket under Daphne); False when it cannot,
+        and the caller sends it in a task."""
+        ...
+
+    def take_pings(self, heard: Callable[[], None]) -> None:
+        """Take the client's Pings here, where the transport can (a WebSocket under
+        Daphne), calling `heard` for each; elsewhere nothing (they reach receive())."""
         ...
 
     async def close(self) -> None:

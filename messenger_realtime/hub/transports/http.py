@@ -19,6 +19,7 @@ from typing import Any
 from channels.consumer import AsyncConsumer, get_handler_name
 from channels.exceptions import StopConsumer
 
+import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.conf.settings import HubOptions, load_hub_options
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub.connection import HubConnection
@@ -208,7 +209,7 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
             await self.respond(405, b"POST requests are not allowed for WebSocket connections.")
         elif self.size > self.options.max_message_size * POST_LIMIT_MESSAGES:
             await self.respond(413, b"Request body too large")
-            await connection.close_with_error(message_too_big(self.options.max_message_size))
+            await connection.end(ending.error(message_too_big(self.options.max_message_size)))
         else:
             async with connection.receive_lock():
                 await connection.receive(body)
@@ -223,7 +224,7 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
         else:
             assert isinstance(transport, LongPollingTransport)  # the only one of its name
             transport.terminate()
-            await connection.end()
+            await connection.end(ending.RELEASED)  # the transport closes next
             await transport.close()
             await self.respond(202)
 

@@ -129,6 +129,12 @@ class LongPollingTransport:
         if self.connection is not None:
             self._forget_connection(self.connection.connection_id, self.connection)
 
+    def send_now(self, frame: Frame) -> bool:
+        return False  # a write waits on the response (the caller sends in a task)
+
+    def take_pings(self, heard: Callable[[], None]) -> None:
+        pass  # the client's Pings reach receive()
+
     def use_binary(self, binary: bool) -> None:
         """Bodies are bytes either way (octet-stream)."""
 

@@ -5,6 +5,7 @@ from uuid import UUID
 import redis
 from channels.layers import get_channel_layer
 
+import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.backplane.claims import Claim
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import InvalidToken
@@ -69,7 +70,7 @@ async def new_connection(
         admission = hub.admission.opening(connection_id, str(identity.user_id))
         await connection.admit(admission, identity, token, claim)
     except BaseException:
-        await connection.end()  # its groups, its count of connects in progress
+        await connection.end(ending.RELEASED)  # its groups, its connect in progress
         raise
     return connection
 

@@ -8,6 +8,7 @@ Keep-alive pings flow both ways as on WebSockets. Under Daphne the stream's unse
 are bounded by SEND_BUFFER_LIMIT (hub/daphne/http.py).
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from messenger_realtime.hub.protocols.base import Frame
@@ -49,6 +50,12 @@ class ServerSentEventsTransport:
         if not self.ended:
             self.ended = True
             await self.consumer.send_body(b"", more_body=False)
+
+    def send_now(self, frame: Frame) -> bool:
+        return False  # a write waits on the response (the caller sends in a task)
+
+    def take_pings(self, heard: Callable[[], None]) -> None:
+        pass  # the client's Pings reach receive()
 
     def use_binary(self, binary: bool) -> None:
         """Never binary: the handshake refuses MessagePack on this transport."""

@@ -7,7 +7,6 @@ channel of its own: the logical connection owns the channel and the groups, so i
 outlive this socket.
 """
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
@@ -58,21 +57,21 @@ class WebSocketTransport:
         else:
             await self._send({"type": "websocket.send", "bytes": frame})
 
-    def send_now(self, frame: Frame) -> None:
+    def send_now(self, frame: Frame) -> bool:
         """Under Daphne, straight to its protocol, without waiting: the ASGI send would
         pass each frame through Channels' session middleware, Daphne's server and the
         protocol's message checks first, a fifth of the hub's CPU per delivery. A socket
         that is no longer open takes nothing, as Daphne's own send does. Elsewhere (a
-        test's ASGI server), in a task."""
+        test's ASGI server) False: the caller sends it in a task."""
         socket = self._socket
         if socket is None:
-            self.consumer.hub.keep(asyncio.ensure_future(self.send(frame)))
-            return
+            return False
         if socket.state == socket.STATE_OPEN:
             if isinstance(frame, str):
                 socket.sendMessage(frame.encode(), False)
             else:
                 socket.sendMessage(frame, True)
+        return True
 
     async def close(self) -> None:
         # 1000: Autobahn refuses 1001 from the application; a Close message has already

@@ -20,6 +20,7 @@ from typing import Any
 from messenger_realtime.hub import ratelimit
 from messenger_realtime.hub.connection.events import encode, event_frame
 from messenger_realtime.hub.connection.marks import StreamMarks
+from messenger_realtime.hub.connection.methods import hub_method
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.recovery import (
@@ -39,15 +40,15 @@ EVENTS_PER_CHARGE = 10
 BYTES_PER_CHARGE = 16 * 1024
 
 
+@hub_method("Recover")
 async def recover(connection: Connection, argument: Any) -> dict[str, str]:
     """The `Recover` hub method: send what the client missed on each stream it names
-    (hub/recovery.py), then answer each stream's outcome. RecoverError for a malformed
-    argument (the caller answers it as a HubException)."""
+    (hub/recovery.py), then answer each stream's outcome. RecoverError (a HubError) for a
+    malformed argument: the client is told what is wrong. `argument`: one object, stream
+    -> the last offset the client holds."""
     started = time.perf_counter()
     asked = parse(argument)
-    marks = connection.marks
-    if marks is None:
-        marks = connection.marks = StreamMarks()
+    marks = connection.stream_marks()
     for stream in asked:  # from here, live events of these streams wait
         marks.held.setdefault(stream, [])
     # Frames an event delivery built before the hold go out before any recovered one.
