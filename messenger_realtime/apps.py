@@ -11,6 +11,7 @@ class MessengerRealtimeConfig(AppConfig):
         from messenger_realtime.conf import checks  # noqa: F401  (registers the system checks)
         from messenger_realtime.conf.settings import clear_cache
         from messenger_realtime.contracts import checks as port_checks  # noqa: F401
+        from messenger_realtime.hub import checks as hub_checks  # noqa: F401
         from messenger_realtime.outbox import checks as outbox_checks  # noqa: F401
         from messenger_realtime.outbox.intents import unbuildable_kinds
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import environ
 
 from messenger_realtime.conf.numbers import env_number
-from messenger_realtime.ops.bounded_pool import BoundedConnection
+from messenger_realtime.hub.bounded_pool import BoundedConnection
 from project.devkeys import dev_keys
 
 BASE_DIR = Path(__file__).resolve().parent.parent

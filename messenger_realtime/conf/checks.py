@@ -5,7 +5,8 @@ the worker's (a hub-only secret cannot stop the worker) while `manage.py check` 
 DOMAIN_PORT's check (E011) lives with the port, in contracts/checks.py. An environment
 variable with the settings' prefix that names no setting is a warning (W001): the
 process starts, and says which variable it ignores and the closest real name. A
-database whose pool does not bound every reply by NETWORK_TIMEOUT is a warning (W002).
+database pool that does not bound every reply by NETWORK_TIMEOUT is a warning (W002), in
+hub/checks.py beside the connection class it asks for.
 `check --deploy` adds the secrets' own (secrets.py): a known placeholder is an error (E038),
 and so is a Django SECRET_KEY weaker than Django's rule (E039, where Django only warns).
 """
@@ -141,38 +142,6 @@ def check_unknown_environment(app_configs: Any = None, **kwargs: Any) -> list[Wa
                 f"${name} names no MESSENGER_REALTIME setting: it is ignored.",
                 hint=hint,
                 id="messenger_realtime.W001",
-            )
-        )
-    return warnings
-
-
-@register(HUB_TAG)
-def check_database_pool(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
-    """W002: the web process's PostgreSQL waits have no bound (ops/bounded_pool.py)."""
-    return unbounded_pools(getattr(settings, "DATABASES", {}))
-
-
-def unbounded_pools(databases: dict[str, Any]) -> list[Warning]:
-    from messenger_realtime.ops.bounded_pool import BoundedConnection
-
-    warnings = []
-    for alias, database in databases.items():
-        # Without a pool (behind PgBouncer; every management command here) no class can be
-        # given: docs/integration.md says what bounds that case.
-        pool = database.get("OPTIONS", {}).get("pool")
-        chosen = pool.get("connection_class") if isinstance(pool, dict) else None
-        if not pool or (isinstance(chosen, type) and issubclass(chosen, BoundedConnection)):
-            continue
-        where = f"DATABASES[{alias!r}]['OPTIONS']['pool']"
-        warnings.append(
-            Warning(
-                f"{where} lends connections that wait for ever on a silent PostgreSQL flow "
-                "(a NAT that forgot it, a failover): each holds a Daphne request or a hub "
-                "read, until the pool is empty.",
-                hint=f"Set {where} = {{'connection_class': "
-                "messenger_realtime.ops.bounded_pool.BoundedConnection, ...}: every reply "
-                "within NETWORK_TIMEOUT (docs/integration.md, step 3).",
-                id="messenger_realtime.W002",
             )
         )
     return warnings

@@ -53,8 +53,8 @@ import time
 import weakref
 from typing import Any
 
-from messenger_realtime.backplane.claims import Claim
 from messenger_realtime.backplane.layer import OVERRUN_EVENT
+from messenger_realtime.backplane.reservations import ConnectionReservation
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.hub.copies import Copies
 from messenger_realtime.hub.inbox import Inbox
@@ -110,7 +110,9 @@ class Fanout:
     async def join(self, group: str, inbox: Inbox) -> None:
         await self.join_many([group], inbox)
 
-    async def join_many(self, groups: list[str], inbox: Inbox, claim: Claim | None = None) -> bool:
+    async def join_many(
+        self, groups: list[str], inbox: Inbox, claim: ConnectionReservation | None = None
+    ) -> bool:
         """Join `inbox` to `groups`: the layer memberships this process lacks are added
         in one round trip per Redis host (a connection joins its user's group, then all
         its chats', when it opens; channels-redis' group_add takes two round trips per

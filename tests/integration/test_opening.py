@@ -124,7 +124,7 @@ def test_over_sharded_redis_the_claim_is_made_on_its_own_key_s_server(
     redis_shards: list[PrivateRedis], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Pipelined with the user's group or not, a claim is made where a claim on its own
-    (Claim.make) looks, so two processes agree whichever way each made it."""
+    (ConnectionReservation.make) looks, so two processes agree whichever way each made it."""
     channel_layer = layer([s.url for s in redis_shards])
     monkeypatch.setattr(opening, "get_channel_layer", lambda: channel_layer)
     users, tokens = [UserFactory() for _ in range(4)], []

@@ -53,7 +53,7 @@ NOT_CODE = {
     "messenger_realtime.dispatch.outcomes.dispatched": "a logger's name",
 }
 # System check ids (`messenger_realtime.E016`) and migrations (`messenger_realtime.0006`).
-NOT_CODE_PATTERN = re.compile(r"messenger_realtime\.(?:E\d+|E0xx|\d{4})")
+NOT_CODE_PATTERN = re.compile(r"messenger_realtime\.(?:[EW]\d+|E0xx|\d{4})")
 # Paths outside the repository (the spec beside it, the system's), or made at run time.
 ELSEWHERE = ("shared/", "../", ".local/", "/")
 

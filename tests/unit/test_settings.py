@@ -388,14 +388,14 @@ def test_the_worker_warns_of_a_misspelled_environment_variable_at_start() -> Non
 
 def test_a_database_pool_without_the_bounded_connection_is_a_warning() -> None:
     """W002: Daphne's requests and the hub's reads on a silent flow would wait for ever."""
-    from messenger_realtime.conf.checks import check_database_pool, unbounded_pools
-    from messenger_realtime.ops.bounded_pool import BoundedConnection
+    from messenger_realtime.hub.bounded_pool import BoundedConnection
+    from messenger_realtime.hub.checks import check_database_pool, unbounded_pools
 
     for pool in ({"max_size": 4}, True):
         (warning,) = unbounded_pools({"default": {"OPTIONS": {"pool": pool}}})
         assert warning.id == "messenger_realtime.W002" and warning.level == WARNING
         assert "DATABASES['default']['OPTIONS']['pool'] lends connections" in warning.msg
-        assert "messenger_realtime.ops.bounded_pool.BoundedConnection" in str(warning.hint)
+        assert "messenger_realtime.hub.bounded_pool.BoundedConnection" in str(warning.hint)
     bounded = {"default": {"OPTIONS": {"pool": {"connection_class": BoundedConnection}}}}
     assert unbounded_pools(bounded) == []
     assert unbounded_pools({"default": {"OPTIONS": {}}}) == []  # no pool: no class to give

@@ -5,8 +5,8 @@ process (not the connection) is the layer's group member (hub/fanout.py)."""
 from collections.abc import Collection, Mapping
 from uuid import UUID
 
-from messenger_realtime.backplane.claims import USED, Claim
 from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.reservations import USED, ConnectionReservation
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import InvalidToken
@@ -70,7 +70,9 @@ class Groups:
                 await self.fanout.forget_copy(chat_group, user_group)
         return verdict is Verdict.FORWARD
 
-    async def admit(self, identity: Identity, token: str | None, claim: Claim | None) -> None:
+    async def admit(
+        self, identity: Identity, token: str | None, claim: ConnectionReservation | None
+    ) -> None:
         """Before a new connection is accepted: join its user's group and make its
         token's `claim` (one Redis round trip), then read in one thread hop (one
         database round trip each) that the user may connect (standing, revocation), its

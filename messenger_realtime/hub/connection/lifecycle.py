@@ -17,7 +17,7 @@ from typing import Any
 from uuid import UUID
 
 import messenger_realtime.hub.connection.ending as ending
-from messenger_realtime.backplane.claims import Claim
+from messenger_realtime.backplane.reservations import ConnectionReservation
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import (
     HandshakeError,
@@ -164,7 +164,7 @@ class HubConnection:
         admission: Opening,
         identity: Identity,
         token: str | None,
-        claim: Claim | None = None,
+        claim: ConnectionReservation | None = None,
     ) -> None:
         """Before the transport accepts: counted as a connect in progress (`admission`,
         until its handshake is answered or it ends), its token's claim, the reads and

@@ -6,7 +6,7 @@ import redis
 from channels.layers import get_channel_layer
 
 import messenger_realtime.hub.connection.ending as ending
-from messenger_realtime.backplane.claims import Claim
+from messenger_realtime.backplane.reservations import ConnectionReservation
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub import auth, ratelimit, user_connections
@@ -54,7 +54,9 @@ async def new_connection(
         ttl = options.connection_token_ttl
         grant = auth.read_connection_token(connection_token, identity.user_id, ttl)
         connection_id, stateful = grant.connection_id, grant.stateful
-        claim = Claim(connection_id, ttl)  # made as it joins its user's group (admit)
+        claim = ConnectionReservation(
+            connection_id, ttl
+        )  # made as it joins its user's group (admit)
     connection = HubConnection(
         hub=hub,
         connection_id=connection_id,

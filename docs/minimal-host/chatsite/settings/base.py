@@ -4,7 +4,7 @@ that docs/integration.md, step 3, asks for)."""
 import os
 from pathlib import Path
 
-from messenger_realtime.ops.bounded_pool import BoundedConnection
+from messenger_realtime.hub.bounded_pool import BoundedConnection
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 SECRET_KEY = os.environ["CHATSITE_SECRET_KEY"]

@@ -19,7 +19,7 @@ The host names it in its pool options (docs/integration.md):
 
     "OPTIONS": {"pool": {"connection_class": BoundedConnection, ...}}
 
-W002 (conf/checks.py) warns when the hub's pool has another class. Without a pool
+W002 (hub/checks.py) warns when the hub's pool has another class. Without a pool
 (behind PgBouncer, CONN_MAX_AGE) Django makes its connections with psycopg.connect and
 no class can be given: there the kernel's keepalives are the only bound.
 """
@@ -40,7 +40,7 @@ class BoundedConnection(psycopg.Connection[Any]):
     def wait(self, gen: PQGen[Any], interval: float = 0.1, timeout: float | None = None) -> Any:
         bounded = timeout is None
         bound = network_timeout()
-        limit = bound if bounded else timeout
+        limit = bound if timeout is None else timeout
         try:
             with WAITS.waiting(POSTGRESQL, bound, 0.0 if bounded else limit):
                 return super().wait(gen, interval, limit)
