@@ -211,3 +211,17 @@ class Direction:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
         self.flow.writer_done()
+
+
+def pipe(source: socket.socket, sink: socket.socket) -> None:
+    """Copy one direction of a plain relay (tests/support/balancer.py) until either end
+    closes, then close both ways (the other direction's copy ends with it)."""
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (source, sink):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
