@@ -43,6 +43,12 @@ Invariants (issue 31's numbering):
    the early ones ahead of its contiguous offset, as StreamOffsets does). Duplicates are
    counted per client (at-least-once: bounded, not forbidden).
 
+Withheld, by design, not lost: an owed entry read by the worker after the user's removal
+committed (the hub re-reads memberships first), or one the client could only recover
+(pushed while it had no connection, or before a Close) when its next connection opened
+after the user's removal: Recover and REST read the membership when asked, and neither
+may give it then.
+
 Late, by the spec, not silent or disorder: an entry whose row took more than one push
 (`retried`: its first push failed, or its worker died holding it) may reach a connection
 after later entries of its stream, or after the connection ended (the spec: "delivery does
@@ -77,7 +83,7 @@ class Closed:
 
 @dataclass(frozen=True)
 class Connected:
-    pass
+    at: float | None = None  # epoch s, when the connection opened
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,21 @@ class Membership:
         """An owed entry the worker finished after the user's leave was committed: it was
         read after the removal, and the hub withholds it by design."""
         return self.left_at is not None and done_at is not None and done_at >= self.left_at
+
+    def removed_while_away(self, done_at: float | None, away: list[tuple[float, float]]) -> bool:
+        """An owed entry the client could only have got by recovering it, when the user
+        was removed before the client could: its first connection after the push opened
+        after the removal. Either it had no connection when the entry was pushed, or a
+        Close came after the push (the hub's word that something may be lost: a silent
+        receive swallows an event). `Recover` and REST read the membership when asked,
+        so neither may give it then: withheld by design, not lost. `away`: the spans from
+        each Close to the next connection, in order."""
+        if self.left_at is None or done_at is None:
+            return False
+        for _, back in away:
+            if back >= done_at:  # the first connection opened after the push
+                return back >= self.left_at
+        return False
 
     def admits(self, offset: int) -> bool:
         """It may reach the user: anything up to its leaving (history included)."""
@@ -231,6 +252,7 @@ def _check_client(
     end_connection(excused=False)
     found.duplicates[client] = duplicates
     closes = [r.at for r in log if isinstance(r, Closed) and r.allow_reconnect and r.at]
+    away = _away(log)
     for (who, stream), spans in member_of.items():
         if who != user:
             continue
@@ -238,7 +260,10 @@ def _check_client(
             if offset in got[stream] or offset <= told.get(stream, 0):
                 continue
             done = done_at.get((stream, offset))
-            if any(m.owes(offset) and not m.withholds(done) for m in spans):
+            if any(
+                m.owes(offset) and not m.withholds(done) and not m.removed_while_away(done, away)
+                for m in spans
+            ):
                 found.lost.append((client, stream, offset))
                 committed = committed_at.get((stream, offset))
                 told_after = committed is not None and any(at >= committed for at in closes)
@@ -247,6 +272,18 @@ def _check_client(
                     found.silent.append((client, stream, offset))
             elif any(m.owes(offset) for m in spans):
                 found.withheld.append((client, stream, offset))
+
+
+def _away(log: Sequence[Record]) -> list[tuple[float, float]]:
+    """The spans the client had no connection: from each Close to the next connection."""
+    spans, gone = [], None
+    for record in log:
+        if isinstance(record, Closed) and record.at is not None:
+            gone = record.at
+        elif isinstance(record, Connected) and record.at is not None and gone is not None:
+            spans.append((gone, record.at))
+            gone = None
+    return spans
 
 
 def _check_order(

@@ -107,7 +107,7 @@ def read_logs(directory: Path) -> tuple[dict[str, list[Any]], list[tuple[float, 
                 elif kind == "closed":
                     logs[r["c"]].append(chaos_checker.Closed(r["a"], r["t"]))
                 elif kind == "connected":
-                    logs[r["c"]].append(chaos_checker.Connected())
+                    logs[r["c"]].append(chaos_checker.Connected(r.get("t")))
                 elif kind == "recovered":
                     logs[r["c"]].append(chaos_checker.Recovered())
     return logs, lags

@@ -13,6 +13,10 @@ from django.db import connection
 
 from tests.support.runtime import PrivateRedis, free_port, wait_until
 
+# The support modules whose fixtures tests use by name (hub_thread_db, leaders, browser):
+# registered once here, instead of imported where used for their side effect.
+pytest_plugins = ["tests.support.inprocess", "tests.support.leaders", "tests.support.browser"]
+
 
 def start_private_redis() -> PrivateRedis:
     """A redis-server of the test's own on a free port, without persistence; answering."""

@@ -5,7 +5,6 @@ from typing import Any
 
 import pytest
 
-from tests.support.browser import browser  # noqa: F401  (the fixture, for every e2e test)
 from tests.support.hub_clients import Hub, HubClient, TwoHubs
 from tests.support.hub_helpers import token_for
 

@@ -1,3 +1,2 @@
-"""Fixtures of the integration tier (real PostgreSQL and Redis, no worker process)."""
-
-from tests.support.leaders import leaders  # noqa: F401  (the fixture, for the lease tests)
+"""Fixtures of the integration tier (real PostgreSQL and Redis, no worker process).
+`leaders`, for the lease tests, is registered in tests/conftest.py (pytest_plugins)."""

@@ -22,7 +22,7 @@ from messenger_realtime.hub import restarts
 from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.inbox import OVERRUN_MESSAGE, Inbox
 from tests.support.helpers import end_layers, layer
-from tests.support.runtime import PrivateRedis, run
+from tests.support.runtime import PrivateRedis, await_until, run
 
 
 def members(url: str, group: str) -> list[str]:
@@ -32,14 +32,6 @@ def members(url: str, group: str) -> list[str]:
 
 def chat_event(chat: uuid.UUID, n: int) -> OutgoingEvent:
     return OutgoingEvent(HubTarget.chat(chat), "message_received", {"seq": n})
-
-
-async def until(predicate: Any, what: str) -> None:
-    for _ in range(2000):
-        if predicate():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"never: {what}")
 
 
 def test_two_local_connections_make_one_group_member_and_each_gets_every_event_once(
@@ -57,7 +49,7 @@ def test_two_local_connections_make_one_group_member_and_each_gets_every_event_o
         joined = members(private_redis.url, group)
         publisher = ChannelLayerPublisher(worker)
         await publisher.publish_many([chat_event(chat, n) for n in range(5)])
-        await until(lambda: len(first) == 5 and len(second) == 5, "both inboxes filled")
+        await await_until(lambda: len(first) == 5 and len(second) == 5, what="both inboxes filled")
         got = [[m["payload"]["seq"] for m in await i.take(10)] for i in (first, second)]
         await fanout.leave(group, first)
         await fanout.leave(group, second)
@@ -120,7 +112,7 @@ def test_the_reader_takes_nothing_more_while_the_process_is_behind(
         await fanout.join(group, inbox)
         key = f"asgi{fanout.process_channel}"  # channels-redis: prefix + channel
         await ChannelLayerPublisher(worker).publish_many([chat_event(chat, n) for n in range(300)])
-        await until(lambda: len(inbox) >= 10, "the first batch in memory")
+        await await_until(lambda: len(inbox) >= 10, what="the first batch in memory")
         # Routing a batch is synchronous and the reader waits for room before each pop:
         # what it took so far is all it will take until the connection drains.
         held, queued = len(inbox), int(queue.zcard(key))
@@ -244,7 +236,7 @@ def test_a_lost_message_closes_the_connections_of_that_group_only(
         redis.Redis.from_url(private_redis.url).sadd(key + pipeline.OVERRUN_SUFFIX, lost)
         worker = layer(private_redis.url)
         await ChannelLayerPublisher(worker).publish_many([chat_event(quiet, 1)])
-        await until(lambda: len(a) and len(b) and len(c), "every inbox told")
+        await await_until(lambda: len(a) and len(b) and len(c), what="every inbox told")
         got = [await i.take(10) for i in (a, b, c)]
         for group, inbox in ((flooded, a), (flooded, b), (quiet, c)):
             await fanout.leave(layer_group(HubTarget.chat(group)), inbox)
@@ -269,13 +261,15 @@ def test_a_users_copy_in_a_chat_group_delivers_once_and_is_dropped_once_redundan
         # The worker's join: the user's members copied into the chat's group.
         await pipeline.copy_members(worker, user_group, chat_group)
         await publisher.publish_many([chat_event(chat, 1)])
-        await until(lambda: len(inbox) == 1, "the event through the user's channel")
+        await await_until(lambda: len(inbox) == 1, what="the event through the user's channel")
         before = [m["payload"]["seq"] for m in await inbox.take(10)]
         await fanout.join(chat_group, inbox)  # the connection read its memberships
         copied = members(private_redis.url, chat_group)
         await publisher.publish_many([chat_event(chat, 2)])  # through both channels
-        await until(lambda: len(inbox) == 1, "the event through both channels")
-        await until(lambda: len(members(private_redis.url, chat_group)) == 1, "copy dropped")
+        await await_until(lambda: len(inbox) == 1, what="the event through both channels")
+        await await_until(
+            lambda: len(members(private_redis.url, chat_group)) == 1, what="copy dropped"
+        )
         after = [m["payload"]["seq"] for m in await inbox.take(10)]
         await fanout.leave(user_group, inbox)
         await fanout.leave(chat_group, inbox)
@@ -350,7 +344,7 @@ def test_several_waiting_events_leave_in_one_frame(private_redis: PrivateRedis) 
             message = {"type": "realtime.event", "chat": str(chat), "event": "message_received"}
             connection.groups.inbox.put({**message, "payload": {"seq": n}, "membership_version": 1})
         connection.outbound.start()
-        await until(lambda: frames, "a frame sent")
+        await await_until(lambda: frames, what="a frame sent")
         await connection.end(RELEASED)
 
     run(scenario())
@@ -444,13 +438,13 @@ def test_a_restarted_redis_gets_the_groups_back_and_every_connection_is_told(
         first, second = fanout.inbox(), fanout.inbox()
         await fanout.join(group, first)
         await fanout.join(group, second)
-        await until(lambda: fanout.restarts.epochs, "the server's run id learned")
+        await await_until(lambda: fanout.restarts.epochs, what="the server's run id learned")
         await asyncio.to_thread(private_redis.restart)
-        await until(lambda: len(first) and len(second), "both connections told")
+        await await_until(lambda: len(first) and len(second), what="both connections told")
         told = [await first.take(5), await second.take(5)]
         worker = ChannelLayerPublisher(layer(private_redis.url))
         await worker.publish_many([chat_event(chat, 1)])  # reaches the process again
-        await until(lambda: len(first) == 1, "an event after the restart")
+        await await_until(lambda: len(first) == 1, what="an event after the restart")
         after = [m["payload"]["seq"] for m in await first.take(5)]
         joined = members(private_redis.url, group)
         await end_layers(hub, worker.layer)

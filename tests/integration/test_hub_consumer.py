@@ -21,11 +21,7 @@ from project.messenger import services
 from project.messenger.realtime_port import HostDomainPort
 from tests.support.factories import UserFactory
 from tests.support.helpers import layer
-from tests.support.inprocess import (  # noqa: F401 (hub_thread_db: a fixture)
-    Recorder,
-    consumer_of,
-    hub_thread_db,
-)
+from tests.support.inprocess import Recorder, consumer_of
 from tests.support.runtime import run
 
 

@@ -9,7 +9,6 @@ import pytest
 from django.db import ProgrammingError, connection
 
 from messenger_realtime.hub.reads import hub_read
-from tests.support.inprocess import hub_thread_db  # noqa: F401 (a fixture)
 from tests.support.runtime import run, wait_until
 
 pytestmark = [

@@ -19,7 +19,7 @@ from messenger_realtime.hub.transports import opening
 from project.messenger import services
 from tests.support.factories import UserFactory
 from tests.support.helpers import layer
-from tests.support.inprocess import Recorder, hub_thread_db  # noqa: F401 (a fixture)
+from tests.support.inprocess import Recorder
 from tests.support.runtime import PrivateRedis, run
 
 pytestmark = [

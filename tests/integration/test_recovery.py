@@ -33,7 +33,7 @@ from messenger_realtime.outbox.streams import current_offsets
 from project.messenger import services
 from project.messenger.realtime_port import HostDomainPort
 from tests.support.factories import UserFactory
-from tests.support.inprocess import consumer_of, hub_thread_db  # noqa: F401 (a fixture)
+from tests.support.inprocess import consumer_of
 from tests.support.runtime import run
 
 pytestmark = [

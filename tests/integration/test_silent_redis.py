@@ -7,11 +7,9 @@ keepalives and TCP_USER_TIMEOUT (what notices a silent flow on a real network, w
 proxy's loopback kernel would acknowledge for ever), and a wait the bounds missed makes
 Daphne's /health/live answer 503, naming Redis and for how long."""
 
-import asyncio
 import gc
 import json
 import socket
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -28,7 +26,7 @@ from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.ops import metrics, webhealth
 from tests.support.helpers import end_layers, layer
 from tests.support.proxy import TcpProxy
-from tests.support.runtime import PrivateRedis, run
+from tests.support.runtime import PrivateRedis, await_until, run
 
 TIMEOUT = 3.0  # NETWORK_TIMEOUT in these tests (the default, 10 s, is measured in the docs)
 # Noticed within NETWORK_TIMEOUT plus one probe period (hub/restarts.py), plus the
@@ -50,16 +48,6 @@ def _network_timeout(settings: Any) -> None:
 
 def chat_event(chat: uuid.UUID, n: int) -> OutgoingEvent:
     return OutgoingEvent(HubTarget.chat(chat), "message_received", {"seq": n})
-
-
-async def until(predicate: Any, what: str, timeout: float) -> float:
-    """Poll a condition the hub's own tasks bring about; the seconds it took."""
-    began = time.monotonic()
-    while not predicate():
-        if time.monotonic() - began > timeout:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        await asyncio.sleep(0.01)
-    return time.monotonic() - began
 
 
 def timeouts(dependency: str) -> float:
@@ -88,15 +76,15 @@ def test_silent_redis_connections_are_noticed_and_every_connection_is_told(
         await fanout.join(group, first)
         await fanout.join(group, second)
         await worker.publish_many([chat_event(chat, 1)])
-        await until(lambda: len(first) == 1 and len(second) == 1, "delivered", 10)
+        await await_until(lambda: len(first) == 1 and len(second) == 1, 10, "delivered")
         await first.take(5), await second.take(5)
-        await until(lambda: fanout.restarts.epochs, "the server's run id learned", 10)
+        await await_until(lambda: fanout.restarts.epochs, 10, "the server's run id learned")
         before = timeouts("redis")
         assert proxy.silence() >= 2  # the reader's blocked receive and the probes' connection
-        noticed = await until(lambda: len(first) and len(second), "told", NOTICED_WITHIN + 10)
+        noticed = await await_until(lambda: len(first) and len(second), NOTICED_WITHIN + 10, "told")
         told = [await first.take(5), await second.take(5)]
         await worker.publish_many([chat_event(chat, 2)])  # reaches the process again
-        await until(lambda: len(first) == 1, "an event after the silence", 10)
+        await await_until(lambda: len(first) == 1, 10, "an event after the silence")
         after = [m["payload"]["seq"] for m in await first.take(5)]
         counted = timeouts("redis") - before
         await end_layers(hub, worker.layer)
@@ -161,10 +149,10 @@ def test_a_receive_wedged_past_its_bound_makes_daphne_not_live_naming_redis(
         fanout = Fanout(hub)
         inbox = fanout.inbox()
         await fanout.join(group, inbox)
-        await until(lambda: blocked_receives(private_redis), "the reader's receive sent", 10)
+        await await_until(lambda: blocked_receives(private_redis), 10, "the reader's receive sent")
         healthy = live()
         proxy.silence()
-        await until(lambda: live()[0] == 503, "not live", 2 * TIMEOUT + 15)
+        await await_until(lambda: live()[0] == 503, 2 * TIMEOUT + 15, "not live")
         stalled = live()
         gauge = REGISTRY.get_sample_value(
             "messenger_realtime_network_wait_seconds", {"dependency": "redis"}

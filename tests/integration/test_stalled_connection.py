@@ -27,7 +27,7 @@ from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
 from messenger_realtime.ops import metrics
 from tests.support.helpers import layer
-from tests.support.runtime import PrivateRedis, run
+from tests.support.runtime import PrivateRedis, await_until, run
 from tests.support.transports import FakeTransport
 
 BURST = 3 * BACKLOG_LIMIT
@@ -57,15 +57,6 @@ OVERRUN = OVERRUN_MESSAGE["type"]
 
 def types(inbox: Inbox) -> list[str]:
     return [m["type"] for m in inbox._queue]
-
-
-async def until(predicate: Any) -> None:
-    """Poll a condition another task brings about (bounded: a test failure, not a hang)."""
-    for _ in range(2000):
-        if predicate():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("the condition never held")
 
 
 def overruns() -> float:
@@ -129,7 +120,7 @@ def test_a_stalled_connection_is_closed_at_the_backlog_limit_and_a_slow_one_lose
         await asyncio.wait_for(slow_transport.received.wait(), 60)
         # The stuck one is found stalled within a STALL_AFTER period or two (its clock,
         # not the test's): it overruns at once, being far past BACKLOG_LIMIT already.
-        await until(lambda: types(stuck.groups.inbox)[:1] == [OVERRUN])
+        await await_until(lambda: types(stuck.groups.inbox)[:1] == [OVERRUN])
         held = types(stuck.groups.inbox)
         lost = overruns() - before
         gate.set()  # the stuck delivery goes on: it takes the overrun and closes

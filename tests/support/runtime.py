@@ -49,6 +49,19 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = 
         time.sleep(0.02)
 
 
+async def await_until(
+    predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition"
+) -> float:
+    """wait_until for a coroutine: poll a condition other tasks bring about, without
+    blocking their loop; the seconds it took (a test failure past `timeout`, not a hang)."""
+    began = time.monotonic()
+    while not predicate():
+        if time.monotonic() - began > timeout:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.005)
+    return time.monotonic() - began
+
+
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
 

@@ -149,3 +149,21 @@ def test_a_loss_nothing_arrived_after_is_silent_unless_a_close_told_the_client()
     found = check(COMMITTED, MEMBERS, {"a": ("alice", told)}, committed_at=committed_at)
     assert found.lost == [("a", CHAT, 9), ("a", CHAT, 10)]
     assert found.silent == [("a", CHAT, 10)]  # the Close told it of 9 only
+
+
+def test_an_entry_only_recoverable_after_the_user_was_removed_is_withheld_not_lost() -> None:
+    """Recover and REST read the membership when asked: a client away when the entry was
+    pushed (or told by a Close after it) and back only after its user's removal cannot
+    have it. Back before the removal, or never told, it is still lost."""
+    members = [Membership("alice", CHAT, left=8, left_at=100.0)]
+    committed = [(CHAT, offset) for offset in range(1, 9)]
+    done = {(CHAT, offset): 10.0 * offset for offset in range(1, 9)}  # 5 done at 50.0
+    log = [*every(1, 2, 3, 4), Closed(True, at=45.0), Connected(at=120.0), *every(6, 7)]
+    found = check(committed, members, {"a": ("alice", log)}, done_at=done)
+    assert (found.lost, found.withheld) == ([], [("a", CHAT, 5)])
+    back_in_time = [*every(1, 2, 3, 4), Closed(True, at=45.0), Connected(at=60.0), *every(6)]
+    found = check(committed, members, {"a": ("alice", back_in_time)}, done_at=done)
+    assert ("a", CHAT, 5) in found.lost  # it could have recovered it: owed
+    never_told = [*every(1, 2, 3, 4, 6, 7)]
+    found = check(committed, members, {"a": ("alice", never_told)}, done_at=done)
+    assert ("a", CHAT, 5) in found.lost
