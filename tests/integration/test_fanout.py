@@ -432,7 +432,7 @@ def test_a_restarted_redis_gets_the_groups_back_and_every_connection_is_told(
     chat = uuid.uuid4()
     group = layer_group(HubTarget.chat(chat))
 
-    async def scenario() -> tuple[list[str], list[list[dict[str, Any]]], list[int]]:
+    async def scenario() -> tuple[list[str], list[list[dict[str, Any]]], list[dict[str, Any]]]:
         hub = layer(private_redis.url)
         fanout = Fanout(hub)
         first, second = fanout.inbox(), fanout.inbox()
@@ -441,17 +441,24 @@ def test_a_restarted_redis_gets_the_groups_back_and_every_connection_is_told(
         await await_until(lambda: fanout.restarts.epochs, what="the server's run id learned")
         await asyncio.to_thread(private_redis.restart)
         await await_until(lambda: len(first) and len(second), what="both connections told")
-        told = [await first.take(5), await second.take(5)]
+        told = [await first.take(1), await second.take(1)]
         worker = ChannelLayerPublisher(layer(private_redis.url))
-        await worker.publish_many([chat_event(chat, 1)])  # reaches the process again
-        await await_until(lambda: len(first) == 1, what="an event after the restart")
-        after = [m["payload"]["seq"] for m in await first.take(5)]
-        joined = members(private_redis.url, group)
-        await end_layers(hub, worker.layer)
+        try:
+            await worker.publish_many([chat_event(chat, 1)])  # reaches the process again
+            # The notice may come twice (the reader's failed receive and the probe both
+            # see the restart, racing the server's start): a second Close to a closed
+            # connection changes nothing. The event is what must come.
+            after: list[dict[str, Any]] = []
+            while not any("payload" in m for m in after):
+                after += await asyncio.wait_for(first.take(5), 10)
+            joined = members(private_redis.url, group)
+        finally:
+            await end_layers(hub, worker.layer)
         return joined, told, after
 
     joined, told, after = run(scenario())
     gc.collect()
     assert len(joined) == 1 and joined[0].endswith(f"!{group}")
     assert told == [[restarts.BACKPLANE_RESTARTED_MESSAGE]] * 2
-    assert after == [1]
+    assert [m["payload"]["seq"] for m in after if "payload" in m] == [1]
+    assert all(m == restarts.BACKPLANE_RESTARTED_MESSAGE for m in after if "payload" not in m)

@@ -62,8 +62,35 @@ async def await_until(
     return time.monotonic() - began
 
 
+# How long the tasks a scenario leaves get to end once cancelled (a test's own bound).
+CANCEL_BOUND = 10.0
+
+
 def run(coro: Any) -> Any:
-    return asyncio.run(coro)
+    """asyncio.run(coro), with a bound on the cleanup: asyncio.run waits for ever for the
+    tasks left running to end once cancelled, so one that ignores its cancellation would
+    turn the scenario's own failure into pytest-timeout's, its assertion never shown. A
+    task still running CANCEL_BOUND after its cancel fails the test by name."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    stuck: set[asyncio.Task[Any]] = set()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            if left:
+                _, stuck = loop.run_until_complete(asyncio.wait(left, timeout=CANCEL_BOUND))
+            if not stuck:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+        if stuck and sys.exc_info()[0] is None:  # else the scenario's own failure shows
+            raise AssertionError(f"tasks ignored their cancellation: {sorted(map(repr, stuck))}")
 
 
 class PrivateRedis:
