@@ -3,7 +3,6 @@ the session WebSocket's origin, token expiry and the send bound of a client that
 reading."""
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,8 +12,8 @@ from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.sessions.backends.db import SessionStore
 from django.contrib.sessions.models import Session
-from websockets.exceptions import ConnectionClosed, InvalidStatus
-from websockets.sync.client import ClientConnection, connect
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from messenger_realtime.conf.settings import load_hub_options
 from project.messenger import services
@@ -25,10 +24,10 @@ from tests.support.runtime import run
 from tests.support.wire import (
     RS,
     StuckClient,
+    events_until_closed,
     hub_socket,
     invoke,
     joined,
-    push_to_user,
     records,
     session_cookie,
     until_closed,
@@ -121,30 +120,6 @@ def test_a_session_websocket_is_accepted_only_from_the_same_scheme_host_and_port
 
 
 # -- token and session lifetime ------------------------------------------------------
-
-
-def events_until_closed(ws: ClientConnection, user_id: Any, until: float) -> dict[str, Any]:
-    """Push an event to the user every ~0.2 s and read, until the server closes the
-    connection: when each was pushed, which arrived, the Close record and when."""
-    pushed: dict[int, float] = {}
-    received: list[int] = []
-    close: dict[str, Any] = {}
-    closed_at = 0.0
-    while time.time() < until:
-        seq = len(pushed) + 1
-        pushed[seq] = time.time()
-        push_to_user(user_id, seq)
-        try:
-            for record in records(ws, timeout=0.2):
-                if record.get("type") == 1:
-                    received.append(record["arguments"][0]["seq"])
-                elif record.get("type") == 7:
-                    close, closed_at = record, time.time()
-        except TimeoutError:
-            continue
-        except ConnectionClosed:
-            break
-    return {"pushed": pushed, "received": received, "close": close, "closed_at": closed_at}
 
 
 def test_a_connection_is_closed_at_its_tokens_expiry_and_forwards_nothing_after(

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { ChatTimeline, RealtimeClient, StreamOffsets } from "../../messenger_realtime/static/messenger_realtime/realtime-client.js";
+import { ChatTimeline, RealtimeClient, StreamOffsets, tokenExpiry } from "../../messenger_realtime/static/messenger_realtime/realtime-client.js";
 import { restCallbacks } from "../../project/messenger/static/messenger/rest.js";
 
 const CHAT = "c1";
@@ -247,3 +247,92 @@ test("the module names no REST path: the host's callbacks are all it calls", asy
   assert.deepEqual(client.timeline(CHAT).messages().map((m) => m.seq), [1, 2, 3, 4]);
   assert.deepEqual(asked, [[CHAT, 0, 200], [CHAT, 2, 200]]);
 });
+
+// -- token renewal ----------------------------------------------------------------------
+
+const NOW = 1_000_000; // unix seconds on the mocked clock
+
+function jwtExpiring(exp, n = 0) {
+  const claims = Buffer.from(JSON.stringify({ exp, n })).toString("base64url");
+  return `e30.${claims}.signature`;
+}
+
+/** A SignalR whose connection takes its token from accessTokenFactory, as the real one. */
+function renewingSignalR(connection) {
+  const builder = {
+    withUrl: (_url, options) => { connection.factory = options.accessTokenFactory; return builder; },
+    withAutomaticReconnect: () => builder, configureLogging: () => builder, build: () => connection,
+  };
+  connection.start = async () => { connection.presented = await connection.factory(); };
+  return { HubConnectionBuilder: function () { return builder; }, LogLevel: { Warning: 3 } };
+}
+
+const flush = () => new Promise((resolve) => setImmediate(resolve));
+
+async function advance(t, seconds) {
+  t.mock.timers.tick(seconds * 1000);
+  for (let i = 0; i < 5; i += 1) await flush();
+}
+
+function renewingClient(tokens, answer) {
+  const connection = new FakeConnection();
+  const renewed = [];
+  connection.invoke = async (name, token) => {
+    renewed.push(token);
+    return answer(token);
+  };
+  const { fetchImpl } = server([]);
+  let given = 0;
+  const getToken = () => tokens[Math.min(given++, tokens.length - 1)];
+  const client = new RealtimeClient({ signalR: renewingSignalR(connection), getToken, rest: restCallbacks({ getToken, fetchImpl }) });
+  return { client, connection, renewed };
+}
+
+test("a token's exp is read to schedule its renewal; a token without one gives null", () => {
+  assert.equal(tokenExpiry(jwtExpiring(NOW + 60)), NOW + 60);
+  assert.equal(tokenExpiry("not a jwt"), null);
+});
+
+test("the client renews its token before it expires, then the next one before its own", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout", "Date"], now: NOW * 1000 });
+  const tokens = [jwtExpiring(NOW + 300), jwtExpiring(NOW + 600), jwtExpiring(NOW + 900)];
+  const { client, connection, renewed } = renewingClient(tokens, (token) => ({ expiresAt: tokenExpiry(token) }));
+  await client.start();
+  assert.equal(connection.presented, tokens[0]);
+  await advance(t, 239); // a fifth of 300 s left is at 240 s
+  assert.deepEqual(renewed, []);
+  await advance(t, 1);
+  assert.deepEqual(renewed, [tokens[1]]);
+  await advance(t, 528 - 240 - 1); // held until 600: renewed with 72 s (a fifth) left
+  assert.deepEqual(renewed, [tokens[1]]);
+  await advance(t, 1);
+  assert.deepEqual(renewed, [tokens[1], tokens[2]]);
+  await client.stop();
+});
+
+test("a refused renewal is tried again while there is time, and never after a close", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout", "Date"], now: NOW * 1000 });
+  const tokens = [jwtExpiring(NOW + 100), jwtExpiring(NOW + 400)];
+  const { client, connection, renewed } = renewingClient(tokens, () => {
+    throw new Error("HubException: token revoked; sign in again");
+  });
+  await client.start();
+  await advance(t, 70); // 30 s before exp (the margin)
+  assert.equal(renewed.length, 1);
+  await advance(t, 10); // tried again 10 s later (a third of what was left)
+  assert.equal(renewed.length, 2);
+  connection.closed(); // the hub closed it: nothing more is tried on it
+  await advance(t, 100);
+  assert.equal(renewed.length, 2);
+});
+
+test("a getToken that still gives the connection's token is asked again, not in a loop", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout", "Date"], now: NOW * 1000 });
+  const same = jwtExpiring(NOW + 100);
+  const { client, renewed } = renewingClient([same], (token) => ({ expiresAt: tokenExpiry(token) }));
+  await client.start();
+  for (let second = 0; second < 99; second += 1) await advance(t, 1);
+  assert.ok(renewed.length >= 2 && renewed.length <= 5, `${renewed.length} renewals`);
+  await client.stop();
+});
+

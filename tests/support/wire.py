@@ -154,3 +154,27 @@ def push_to_user(user_id: Any, seq: int) -> None:
         await layer(str(settings.REDIS_URL)).group_send(f"user.{user_id}", message)
 
     run(push())
+
+
+def events_until_closed(ws: ClientConnection, user_id: Any, until: float) -> dict[str, Any]:
+    """Push an event to the user every ~0.2 s and read, until the server closes the
+    connection: when each was pushed, which arrived, the Close record and when."""
+    pushed: dict[int, float] = {}
+    received: list[int] = []
+    close: dict[str, Any] = {}
+    closed_at = 0.0
+    while time.time() < until:
+        seq = len(pushed) + 1
+        pushed[seq] = time.time()
+        push_to_user(user_id, seq)
+        try:
+            for record in records(ws, timeout=0.2):
+                if record.get("type") == 1:
+                    received.append(record["arguments"][0]["seq"])
+                elif record.get("type") == 7:
+                    close, closed_at = record, time.time()
+        except TimeoutError:
+            continue
+        except ConnectionClosed:
+            break
+    return {"pushed": pushed, "received": received, "close": close, "closed_at": closed_at}

@@ -5,7 +5,8 @@ A part of HubConnection. The credentials are checked once, at the upgrade
 token's `exp`, the Django session's expiry): nothing is forwarded from that moment and
 the connection is closed with allowReconnect. A Django session can end earlier (a
 logout): the connection hears it through its user group (events.py) and checks here
-whether the session still holds. A stateful resume authenticates again and renews them.
+whether the session still holds. A stateful resume authenticates again and renews them,
+and so does a client's `RenewToken` (methods/renew_token.py) without reconnecting.
 """
 
 import asyncio
@@ -23,7 +24,7 @@ REVOKED = "credentials revoked"
 class Authentication:
     """A connection's credentials: their expiry on the loop's clock, and its session."""
 
-    __slots__ = ("expires_at", "expiry_reason", "session", "session_key")
+    __slots__ = ("expires_at", "expiry_reason", "issued_at", "session", "session_key")
 
     def __init__(
         self, identity: Identity, token: str | None, loop: asyncio.AbstractEventLoop
@@ -35,6 +36,7 @@ class Authentication:
         not kept: only when it expires."""
         self.session = identity.session  # the digest of its Django session, if any
         self.session_key = identity.session_key  # that session's key: never logged or sent
+        self.issued_at = identity.issued_at  # the token's `iat`: a renewal's may not be older
         if identity.expires_at is None:
             self.expires_at, self.expiry_reason = float("inf"), "session expired"
         else:

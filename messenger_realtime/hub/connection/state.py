@@ -56,6 +56,7 @@ class AuthPart(Protocol):
     session: str | None
     expires_at: float
     expiry_reason: str
+    issued_at: float | None
 
     def renew(
         self, identity: Identity, token: str | None, loop: asyncio.AbstractEventLoop

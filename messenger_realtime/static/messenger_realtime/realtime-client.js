@@ -23,6 +23,27 @@
 // error is the host's answer.
 
 const PAGE = 200; // messages asked of the host's history per call
+// Token renewal (docs/hub.md, "Renewing the token"): a connection holds the token it
+// connected with until that token's exp, then the hub closes it. Before then the client
+// asks getToken() for a fresh token and hands it to the hub (`RenewToken`), so the
+// connection outlives its token without a reconnect and its Recover. It renews when a
+// fifth of the token's life is left, but at least RENEW_MARGIN_S before its exp; a
+// getToken() that still gives the same token is asked again (RENEW_RETRY_S at the least)
+// while there is time. Whatever fails, the hub's Close at exp makes the client reconnect
+// with a fresh token, as before renewal existed.
+const RENEW_MARGIN_S = 30;
+const RENEW_RETRY_S = 5;
+
+/** A JWT's `exp` (unix seconds), read without checking it (only to schedule); null if none. */
+export function tokenExpiry(token) {
+  try {
+    const part = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    const exp = JSON.parse(globalThis.atob(part)).exp;
+    return typeof exp === "number" ? exp : null;
+  } catch {
+    return null;
+  }
+}
 
 /** One chat's messages, keyed by Seq. */
 export class ChatTimeline {
@@ -174,12 +195,53 @@ export class RealtimeClient extends EventTarget {
     this.offsets = new StreamOffsets();
     this.recovering = false; // from a (re)connect until its recovery answered
     this.state = "disconnected";
+    this.heldUntil = null; // the exp of the token the connection holds (null: none known)
+    this.renewal = null; // the timer of the next RenewToken
+  }
+
+  /** The token for a connect: the hub holds it until its exp, so that is noted. */
+  async connectToken() {
+    const token = await this.getToken();
+    this.heldUntil = typeof token === "string" ? tokenExpiry(token) : null;
+    return token;
+  }
+
+  /** Plan the next renewal of the token the connection holds (none without an exp). */
+  scheduleRenewal(lastTry = null) {
+    clearTimeout(this.renewal);
+    this.renewal = null;
+    if (this.heldUntil === null || !this.getToken) return;
+    const now = Date.now() / 1000;
+    const left = this.heldUntil - now;
+    let at = this.heldUntil - Math.max(RENEW_MARGIN_S, left / 5);
+    if (lastTry !== null) at = Math.max(at, lastTry + Math.max(RENEW_RETRY_S, left / 3));
+    if (at >= this.heldUntil - 1) return; // no time left to try: the hub's Close will come
+    this.renewal = setTimeout(() => this.renewToken(), Math.max(0, at - now) * 1000);
+  }
+
+  /** Hand the hub a fresh token; the connection's expiry moves to its exp. */
+  async renewToken() {
+    const tried = Date.now() / 1000;
+    try {
+      const token = await this.getToken();
+      if (this.state !== "connected") return; // a reconnect presents it instead
+      const { expiresAt } = await this.connection.invoke("RenewToken", token);
+      if (expiresAt > this.heldUntil) {
+        this.heldUntil = expiresAt;
+        this.scheduleRenewal();
+        return;
+      }
+    } catch (error) {
+      // Refused (an older, revoked or another user's token) or no answer: tried again
+      // while there is time; the hub's Close at exp is the fallback.
+    }
+    if (this.state === "connected") this.scheduleRenewal(tried);
   }
 
   async start() {
     const retryForever = { nextRetryDelayInMilliseconds: (ctx) => Math.min(1000 * (ctx.previousRetryCount + 1), 5000) };
     this.connection = new this.signalR.HubConnectionBuilder()
-      .withUrl(this.hubUrl, { accessTokenFactory: () => this.getToken() })
+      .withUrl(this.hubUrl, { accessTokenFactory: () => this.connectToken() })
       .withAutomaticReconnect(retryForever)
       .configureLogging(this.signalR.LogLevel.Warning)
       .build();
@@ -197,17 +259,23 @@ export class RealtimeClient extends EventTarget {
     }
     this.connection.onreconnecting(() => {
       this.recovering = true; // live events may come before the recovery fills the hole
+      clearTimeout(this.renewal);
       this.setState("reconnecting");
     });
     this.connection.onreconnected(async () => {
       this.setState("connected");
+      this.scheduleRenewal(); // the token the reconnect presented
       await this.recover(); // groups are rebuilt server-side; what we missed comes now
     });
-    this.connection.onclose(() => this.setState("disconnected"));
+    this.connection.onclose(() => {
+      clearTimeout(this.renewal);
+      this.setState("disconnected");
+    });
     this.setState("connecting");
     this.recovering = true;
     await this.connection.start();
     this.setState("connected");
+    this.scheduleRenewal();
     await this.recover();
   }
 
@@ -256,6 +324,7 @@ export class RealtimeClient extends EventTarget {
   }
 
   async stop() {
+    clearTimeout(this.renewal);
     if (this.connection) await this.connection.stop();
   }
 
