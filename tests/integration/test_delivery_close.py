@@ -6,6 +6,7 @@ a stand-in, and the membership read of one event is held on an Event (a slow dom
 read)."""
 
 import asyncio
+import functools
 import json
 import uuid
 from typing import Any
@@ -40,7 +41,13 @@ class SlowRead(Groups):
     here that read waits for `release`, and says `entered` when it starts."""
 
     def __init__(self, connection: HubConnection, expire_in_read: bool) -> None:
-        super().__init__(connection, connection.hub)
+        hub = connection.hub
+        super().__init__(
+            connection.user_id,
+            fanout=functools.partial(hub.fanout, connection.channel_layer),
+            rosters=hub.rosters,
+        )
+        self.connection = connection
         self.entered, self.release = asyncio.Event(), asyncio.Event()
         self.expire_in_read = expire_in_read
 

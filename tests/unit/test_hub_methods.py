@@ -46,10 +46,10 @@ def invoke(monkeypatch: pytest.MonkeyPatch, call: Any, arguments: list[Any]) -> 
     monkeypatch.setitem(invocations.HUB_METHODS, "Try", methods.HubMethod("Try", 1, call))
     outbound = Sent()
     connection = SimpleNamespace(
-        options=None, user_id=None, refused_invocations=0, protocol=JsonProtocol, outbound=outbound
+        options=None, user_id=None, protocol=JsonProtocol, outbound=outbound
     )
     message = {"type": 1, "invocationId": "1", "target": "Try", "arguments": arguments}
-    asyncio.run(invocations.handle(connection, message))  # type: ignore[arg-type]
+    asyncio.run(invocations.Invocations().handle(connection, message))  # type: ignore[arg-type]
     (frame,) = outbound.frames
     return json.loads(frame.rstrip("\x1e"))  # type: ignore[no-any-return]
 

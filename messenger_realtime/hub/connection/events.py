@@ -9,13 +9,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import messenger_realtime.hub.connection.ending as ending
+from messenger_realtime.backplane.publisher import EVENT_TYPE
 from messenger_realtime.hub.connection.ending import BACKPLANE_RESTARTED, OVERRUN
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.media import media_join
 from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.restarts import BACKPLANE_RESTARTED_EVENT
 
-EVENT_TYPE = "realtime.event"  # backplane/publisher.py's dispatcher events
 _FRAMES = "_frames"  # a message's frames by protocol name, filled in by the first connection
 
 

@@ -1,8 +1,14 @@
 """A connection's layer groups: its user group and the chats the domain says it holds.
 A part of HubConnection; the membership rules themselves are in membership.py, and the
-process (not the connection) is the layer's group member (hub/fanout.py)."""
+process (not the connection) is the layer's group member (hub/fanout.py).
 
-from collections.abc import Collection, Mapping
+Groups owns what it holds (its ChatMemberships), its inbox and whether it joined or left
+them; it knows its user and, of its process, only the fan-out and the rosters it is
+handed when made. It never reads its connection: a connection that ends leaves its
+groups (leave_all), and a join still running then sees that and leaves again.
+"""
+
+from collections.abc import Callable, Collection, Mapping
 from uuid import UUID
 
 from messenger_realtime.backplane.groups import layer_group
@@ -12,29 +18,46 @@ from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub.auth import Identity, require_standing, session_holds
 from messenger_realtime.hub.connection.membership import ChatMemberships, Verdict
-from messenger_realtime.hub.connection.state import Connection, Process
 from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.reads import hub_read
+from messenger_realtime.hub.rosters import Rosters
 
 
 class Groups:
     """A connection's groups: what it holds (its ChatMemberships), the inbox the
     process's reader fills for it, and joining and leaving as the domain says."""
 
-    __slots__ = ("_inbox", "admitted", "connection", "hub", "memberships", "session_lost")
+    __slots__ = (
+        "_fanout",
+        "_inbox",
+        "_rosters",
+        "admitted",
+        "left",
+        "memberships",
+        "session_lost",
+        "user_id",
+    )
 
-    def __init__(self, connection: Connection, hub: Process) -> None:
-        self.connection = connection
-        self.hub = hub  # its process: the fan-out and the rosters
+    def __init__(
+        self,
+        user_id: UUID,
+        *,
+        fanout: Callable[[], Fanout],
+        rosters: Callable[[], Rosters],
+    ) -> None:
+        self.user_id = user_id
+        # Its process's, on its loop (HubProcess.fanout over its layer, HubProcess.rosters).
+        self._fanout, self._rosters = fanout, rosters
         self.memberships = ChatMemberships()
         self._inbox: Inbox | None = None
         self.admitted = False  # admit() read its memberships and joined its groups
         self.session_lost = False  # admit() found its Django session ended (told later)
+        self.left = False  # leave_all() ran: its connection ended, nothing is joined again
 
     @property
     def fanout(self) -> Fanout:
-        return self.hub.fanout(self.connection.channel_layer)
+        return self._fanout()
 
     @property
     def inbox(self) -> Inbox:
@@ -55,8 +78,8 @@ class Groups:
         if verdict is Verdict.RESYNC and version is not None and chat in self.memberships.held:
             # Held, at an older version: one roster read per process, not one per
             # connection, says whether this user is still in (hub/rosters.py).
-            roster = await self.hub.rosters().at_least(UUID(chat), version)
-            if roster is not None and self.connection.user_id in roster.members:
+            roster = await self._rosters().at_least(UUID(chat), version)
+            if roster is not None and self.user_id in roster.members:
                 self.memberships.advance(chat, roster.version)
                 return True
         if verdict is Verdict.RESYNC:
@@ -66,7 +89,7 @@ class Groups:
                 # A join the domain undid since (copied into the chat's group through the
                 # user's): stop getting these.
                 chat_group = layer_group(HubTarget.chat(UUID(chat)))
-                user_group = layer_group(HubTarget.user(self.connection.user_id))
+                user_group = layer_group(HubTarget.user(self.user_id))
                 await self.fanout.forget_copy(chat_group, user_group)
         return verdict is Verdict.FORWARD
 
@@ -85,41 +108,45 @@ class Groups:
         the reads is heard through it (its message waits in the inbox until the
         handshake has been answered)."""
         fanout, inbox = self.fanout, self.inbox
-        user_group = layer_group(HubTarget.user(self.connection.user_id))
+        user_group = layer_group(HubTarget.user(self.user_id))
         if not await fanout.join_many([user_group], inbox, claim):
             raise InvalidToken(USED)
         current, self.session_lost = await _admission_reads(identity, token)
         self.memberships.update(current)
         await fanout.join_many([layer_group(HubTarget.chat(c)) for c in current], inbox)
         self.admitted = True
-        if self.connection.ended:  # it ended while this ran: leave what it just joined
+        if self.left:  # its connection ended while this ran: leave what it just joined
             await self.leave_all()
 
+    async def join_all(self) -> None:
+        """At the handshake of a connection that was not admitted (admit()): its user's
+        group, then its chats' (sync)."""
+        await self.fanout.join(layer_group(HubTarget.user(self.user_id)), self.inbox)
+        await self.sync()
+
     async def sync(self) -> None:
-        """Rebuild the chat groups from the domain (and join the user group at first)."""
-        fanout, inbox, connection = self.fanout, self.inbox, self.connection
-        user_id = connection.user_id
-        if not connection.handshaken and not self.admitted:
-            await fanout.join(layer_group(HubTarget.user(user_id)), inbox)
-        current = await _active_chats(user_id)
+        """Rebuild the chat groups from the domain."""
+        fanout, inbox = self.fanout, self.inbox
+        current = await _active_chats(self.user_id)
         # Stop forwarding a left chat before anything else.
         left, joined = self.memberships.update(current)
         for chat_id in left:
             await fanout.leave(layer_group(HubTarget.chat(chat_id)), inbox)
         await fanout.join_many([layer_group(HubTarget.chat(c)) for c in joined], inbox)
-        if connection.ended:  # it ended while this ran: leave what it may just have joined
+        if self.left:  # its connection ended while this ran: leave what it may have joined
             await self.leave_all()
 
     async def leave_all(self) -> None:
         """Leave every group (whether or not the handshake finished) and drop what waits
-        in the inbox: nothing reads it any more."""
+        in the inbox: nothing reads it any more (its connection ended)."""
+        self.left = True
         fanout, inbox = self.fanout, self.inbox
         for group in self._layer_groups(self.chats):
             await fanout.leave(group, inbox)
         inbox.close()
 
     def _layer_groups(self, chats: Collection[UUID]) -> list[str]:
-        targets = [HubTarget.user(self.connection.user_id), *(HubTarget.chat(c) for c in chats)]
+        targets = [HubTarget.user(self.user_id), *(HubTarget.chat(c) for c in chats)]
         return [layer_group(t) for t in targets]
 
 

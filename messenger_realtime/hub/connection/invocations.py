@@ -1,8 +1,9 @@
 """Client-to-server hub messages: invocations of the hub's methods and their completions.
 
-Functions of a connection, not a part with state of its own (the count of invocations
-refused for the rate limit is the connection's). Wording of errors follows ASP.NET Core
-SignalR, which clients may show or match.
+A part of HubConnection (`invocations`) whose one piece of state is its own: how many
+invocations the rate limit refused (past RATE_LIMIT_FLOOD the connection is ended). The
+connection is passed to `handle` with each message, never kept. Wording of errors
+follows ASP.NET Core SignalR, which clients may show or match.
 """
 
 import logging
@@ -18,38 +19,52 @@ from messenger_realtime.hub.protocols.base import MessageType
 logger = logging.getLogger(__name__)
 
 
-async def handle(connection: Connection, message: dict[str, Any]) -> bool:
-    """Act on one message from the client; False when the connection was closed."""
-    kind = message["type"]
-    if kind == MessageType.CLOSE:
-        await connection.end(ending.CLIENT_CLOSED)  # without a word, no resume
-        return False
-    if kind == MessageType.INVOCATION:
-        await _invoke(connection, message)
-    elif kind == MessageType.STREAM_INVOCATION:
-        await _reply(
-            connection,
-            message,
-            error=f"The client attempted to invoke the non-streaming '{message['target']}' "
-            "method with a streaming invocation.",
-        )
-    # Ping, CancelInvocation, Ack, Sequence, Completions for invocations this hub never
-    # makes, and unknown types (as ASP.NET) need no answer.
-    return True
+class Invocations:
+    """What a connection's client invokes: answered here, counted when refused."""
 
+    __slots__ = ("refused",)
 
-async def _invoke(connection: Connection, message: dict[str, Any]) -> None:
-    target, arguments = message["target"], message.get("arguments", [])
-    options = connection.options
-    refusal = await ratelimit.acheck(ratelimit.INVOCATIONS, connection.user_id, options)
-    if refusal is not None:
-        connection.refused_invocations += 1
-        if connection.refused_invocations >= options.rate_limit_flood:
-            # It keeps going past its limit: end it (a reconnect counts on, too).
-            await connection.end(ending.error(f"Connection closed with an error. {refusal}"))
+    def __init__(self) -> None:
+        self.refused = 0  # invocations the rate limit refused on this connection
+
+    async def handle(self, connection: Connection, message: dict[str, Any]) -> bool:
+        """Act on one message from the client; False when the connection was closed."""
+        kind = message["type"]
+        if kind == MessageType.CLOSE:
+            await connection.end(ending.CLIENT_CLOSED)  # without a word, no resume
+            return False
+        if kind == MessageType.INVOCATION:
+            await self._invoke(connection, message)
+        elif kind == MessageType.STREAM_INVOCATION:
+            await _reply(
+                connection,
+                message,
+                error=f"The client attempted to invoke the non-streaming '{message['target']}' "
+                "method with a streaming invocation.",
+            )
+        # Ping, CancelInvocation, Ack, Sequence, Completions for invocations this hub never
+        # makes, and unknown types (as ASP.NET) need no answer.
+        return True
+
+    async def _invoke(self, connection: Connection, message: dict[str, Any]) -> None:
+        target = message["target"]
+        options = connection.options
+        refusal = await ratelimit.acheck(ratelimit.INVOCATIONS, connection.user_id, options)
+        if refusal is not None:
+            self.refused += 1
+            if self.refused >= options.rate_limit_flood:
+                # It keeps going past its limit: end it (a reconnect counts on, too).
+                await connection.end(ending.error(f"Connection closed with an error. {refusal}"))
+                return
+            error = f"{_failed(target)} HubException: {refusal}"
+            await _reply(connection, message, error=error)
             return
-        await _reply(connection, message, error=f"{_failed(target)} HubException: {refusal}")
-        return
+        await _call(connection, message)
+
+
+async def _call(connection: Connection, message: dict[str, Any]) -> None:
+    """Call the hub method an invocation names, and answer it."""
+    target, arguments = message["target"], message.get("arguments", [])
     method = HUB_METHODS.get(target)
     if method is None:
         error = f"{_failed(target)} HubException: Method does not exist."

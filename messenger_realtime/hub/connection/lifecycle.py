@@ -1,8 +1,10 @@
 """One logical SignalR connection, whatever transport carries it: its state, and its life
 from the upgrade through the handshake to its end.
 
-The state every part reads lives here, in one place (`__slots__`); what each part owns
-is its own (see the package's docstring). A HubConnection authenticates once, speaks
+The connection's own fields live here (`__slots__`), and it alone writes them; what each
+part owns is its own (see the package's docstring), and a part is handed, when made here,
+the other parts it uses and, as callables, what it needs of the connection: never the
+connection itself. A HubConnection authenticates once, speaks
 the handshake, joins the groups the user may receive (decided by its Groups from the
 domain port, never by the client) and ends exactly once, whichever way: the client's
 Close, a Close the server sends, the transport lost for good, a deadline passed. It can
@@ -12,6 +14,7 @@ outlive the physical connection: a stateful WebSocket that dropped waits for its
 
 import asyncio
 import contextlib
+import functools
 import logging
 from typing import Any
 from uuid import UUID
@@ -30,8 +33,9 @@ from messenger_realtime.hub.admission import Opening
 from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection.authentication import Authentication
 from messenger_realtime.hub.connection.ending import SEND_BUFFER_OVER, UNEXPECTED, Ending
+from messenger_realtime.hub.connection.events import dispatch, event_frame
 from messenger_realtime.hub.connection.groups import Groups
-from messenger_realtime.hub.connection.invocations import handle
+from messenger_realtime.hub.connection.invocations import Invocations
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.outbound import Outbound
 from messenger_realtime.hub.connection.state import Process
@@ -63,17 +67,14 @@ class HubConnection:
         "handshake_buffer",  # until the handshake: what arrived of its record
         "handshaken",
         "hub",  # its process (hub/process.py), as a connection uses it
-        "last_received",
-        "last_sent",
+        "invocations",
         "loop",
         "marks",  # a StreamMarks from its first event with an offset (marks.py)
         "opened",  # registered and counted (open() ran)
-        "opened_at",  # loop times of each
         "options",
         "outbound",
         "protocol",  # chosen by the handshake
         "receiving",  # POSTs of one connection, one at a time (long polling)
-        "refused_invocations",  # refused for the rate limit (invocations.py)
         "stateful",  # None but for a stateful reconnect connection, after its handshake
         "stateful_allowed",  # negotiate granted stateful reconnect
         "timeouts",
@@ -101,28 +102,62 @@ class HubConnection:
         self.loop = asyncio.get_running_loop()
         self.protocol: HubProtocol | None = None
         self.handshaken = self.closing = self.ended = self.opened = False
-        self.opened_at = self.last_received = self.last_sent = self.loop.time()
-        self.refused_invocations = 0
+        opened_at = self.loop.time()
         self.handshake_buffer: handshake.HandshakeBuffer | None = handshake.HandshakeBuffer(
             options.max_message_size
         )
         self.admission = Opening(None)  # counted from admit() on
         self.receiving: asyncio.Lock | None = None  # made at first use (long polling only)
+        # Its parts, each handed what it uses (see the package's docstring).
         self.auth = Authentication(identity, token, self.loop)
-        self.groups = Groups(self, hub)
-        self.outbound = Outbound(self)
+        self.groups = Groups(
+            self.user_id,
+            fanout=lambda: hub.fanout(self.channel_layer),
+            rosters=hub.rosters,
+        )
+        self.outbound = Outbound(
+            opened_at=opened_at,
+            now=self.loop.time,
+            transport=self._transport,
+            inbox=lambda: self.groups.inbox,
+            closing=self._closing,
+            end=self.end,
+            frame_of=functools.partial(event_frame, self),
+            act_on=functools.partial(dispatch, self),
+            pinged=self.pinged,
+            keep=hub.keep,
+            ids=self.ids,
+        )
+        self.invocations = Invocations()
         self.stateful: StatefulReconnect | None = None
         self.marks: StreamMarks | None = None
-        self.timeouts = Timeouts(self, hub.clock())  # its deadlines, on the process's clock
+        self.timeouts = Timeouts(  # its deadlines, on the process's clock
+            hub.clock(),
+            options,
+            opened_at=opened_at,
+            auth=self.auth,
+            outbound=self.outbound,
+            closing=self._closing,
+            handshaken=lambda: self.handshaken,
+            transport=self._transport,
+            protocol=lambda: self.protocol,
+            stateful=lambda: self.stateful,
+            end_soon=self.end_soon,
+        )
 
-    def sent(self) -> None:
-        """Something went out to the client now (the keep-alive counts from here)."""
-        self.last_sent = self.loop.time()
+    def _transport(self) -> Transport | None:
+        return self.transport  # a resume swaps it, a loss clears it
 
-    def heard(self) -> float:
-        """Something came from the client now (its timeout counts from here): the time."""
-        self.last_received = now = self.loop.time()
-        return now
+    def _closing(self) -> bool:
+        return self.closing
+
+    def pinged(self) -> None:
+        """A Ping the transport took itself (Outbound.take_pings): the client is alive,
+        as receive() would record it, expiry included."""
+        now = self.timeouts.heard()
+        auth = self.auth
+        if now >= auth.expires_at and not self.closing:
+            self.end_soon(ending.dropped(auth.expiry_reason))
 
     def stream_marks(self) -> StreamMarks:
         """Its StreamMarks (marks.py), made at first use: at its first event with an
@@ -137,20 +172,6 @@ class HubConnection:
         if self.receiving is None:
             self.receiving = asyncio.Lock()
         return self.receiving
-
-    def pings(self) -> bool:
-        """Keep-alive both ways: after the handshake, on transports without their own."""
-        transport = self.transport
-        return self.handshaken and transport is not None and not transport.inherent_keepalive
-
-    def unreachable_since(self) -> float | None:
-        """Since when no transport can reach the client: a dropped stateful WebSocket,
-        or a long-polling connection with no poll pending."""
-        stateful = self.stateful
-        if stateful is not None and stateful.detached_at is not None:
-            return stateful.detached_at
-        transport = self.transport
-        return transport.idle_since() if transport is not None else None
 
     async def open(self) -> None:
         """Start the clock; the transport has accepted (its process registered it:
@@ -176,7 +197,7 @@ class HubConnection:
 
     async def receive(self, data: Frame) -> None:
         """What the transport got from the client: a frame, or a POST body."""
-        now = self.heard()
+        now = self.timeouts.heard()
         if self.closing:
             return
         auth = self.auth
@@ -207,7 +228,7 @@ class HubConnection:
         if stateful is not None and not stateful.sequenced_in(message):
             return True  # an Ack, a Sequence or a duplicate: nothing more to do
         self.outbound.start()  # stateful: the client's first message after the handshake
-        return await handle(self, message)
+        return await self.invocations.handle(self, message)
 
     async def _read_handshake(self, data: Frame) -> bytes | None:
         """The bytes after a successful handshake, or None (incomplete, or refused)."""
@@ -225,7 +246,19 @@ class HubConnection:
         self.protocol = protocols.create(request.protocol, self.options.max_message_size)
         transport.use_binary(self.protocol.binary)
         if self.stateful_allowed and request.version >= 2 and transport.name == WEBSOCKETS:
-            self.stateful = StatefulReconnect(self)
+            self.stateful = stateful = StatefulReconnect(
+                buffer_size=self.options.stateful_reconnect_buffer_size,
+                disconnect_timeout=self.options.disconnect_timeout,
+                protocol=self.protocol,
+                outbound=self.outbound,
+                now=self.loop.time,
+                transport=self._transport,
+                closing=self._closing,
+                end=self.end,
+                moved=self.timeouts.moved,
+                log_ids={Field.CONNECTION_ID: self.connection_id, Field.USER_ID: self.user_id},
+            )
+            self.outbound.numbered_by(stateful.emit)
         # Joined before answering (admit() at the upgrade, or here), and forwarding
         # starts only after: the client never sees an event before its handshake
         # response.
@@ -233,7 +266,7 @@ class HubConnection:
         if groups.admitted:
             session_holds = not groups.session_lost
         else:
-            await groups.sync()
+            await groups.join_all()
             # A logout's control message reaches a connection only through its user
             # group, joined just now: one sent since the upgrade authenticated this
             # connection went unheard. So read the session again, after joining (the
@@ -275,7 +308,7 @@ class HubConnection:
         """Why a resume by `user_id` is refused, or None when it may go ahead."""
         if self.user_id != user_id:
             return "connection belongs to another user"
-        if self.stateful is None or not self.stateful.may_resume():
+        if not self.may_resume():
             return "connection cannot resume (not stateful, ended or over its buffer)"
         return None
 
@@ -295,8 +328,17 @@ class HubConnection:
             await self.end(ending.session_ended())
             return
         await stateful.replay(transport)
-        self.last_received = self.last_sent = now = self.loop.time()
+        now = self.timeouts.heard()  # the client counts as heard, and written to, now
+        self.outbound.sent(now)
         self.timeouts.moved(now)
+
+    def may_resume(self) -> bool:
+        """Whether a resume may carry it on: stateful, handshaken, not closing, and its
+        replay buffer still holds all the client has not acked."""
+        stateful = self.stateful
+        return (
+            stateful is not None and not self.closing and self.handshaken and stateful.resumable()
+        )
 
     # -- ending -------------------------------------------------------------------
 
@@ -306,7 +348,7 @@ class HubConnection:
             return  # already replaced by a resume
         self.transport = None
         stateful = self.stateful
-        if resumable and stateful is not None and stateful.may_resume():
+        if resumable and stateful is not None and self.may_resume():
             stateful.detach()
             return
         await self.end(ending.RELEASED)

@@ -18,38 +18,96 @@ is how the client learns to resync.
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import messenger_realtime.hub.connection.ending as ending
-from messenger_realtime.hub.connection.events import EVENT_TYPE, dispatch, event_frame
-from messenger_realtime.hub.connection.state import Connection
+from messenger_realtime.backplane.publisher import EVENT_TYPE
+from messenger_realtime.hub.connection.ending import Ending
+from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.protocols.base import Frame, join_frames
+from messenger_realtime.hub.transports.base import Transport
 
 logger = logging.getLogger(__name__)
 # Several events waiting for a connection go out in one frame (the protocols allow any
 # number of records per frame): at most this many records, or about this many bytes.
 FRAME_RECORDS = 100
 FRAME_BYTES = 64 * 1024
+# Stateful reconnect's emit (StatefulReconnect.emit): numbers, keeps and sends messages.
+Numbered = Callable[..., Awaitable[None]]
 
 
 class Outbound:
-    """A connection's writes, and the task that forwards its inbox while it runs."""
+    """A connection's writes, and the task that forwards its inbox while it runs.
 
-    __slots__ = ("connection", "delivering", "task", "unsent")
+    It owns when it last wrote (`last_sent`: the keep-alive counts from there), the
+    frames of the batch in hand (`unsent`) and its delivery task. What it needs of its
+    connection it is handed when made, each as one callable: the transport carrying it
+    now (a resume swaps it), whether it is closing, how to end it, what an event or a
+    control message of its inbox does to it (events.py), and the rest named below."""
 
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
+    __slots__ = (
+        "_act_on",
+        "_closing",
+        "_end",
+        "_frame_of",
+        "_ids",
+        "_inbox",
+        "_keep",
+        "_now",
+        "_numbered",
+        "_pinged",
+        "_transport",
+        "delivering",
+        "last_sent",
+        "task",
+        "unsent",
+    )
+
+    def __init__(
+        self,
+        *,
+        opened_at: float,
+        now: Callable[[], float],
+        transport: Callable[[], Transport | None],
+        inbox: Callable[[], Inbox],
+        closing: Callable[[], bool],
+        end: Callable[[Ending], Awaitable[None]],
+        frame_of: Callable[[dict[str, Any]], Awaitable[Frame | None]],
+        act_on: Callable[[dict[str, Any]], Awaitable[None]],
+        pinged: Callable[[], None],
+        keep: Callable[["asyncio.Future[None]"], None],
+        ids: Callable[[], dict[str, Any]],
+    ) -> None:
+        self._now, self._transport, self._inbox = now, transport, inbox  # the loop's time
+        self._closing, self._end, self._ids = closing, end, ids
+        # events.py's, for its connection: an event's frame (None: not for it), a
+        # control message acted on.
+        self._frame_of, self._act_on = frame_of, act_on
+        self._pinged = pinged  # a Ping the transport took itself (take_pings)
+        self._keep = keep  # its process's: holds a task nobody awaits till done
+        self._numbered: Numbered | None = None  # stateful reconnect's, once granted
+        self.last_sent = opened_at  # loop time of its last write (none yet: its opening)
         self.delivering = False  # its inbox's messages go out (handshake answered)
         self.task: asyncio.Task[None] | None = None  # while it forwards its inbox
         self.unsent: list[Frame] = []  # built for the current batch, not emitted yet
 
+    def numbered_by(self, emit: Numbered) -> None:
+        """Stateful reconnect was granted (at the handshake): from now on hub invocation
+        messages go through its `emit`, numbered and kept for a resume (stateful.py)."""
+        self._numbered = emit
+
+    def sent(self, now: float | None = None) -> None:
+        """Something went out to the client now (the keep-alive counts from here)."""
+        self.last_sent = self._now() if now is None else now
+
     def start(self) -> None:
         """From now on, what arrives in its inbox goes out (after the handshake; for a
         stateful connection, after the client's first message)."""
-        c = self.connection
-        if self.delivering or c.closing:
+        if self.delivering or self._closing():
             return
         self.delivering = True
-        c.groups.inbox.start_draining(self._wake)
+        self._inbox().start_draining(self._wake)
         self.take_pings()
 
     def stop(self) -> None:
@@ -61,39 +119,30 @@ class Outbound:
     def _wake(self) -> None:
         """Something arrived in its inbox: a delivery task, unless one runs (it takes
         whatever arrives while it runs, and ends when the inbox is empty)."""
-        if self.task is None and not self.connection.closing:
+        if self.task is None and not self._closing():
             self.task = asyncio.create_task(self._deliver())
 
     def take_pings(self) -> None:
         """Let the transport take the client's Pings itself, where it can (a WebSocket
-        under Daphne: daphne/websocket.py), now that a Ping means nothing but `heard`."""
-        transport = self.connection.transport
+        under Daphne: daphne/websocket.py), now that a Ping means nothing but `pinged`."""
+        transport = self._transport()
         if transport is not None:
-            transport.take_pings(self.heard)
-
-    def heard(self) -> None:
-        """A Ping the transport took itself: the client is alive (as receive() would
-        record it, expiry included)."""
-        c = self.connection
-        now = c.heard()
-        if now >= c.auth.expires_at and not c.closing:
-            c.end_soon(ending.dropped(c.auth.expiry_reason))
+            transport.take_pings(self._pinged)
 
     async def _deliver(self) -> None:
         """Forward what the process's reader put in this connection's inbox, until it is
         empty: the events waiting at once in one frame, control messages in their turn."""
-        c = self.connection
-        inbox = c.groups.inbox
+        closing, inbox = self._closing, self._inbox()
         try:
-            while not c.closing:
+            while not closing():
                 size = 0
                 messages = inbox.take_now(FRAME_RECORDS)
                 if not messages:
                     break  # no await since: nothing can arrive before this task is gone
                 for message in messages:
                     if message["type"] == EVENT_TYPE:
-                        frame = await event_frame(c, message)
-                        if c.closing:  # closed meanwhile: its Close sent `unsent` first
+                        frame = await self._frame_of(message)
+                        if closing():  # closed meanwhile: its Close sent `unsent` first
                             return
                         if frame is not None:
                             self.unsent.append(frame)
@@ -104,15 +153,15 @@ class Outbound:
                     else:
                         await self.flush()
                         size = 0
-                        await dispatch(c, message)
-                        if c.closing:
+                        await self._act_on(message)
+                        if closing():
                             return
                 await self.flush()
         except asyncio.CancelledError:
             raise
         except Exception:
-            logger.exception("hub connection failed", extra=c.ids())
-            await c.end(ending.SHUTDOWN)
+            logger.exception("hub connection failed", extra=self._ids())
+            await self._end(ending.SHUTDOWN)
         finally:
             if self.task is asyncio.current_task():
                 self.task = None
@@ -131,32 +180,29 @@ class Outbound:
 
     async def send(self, frame: Frame) -> None:
         """A message outside the sequence (handshake, ping, Close, Ack, Sequence)."""
-        c = self.connection
-        c.sent()
-        transport = c.transport
+        self.sent()
+        transport = self._transport()
         if transport is not None:
             await transport.send(frame)
 
     def write_now(self, frame: Frame) -> None:
         """As send, from code that cannot wait (the clock's pings and Acks): at once
         where the transport writes without waiting (a WebSocket), else in a task."""
-        c = self.connection
-        c.sent()
-        transport = c.transport
+        self.sent()
+        transport = self._transport()
         if transport is None:
             return
         if not transport.send_now(frame):
-            c.hub.keep(asyncio.ensure_future(transport.send(frame)))
+            self._keep(asyncio.ensure_future(transport.send(frame)))
 
     async def emit(self, frame: Frame) -> None:
         """A hub invocation message (an event, a completion): numbered and kept for a
         resume when stateful (stateful.py)."""
-        c = self.connection
-        c.sent()
-        if c.stateful is not None:
-            await c.stateful.emit(frame)
+        self.sent()
+        if self._numbered is not None:
+            await self._numbered(frame)
             return
-        transport = c.transport
+        transport = self._transport()
         if transport is not None:
             await transport.send(frame)
 
@@ -167,11 +213,10 @@ class Outbound:
         if len(frames) == 1:
             await self.emit(frames[0])
             return
-        c = self.connection
-        c.sent()
-        if c.stateful is not None:
-            await c.stateful.emit(*frames)
+        self.sent()
+        if self._numbered is not None:
+            await self._numbered(*frames)
             return
-        transport = c.transport
+        transport = self._transport()
         if transport is not None:
             await transport.send(join_frames(frames))

@@ -1,10 +1,18 @@
-"""A hub connection as its parts see it: the explicit interface between them.
+"""What the connection package sees of things it cannot import: its process, and the
+connection as the functions of it see it.
 
-Each part holds its HubConnection (lifecycle.py) and reads or calls only what is
-declared here: the connection's shared state, the ways it ends, and of each other part
-what another one uses. HubConnection satisfies `Connection` (mypy checks it where a
-part is made), and nothing here imports a part or the connection, so the package has no
-import cycle, not even one of annotations.
+- `Process`: hub/process.HubProcess, which imports the connection (its registry holds
+  them), as a connection uses it.
+- `Connection`: lifecycle.HubConnection as the functions it is passed to use it: what
+  the channel layer brings it (events.py), what its client invokes (invocations.py) and
+  the hub methods (methods/). HubConnection calls those functions, so they cannot import
+  it; this declares only what they read and call, its parts typed by their own classes.
+  The parts themselves never see it: each is handed what it needs when made
+  (lifecycle.py).
+
+Nothing here imports lifecycle.py, events.py, invocations.py or methods/: no import
+cycle, not even one of annotations (mypy checks HubConnection against `Connection`
+where it passes itself).
 """
 
 import asyncio
@@ -13,17 +21,16 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from messenger_realtime.conf.settings import HubOptions
-from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.clock import Clock
+from messenger_realtime.hub.connection.authentication import Authentication
 from messenger_realtime.hub.connection.ending import Ending
+from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.connection.marks import StreamMarks
-from messenger_realtime.hub.connection.membership import ChatMemberships
+from messenger_realtime.hub.connection.outbound import Outbound
 from messenger_realtime.hub.fanout import Fanout
-from messenger_realtime.hub.inbox import Inbox
-from messenger_realtime.hub.protocols.base import Frame, HubProtocol
+from messenger_realtime.hub.protocols.base import HubProtocol
 from messenger_realtime.hub.recovery import StreamRecovery
 from messenger_realtime.hub.rosters import Rosters
-from messenger_realtime.hub.transports.base import Transport
 
 
 class Process(Protocol):
@@ -50,137 +57,39 @@ class Process(Protocol):
     def keep(self, task: "asyncio.Future[None]") -> None: ...
 
 
-class AuthPart(Protocol):
-    """authentication.Authentication, as the other parts use it."""
-
-    session: str | None
-    expires_at: float
-    expiry_reason: str
-    issued_at: float | None
-
-    def renew(
-        self, identity: Identity, token: str | None, loop: asyncio.AbstractEventLoop
-    ) -> None: ...
-
-    async def session_holds(self, user_id: UUID) -> bool: ...
-
-
-class GroupsPart(Protocol):
-    """groups.Groups, as the other parts use it."""
-
-    memberships: ChatMemberships
-
-    @property
-    def inbox(self) -> Inbox: ...
-
-    @property
-    def chats(self) -> frozenset[UUID]: ...
-
-    async def deliverable(self, chat: str, version: int | None) -> bool: ...
-
-    async def sync(self) -> None: ...
-
-
-class OutboundPart(Protocol):
-    """outbound.Outbound, as the other parts use it."""
-
-    delivering: bool
-
-    def take_pings(self) -> None: ...
-
-    def write_now(self, frame: Frame) -> None: ...
-
-    async def send(self, frame: Frame) -> None: ...
-
-    async def emit(self, frame: Frame) -> None: ...
-
-    async def emit_many(self, frames: list[Frame]) -> None: ...
-
-    async def flush(self) -> None: ...
-
-
-class StatefulPart(Protocol):
-    """stateful.StatefulReconnect, as the other parts use it."""
-
-    ack_at: float | None
-    detached_at: float | None
-
-    def send_ack_now(self) -> None: ...
-
-    async def emit(self, *frames: Frame) -> None: ...
-
-
-class TimeoutsPart(Protocol):
-    """timeouts.Timeouts, as the other parts use it."""
-
-    def moved(self, when: float) -> None: ...
-
-
 class Connection(Protocol):
-    """lifecycle.HubConnection, as its parts use it."""
-
-    connection_id: str
-    user_id: UUID
-    options: HubOptions
-    channel_layer: Any
-    loop: asyncio.AbstractEventLoop
-    protocol: HubProtocol | None
-    handshaken: bool
-    refused_invocations: int
-    # Written by the connection alone (read-only here).
+    """lifecycle.HubConnection, as events.py, invocations.py and methods/ use it: all
+    read-only here (the connection writes its own fields)."""
 
     @property
-    def transport(self) -> Transport | None: ...
+    def user_id(self) -> UUID: ...
+
+    @property
+    def options(self) -> HubOptions: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def protocol(self) -> HubProtocol | None: ...
 
     @property
     def closing(self) -> bool: ...
 
     @property
-    def ended(self) -> bool: ...
-
-    @property
-    def opened_at(self) -> float: ...
-
-    @property
-    def last_received(self) -> float: ...
-
-    @property
-    def last_sent(self) -> float: ...
-
-    @property
-    def marks(self) -> StreamMarks | None: ...  # stream_marks() makes them
-
-    def sent(self) -> None: ...
-
-    def heard(self) -> float: ...
-
-    def stream_marks(self) -> StreamMarks: ...
-
-    @property
     def hub(self) -> Process: ...
 
-    # Its parts: read-only here (a part never replaces another).
     @property
-    def auth(self) -> AuthPart: ...
-
-    @property
-    def groups(self) -> GroupsPart: ...
+    def auth(self) -> Authentication: ...
 
     @property
-    def outbound(self) -> OutboundPart: ...
+    def groups(self) -> Groups: ...
 
     @property
-    def stateful(self) -> StatefulPart | None: ...
+    def outbound(self) -> Outbound: ...
 
-    @property
-    def timeouts(self) -> TimeoutsPart: ...
-
-    def pings(self) -> bool: ...
-
-    def unreachable_since(self) -> float | None: ...
+    def stream_marks(self) -> StreamMarks: ...
 
     def ids(self) -> dict[str, Any]: ...
 
     async def end(self, how: Ending) -> None: ...
-
-    def end_soon(self, how: Ending) -> None: ...

@@ -16,28 +16,73 @@ resume window passing. A refused resume makes the official client start afresh.
 """
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import messenger_realtime.hub.connection.ending as ending
-from messenger_realtime.hub.connection.ending import REPLAY_OVERFLOW
+from messenger_realtime.hub.connection.ending import REPLAY_OVERFLOW, Ending
+from messenger_realtime.hub.connection.outbound import Outbound
 from messenger_realtime.hub.connection.replay import InboundSequence, ReplayBuffer
-from messenger_realtime.hub.connection.state import Connection
-from messenger_realtime.hub.protocols.base import SEQUENCED, Frame, MessageType, join_frames
+from messenger_realtime.hub.protocols.base import (
+    SEQUENCED,
+    Frame,
+    HubProtocol,
+    MessageType,
+    join_frames,
+)
 from messenger_realtime.hub.transports.base import Transport
-from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
 ACK_INTERVAL = 1.0  # seconds between Acks at most, as ASP.NET and the official client
 
 
 class StatefulReconnect:
-    """A stateful connection's sequence both ways, its replay buffer, and its resume."""
+    """A stateful connection's sequence both ways, its replay buffer, and its resume.
 
-    __slots__ = ("ack_at", "buffer", "connection", "detached_at", "inbound", "resuming")
+    It owns the numbering both ways, the buffer, when its next Ack is due and since when
+    it is detached. Made at the handshake, it is handed its connection's protocol (chosen
+    then, for good), its Outbound (the writes outside the sequence, the client's Pings
+    taken), and as callables what it needs of its connection: the transport carrying it
+    now, whether it is closing, how to end it, and its deadlines' `moved` (timeouts.py).
+    """
 
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-        self.buffer = ReplayBuffer(connection.options.stateful_reconnect_buffer_size)
+    __slots__ = (
+        "_closing",
+        "_end",
+        "_log_ids",
+        "_moved",
+        "_now",
+        "_transport",
+        "ack_at",
+        "buffer",
+        "detached_at",
+        "disconnect_timeout",
+        "inbound",
+        "outbound",
+        "protocol",
+        "resuming",
+    )
+
+    def __init__(
+        self,
+        *,
+        buffer_size: int,
+        disconnect_timeout: float,
+        protocol: HubProtocol,
+        outbound: Outbound,
+        now: Callable[[], float],
+        transport: Callable[[], Transport | None],
+        closing: Callable[[], bool],
+        end: Callable[[Ending], Awaitable[None]],
+        moved: Callable[[float], None],
+        log_ids: dict[str, Any],
+    ) -> None:
+        self.protocol, self.outbound = protocol, outbound
+        self.disconnect_timeout = disconnect_timeout  # how long a detached one waits
+        self._now, self._transport, self._closing = now, transport, closing  # the loop's time
+        self._end, self._moved = end, moved
+        self._log_ids = log_ids  # what its log lines name it by
+        self.buffer = ReplayBuffer(buffer_size)
         self.inbound = InboundSequence()
         self.ack_at: float | None = None  # loop time of the next Ack, when one is due
         self.resuming = False  # replaying after a resume: live sends wait in the buffer
@@ -58,50 +103,47 @@ class StatefulReconnect:
         if not self.inbound.accept():
             return False
         if self.ack_at is None:
-            self.ack_at = self.connection.loop.time() + ACK_INTERVAL
-            self.connection.timeouts.moved(self.ack_at)  # the clock sends it (timeouts.py)
+            self.ack_at = self._now() + ACK_INTERVAL
+            self._moved(self.ack_at)  # the clock sends it (timeouts.py)
         return True
 
     def send_ack_now(self) -> None:
         """The Ack that is due, unless the client cannot hear it now (then later)."""
-        c = self.connection
-        assert c.protocol is not None
-        if c.transport is None or self.resuming:
-            self.ack_at = c.loop.time() + ACK_INTERVAL
+        if self._transport() is None or self.resuming:
+            self.ack_at = self._now() + ACK_INTERVAL
             return
         self.ack_at = None
         sequence_id = self.inbound.ack_due()
         if sequence_id is not None:
-            c.outbound.write_now(c.protocol.ack(sequence_id))
+            self.outbound.write_now(self.protocol.ack(sequence_id))
 
     async def emit(self, *frames: Frame) -> None:
         """Number and keep each message, then send them (as one frame when several)."""
-        c = self.connection
         buffer = self.buffer
         was_resumable = buffer.resumable
         kept = all([buffer.add(frame) for frame in frames])
-        if c.transport is None or self.resuming:  # not on the wire: only the buffer has it
+        transport = self._transport()
+        if transport is None or self.resuming:  # not on the wire: only the buffer has it
             if not kept:
-                await c.end(ending.dropped(REPLAY_OVERFLOW))
+                await self._end(ending.dropped(REPLAY_OVERFLOW))
             return
         if was_resumable and not buffer.resumable:
             # The client acks too slowly for the bound: it stays connected, but a drop
             # from now on means a fresh start (its resume is refused).
-            logger.info("hub stateful reconnect given up", extra=self._log_ids())
-        await c.transport.send(join_frames(list(frames)))
+            logger.info("hub stateful reconnect given up", extra=self._log_ids)
+        await transport.send(join_frames(list(frames)))
 
-    def may_resume(self) -> bool:
-        c = self.connection
-        return not c.closing and c.handshaken and self.buffer.resumable
+    def resumable(self) -> bool:
+        """Whether its buffer still holds all a resume needs (its connection decides the
+        rest: HubConnection.may_resume)."""
+        return self.buffer.resumable
 
     def detach(self) -> None:
         """The WebSocket dropped: keep everything for DISCONNECT_TIMEOUT (timeouts.py)."""
-        c = self.connection
-        assert c.protocol is not None
-        self.detached_at = c.loop.time()
-        c.protocol.reset()  # a message cut in half is resent whole after the resume
-        logger.info("hub connection detached", extra=self._log_ids())
-        c.timeouts.moved(self.detached_at + c.options.disconnect_timeout)
+        self.detached_at = self._now()
+        self.protocol.reset()  # a message cut in half is resent whole after the resume
+        logger.info("hub connection detached", extra=self._log_ids)
+        self._moved(self.detached_at + self.disconnect_timeout)
 
     def attach(self) -> None:
         """A new WebSocket carries it (HubConnection.resume): live sends wait in the
@@ -114,25 +156,20 @@ class StatefulReconnect:
 
     async def replay(self, transport: Transport) -> None:
         """Carry on over the new WebSocket: the Sequence, the unacked messages, then live."""
-        c = self.connection
-        assert c.protocol is not None
-        c.protocol.reset()
-        transport.use_binary(c.protocol.binary)
-        if c.outbound.delivering:
-            c.outbound.take_pings()
+        protocol, outbound = self.protocol, self.outbound
+        protocol.reset()
+        transport.use_binary(protocol.binary)
+        if outbound.delivering:
+            outbound.take_pings()
         buffer = self.buffer
         sent = buffer.first_id() - 1
-        await c.outbound.send(c.protocol.sequence(sent + 1))
+        await outbound.send(protocol.sequence(sent + 1))
         # Messages added while these are written join the end of the buffer; the loop
         # ends when nothing is left unsent, and live sends follow from then on.
         replayed = 0
-        while not c.closing and (pending := buffer.frames_after(sent)):
+        while not self._closing() and (pending := buffer.frames_after(sent)):
             for message_id, frame in pending:
                 await transport.send(frame)
                 sent, replayed = message_id, replayed + 1
         self.resuming = False
-        logger.info("hub connection resumed", extra={**self._log_ids(), "replayed": replayed})
-
-    def _log_ids(self) -> dict[str, Any]:
-        c = self.connection
-        return {Field.CONNECTION_ID: c.connection_id, Field.USER_ID: c.user_id}
+        logger.info("hub connection resumed", extra={**self._log_ids, "replayed": replayed})

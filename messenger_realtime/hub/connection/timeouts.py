@@ -8,12 +8,26 @@ a WebSocket dropping) calls `moved`. A ping or an Ack is written inline; the end
 deadline calls for, which waits on the socket and the channel layer, the connection runs
 in a task of its own (end_soon) so one connection's close never holds up the others'
 deadlines.
+
+Timeouts owns its clock entry and the times its deadlines count from: when the
+connection was opened (the handshake timeout) and when the client was last heard
+(`heard`: the client timeout). When it last wrote is its Outbound's (`last_sent`: the
+keep-alive), its credentials' expiry its Authentication's, an Ack's time and a detached
+WebSocket's its StatefulReconnect's; what else it needs of its connection it is handed
+as callables when made.
 """
 
+from collections.abc import Callable
+
 import messenger_realtime.hub.connection.ending as ending
+from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.hub.clock import Clock, Entry, cancel
-from messenger_realtime.hub.connection.ending import CLIENT_TIMEOUT
-from messenger_realtime.hub.connection.state import Connection
+from messenger_realtime.hub.connection.authentication import Authentication
+from messenger_realtime.hub.connection.ending import CLIENT_TIMEOUT, Ending
+from messenger_realtime.hub.connection.outbound import Outbound
+from messenger_realtime.hub.connection.stateful import StatefulReconnect
+from messenger_realtime.hub.protocols.base import HubProtocol
+from messenger_realtime.hub.transports.base import Transport
 
 LONGEST_NAP = 3600.0  # every connection is looked at least this often (none is infinite)
 SLACK = 0.01  # s after a deadline: its comparison with the clock must find it passed
@@ -22,15 +36,55 @@ SLACK = 0.01  # s after a deadline: its comparison with the clock must find it p
 class Timeouts:
     """The deadlines of one connection, kept by the process's clock."""
 
-    __slots__ = ("clock", "connection", "entry")
+    __slots__ = (
+        "_closing",
+        "_end_soon",
+        "_handshaken",
+        "_protocol",
+        "_stateful",
+        "_transport",
+        "auth",
+        "clock",
+        "entry",
+        "last_received",
+        "opened_at",
+        "options",
+        "outbound",
+    )
 
-    def __init__(self, connection: Connection, clock: Clock) -> None:
-        self.connection = connection
+    def __init__(
+        self,
+        clock: Clock,
+        options: HubOptions,
+        *,
+        opened_at: float,
+        auth: Authentication,
+        outbound: Outbound,
+        closing: Callable[[], bool],
+        handshaken: Callable[[], bool],
+        transport: Callable[[], Transport | None],
+        protocol: Callable[[], HubProtocol | None],
+        stateful: Callable[[], StatefulReconnect | None],
+        end_soon: Callable[[Ending], None],
+    ) -> None:
         self.clock = clock  # its process's, on its loop (HubProcess.clock)
+        self.options = options
+        self.auth, self.outbound = auth, outbound
+        # Of its connection, read when a deadline passes (a resume swaps the transport;
+        # the handshake chooses the protocol and may grant stateful reconnect).
+        self._closing, self._handshaken = closing, handshaken
+        self._transport, self._protocol, self._stateful = transport, protocol, stateful
+        self._end_soon = end_soon
+        self.opened_at = self.last_received = opened_at  # loop times
         self.entry: Entry | None = None
 
+    def heard(self) -> float:
+        """Something came from the client now (its timeout counts from here): the time."""
+        self.last_received = now = self.clock.loop.time()
+        return now
+
     def start(self) -> None:
-        self.moved(self.connection.loop.time())
+        self.moved(self.clock.loop.time())
 
     def moved(self, when: float) -> None:
         """A deadline may now be as early as `when` (loop time)."""
@@ -40,45 +94,60 @@ class Timeouts:
         cancel(self.entry)
         self.entry = None
 
+    def pings(self) -> bool:
+        """Keep-alive both ways: after the handshake, on transports without their own."""
+        transport = self._transport()
+        return self._handshaken() and transport is not None and not transport.inherent_keepalive
+
+    def unreachable_since(self) -> float | None:
+        """Since when no transport can reach the client: a dropped stateful WebSocket,
+        or a long-polling connection with no poll pending."""
+        stateful = self._stateful()
+        if stateful is not None and stateful.detached_at is not None:
+            return stateful.detached_at
+        transport = self._transport()
+        return transport.idle_since() if transport is not None else None
+
     def fire(self, now: float) -> None:
         """Act on whichever deadline passed, then schedule the next one."""
         self.entry = None
-        c = self.connection
-        if c.closing:
+        if self._closing():
             return
-        o = c.options
-        if not c.handshaken and now - c.opened_at >= o.handshake_timeout:
-            c.end_soon(ending.handshake_refused("Handshake was canceled."))
+        o, end_soon, handshaken = self.options, self._end_soon, self._handshaken()
+        if not handshaken and now - self.opened_at >= o.handshake_timeout:
+            end_soon(ending.handshake_refused("Handshake was canceled."))
             return
-        auth = c.auth
+        auth = self.auth
         if now >= auth.expires_at:
-            c.end_soon(ending.dropped(auth.expiry_reason))
+            end_soon(ending.dropped(auth.expiry_reason))
             return
-        idle = c.unreachable_since()
+        stateful = self._stateful()
+        idle = self.unreachable_since()
         if idle is not None and now - idle >= o.disconnect_timeout:
             # Nothing reached the client for DISCONNECT_TIMEOUT: end without a resume.
-            detached = c.stateful is not None and c.stateful.detached_at is not None
+            detached = stateful is not None and stateful.detached_at is not None
             reason = "no resume" if detached else "no poll"
-            c.end_soon(ending.gone(f"{reason} within DISCONNECT_TIMEOUT"))
+            end_soon(ending.gone(f"{reason} within DISCONNECT_TIMEOUT"))
             return
-        keepalive = idle is None and c.pings()
-        if keepalive and now - c.last_received >= o.client_timeout:
-            c.end_soon(ending.error(CLIENT_TIMEOUT, allow_reconnect=True))
+        last_received, last_sent = self.last_received, self.outbound.last_sent
+        keepalive = idle is None and self.pings()
+        if keepalive and now - last_received >= o.client_timeout:
+            end_soon(ending.error(CLIENT_TIMEOUT, allow_reconnect=True))
             return
-        if keepalive and now - c.last_sent >= o.keepalive_interval:
-            assert c.protocol is not None
-            c.outbound.write_now(c.protocol.ping())
-        stateful = c.stateful
+        if keepalive and now - last_sent >= o.keepalive_interval:
+            protocol = self._protocol()
+            assert protocol is not None
+            self.outbound.write_now(protocol.ping())
         if stateful is not None and stateful.ack_at is not None and now >= stateful.ack_at:
             stateful.send_ack_now()
         deadlines = [auth.expires_at, now + LONGEST_NAP]
-        if not c.handshaken:
-            deadlines.append(c.opened_at + o.handshake_timeout)
+        if not handshaken:
+            deadlines.append(self.opened_at + o.handshake_timeout)
         if idle is not None:
             deadlines.append(idle + o.disconnect_timeout)
         if keepalive:
-            deadlines.append(c.last_received + o.client_timeout)
-            deadlines.append(c.last_sent + o.keepalive_interval)
+            deadlines.append(last_received + o.client_timeout)
+            deadlines.append(self.outbound.last_sent + o.keepalive_interval)
         if stateful is not None and stateful.ack_at is not None:
             deadlines.append(stateful.ack_at)
         self.moved(min(deadlines))
