@@ -5,19 +5,21 @@
 `with_hub` puts the hub's routes (/hubs/messenger, its negotiate and HTTP transports) in
 front of the host's application (hub/routing.py), serving one HubProcess (the hub's
 shared state in this process: hub/process.py), and, when Daphne serves the process,
-applies the app's Daphne integration itself, once per process: tokens scrubbed from
-Daphne's access log (and from `runserver`'s), the listen backlog and collector settings a
-reconnect storm needs, a polite Close to every connection at shutdown
-(hub/daphne/server.py). In single-process mode (REALTIME_BACKPLANE_ENABLED false) it also
-starts the dispatcher inside Daphne (dispatch/in_process.py). A host never calls any of
-that: forgetting it would leak tokens into its logs.
+applies the app's Daphne integration itself with one call, once per process
+(hub/daphne/__init__.py, install): Daphne's server controls for the transports, tokens
+scrubbed from Daphne's access log (and from `runserver`'s), the listen backlog and
+collector settings a reconnect storm needs, a polite Close to every connection at
+shutdown. Any other ASGI server serves the hub through standard ASGI messages and the
+hub's own bounded buffers (hub/transports/plain_asgi.py). In single-process mode
+(REALTIME_BACKPLANE_ENABLED false) it also starts the dispatcher inside Daphne
+(dispatch/in_process.py). A host never calls any of that: forgetting it would leak
+tokens into its logs.
 
 This module composes the hub and the dispatcher, so it lives at the app's top level
 beside admin.py, not in either part.
 """
 
-import sys
-
+from messenger_realtime.hub import daphne
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.routing import Application, routed
 
@@ -29,15 +31,9 @@ _integrated = False  # the server is set up once per process, whatever calls wit
 def with_hub(application: Application) -> Application:
     """`application` with the hub's routes in front, served as the app needs it."""
     hub = HubProcess()
-    if served_by_daphne():
+    if daphne.serves_this_process():
         _integrate_daphne(hub)
     return routed(application, hub)
-
-
-def served_by_daphne() -> bool:
-    """Daphne (its CLI, or `runserver` from its Django app) installs Twisted's reactor
-    before it imports the ASGI application."""
-    return "twisted.internet.reactor" in sys.modules and "daphne.server" in sys.modules
 
 
 def _integrate_daphne(hub: HubProcess) -> None:
@@ -46,7 +42,6 @@ def _integrate_daphne(hub: HubProcess) -> None:
         return
     _integrated = True
     from messenger_realtime.dispatch.in_process import start_if_single_process
-    from messenger_realtime.hub.daphne.server import install_daphne_integration
     from messenger_realtime.ops.exposition import export_worker_families_from_web
     from messenger_realtime.ops.logging import ensure_handler
 
@@ -54,4 +49,4 @@ def _integrate_daphne(hub: HubProcess) -> None:
     in_process = start_if_single_process()
     if in_process is not None:
         export_worker_families_from_web()
-    install_daphne_integration(hub, also_stop=in_process.stop if in_process else None)
+    daphne.install(hub, also_stop=in_process.stop if in_process else None)

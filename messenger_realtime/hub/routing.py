@@ -29,6 +29,8 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from asgiref.sync import markcoroutinefunction
+
 from messenger_realtime.hub.negotiate import negotiate
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.transports.http import HubHttpConsumer
@@ -74,7 +76,8 @@ def routed(application: Application, hub: HubProcess | None = None) -> Applicati
         # call (ASGI servers run what an application returns, as a task).
         return (served or application)(scope, receive, send)
 
-    # An ASGI 3 application although not a coroutine function (asgiref's test, which
-    # Daphne applies, would otherwise take it for an ASGI 2 double callable).
+    # An ASGI 3 application although not a coroutine function: asgiref's test, which
+    # Daphne applies, and the coroutine-function test Uvicorn's interface detection
+    # applies, would otherwise take it for an ASGI 2 double callable.
     route._asgi_single_callable = True  # type: ignore[attr-defined]
-    return route
+    return markcoroutinefunction(route)

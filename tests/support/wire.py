@@ -21,13 +21,13 @@ from websockets.sync.client import ClientConnection, connect
 from tests.support.helpers import layer
 from tests.support.hub_helpers import token_for
 from tests.support.runtime import run
-from tests.support.workers import DaphneProcess
+from tests.support.workers import HubServer
 
 RS = "\x1e"
 
 
 def negotiate(
-    server: DaphneProcess,
+    server: HubServer,
     token: str | None = None,
     query: str = "?negotiateVersion=1",
     method: str = "POST",
@@ -48,7 +48,7 @@ def negotiate(
         return error.code, json.loads(body or b"{}"), dict(error.headers)
 
 
-def hub_socket(server: DaphneProcess, token: str | None, query: str = "") -> ClientConnection:
+def hub_socket(server: HubServer, token: str | None, query: str = "") -> ClientConnection:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return connect(f"{server.ws}/hubs/messenger{query}", additional_headers=headers)
 
@@ -62,7 +62,7 @@ def records(ws: ClientConnection, timeout: float = 5) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def joined(server: DaphneProcess, user: Any, version: int = 1) -> Iterator[ClientConnection]:
+def joined(server: HubServer, user: Any, version: int = 1) -> Iterator[ClientConnection]:
     """A connection of `user` past the handshake."""
     with hub_socket(server, token_for(user.id)) as ws:
         ws.send(json.dumps({"protocol": "json", "version": version}) + RS)
@@ -89,7 +89,7 @@ def session_cookie(user: Any) -> str:
 class StuckClient:
     """A WebSocket client that completes the hub handshake and then never reads again."""
 
-    def __init__(self, server: DaphneProcess, token: str) -> None:
+    def __init__(self, server: HubServer, token: str) -> None:
         self.sock = socket.create_connection(("127.0.0.1", server.port))
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         key = base64.b64encode(os.urandom(16)).decode()

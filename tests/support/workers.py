@@ -138,6 +138,43 @@ class DaphneProcess(LoggedProcess):
         return f"ws://127.0.0.1:{self.port}"
 
 
+class UvicornProcess(LoggedProcess):
+    """Uvicorn serving project.asgi (or `application`) on a free loopback port: a plain
+    ASGI server, which gives the hub none of Daphne's controls (the hub falls back to
+    standard ASGI messages and its own bounded buffers: hub/transports/plain_asgi.py).
+    Speaks for the same tests as a DaphneProcess: `port`, `http`, `ws`, its log lines."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        port: int | None = None,
+        application: str = "project.asgi:application",
+        **settings: object,
+    ) -> None:
+        env = dict(env)
+        env.update({f"MESSENGER_REALTIME_{k.upper()}": str(v) for k, v in settings.items()})
+        self.port = port or free_port()
+        argv = [sys.executable, "-m", "uvicorn", application, "--host", "127.0.0.1"]
+        argv += ["--port", str(self.port), "--lifespan", "off"]
+        super().__init__(argv, env)
+        try:
+            self.wait_for("Uvicorn running on", timeout=30)
+        except BaseException:
+            self.kill()  # the fixture's teardown never sees an object that failed to start
+            raise
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+
+# A served hub the wire helpers (tests/support/wire.py) speak to, whichever server.
+HubServer = DaphneProcess | UvicornProcess
+
 LOCK_KEY = "job:scheduled:messenger-realtime-dispatch"  # the default LOCK_KEY
 
 

@@ -66,7 +66,7 @@ def test_anything_else_is_left_to_autobahn(frame: bytes) -> None:
 
 def open_protocol(heard: Any) -> Any:
     protocol: Any = HubWebSocketProtocol.__new__(HubWebSocketProtocol)
-    protocol.hub_state = {"heard": heard}
+    protocol.hub_heard = heard
     protocol.state, protocol.data = protocol.STATE_OPEN, b""
     protocol.current_frame, protocol.inside_message = None, False
     return protocol

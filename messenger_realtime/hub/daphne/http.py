@@ -1,11 +1,11 @@
 """Daphne's HTTP request with the hub's send bound for Server-Sent Events streams
-(installed by hub/daphne/server.py).
+(installed by hub/daphne/__init__.py, install).
 
 An event stream is one response that never ends; a client that stops reading would let
 Twisted buffer it without limit. Before each chunk of a stream the hub asked to bound
-(`hub_state["send_limit"]`, set by the SSE transport), the connection's unsent bytes
-(Twisted's write buffer plus, on Linux, the socket's unacknowledged bytes) are compared
-with the limit; past it the application gets one `hub.send_overflow` message and the
+(the SSE transport's `bound`, through DaphneStream in controls.py), the connection's
+unsent bytes (Twisted's write buffer plus, on Linux, the socket's unacknowledged bytes)
+are compared with the limit; past it the hub's `overflow` is called once and the
 connection is closed with allowReconnect, as on WebSockets (daphne/websocket.py). Other
 responses are untouched.
 
@@ -19,19 +19,18 @@ switches to HTTP/2; the WebSocket's own send bound (daphne/websocket.py) does th
 control from then on. Checked in a real Daphne by tests/e2e/test_upgrade_release.py.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from daphne.http_protocol import WebRequest
 
-from messenger_realtime.hub.daphne.websocket import (
-    OVERFLOW_EVENT,
-    socket_unacknowledged,
-    twisted_unsent,
-)
+from messenger_realtime.hub.daphne.websocket import socket_unacknowledged, twisted_unsent
 
 
 class HubWebRequest(WebRequest):  # type: ignore[misc]
-    hub_state: dict[str, Any] = {}  # replaced per request (hub/daphne/server.py)
+    # Set by the hub through the request's controls (controls.py) for an event stream.
+    send_limit = 0
+    hub_overflow: Callable[[int], None] | None = None
     overflowed = False
 
     def process(self) -> None:
@@ -45,19 +44,21 @@ class HubWebRequest(WebRequest):  # type: ignore[misc]
                 transport.unregisterProducer()
 
     def handle_reply(self, message: dict[str, Any]) -> None:
-        limit = self.hub_state.get("send_limit")
+        limit = self.send_limit
         if limit and not self.overflowed and message.get("more_body"):
-            self._check_send_buffer(int(limit))
+            self._check_send_buffer(limit)
         super().handle_reply(message)
 
-    def _check_send_buffer(self, limit: int) -> None:
-        channel = getattr(self, "channel", None)
-        transport = getattr(channel, "transport", None)
+    def unsent(self) -> int:
+        """Bytes of its connection written and not taken by the peer (0: no transport)."""
+        transport = getattr(getattr(self, "channel", None), "transport", None)
         if transport is None:
-            return
-        unsent = twisted_unsent(transport) + socket_unacknowledged(transport)
+            return 0
+        return twisted_unsent(transport) + socket_unacknowledged(transport)
+
+    def _check_send_buffer(self, limit: int) -> None:
+        unsent = self.unsent()
         if unsent > limit:
             self.overflowed = True
-            queue = getattr(self, "application_queue", None)
-            if queue is not None:
-                queue.put_nowait({"type": OVERFLOW_EVENT, "unsent": unsent})
+            if self.hub_overflow is not None:
+                self.hub_overflow(unsent)

@@ -1,5 +1,7 @@
-"""Daphne integration: polite Close on shutdown, no tokens in access logs, and the hub's
-WebSocket protocol (daphne/websocket.py: size limits with a Close, the send bound, the scheme).
+"""Daphne integration: polite Close on shutdown, no tokens in access logs, the hub's
+protocols (daphne/websocket.py, daphne/http.py) and Daphne's server patched to serve them,
+each connection's scope given its ServerControls (daphne/controls.py). All of it is
+installed by hub/daphne/__init__.py (install), one call the app makes itself.
 
 Daphne stops on SIGTERM/SIGINT through Twisted's reactor; a "before shutdown" trigger
 runs while sockets are still open, so every live connection gets
@@ -35,7 +37,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import messenger_realtime.hub.connection.ending as ending
-from messenger_realtime.hub.daphne import capacity
+import messenger_realtime.hub.daphne.capacity as capacity
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.ops.logging import scrub_query_secrets
 
@@ -80,11 +82,11 @@ async def _shutdown(hub: HubProcess, also_stop: Callable[[], Awaitable[None]] | 
     logger.info("hub shutdown", extra={"action": "shutdown", "closed": closed})
 
 
-def install_daphne_integration(
+def close_connections_at_shutdown(
     hub: HubProcess, also_stop: Callable[[], Awaitable[None]] | None = None
 ) -> None:
-    """Called once per process by messenger_realtime.asgi.with_hub when Daphne serves it:
-    at shutdown `hub` refuses new connections and closes its own.
+    """Twisted's reactor, before it shuts down: `hub` refuses new connections and closes
+    its own (a Close with allowReconnect each).
 
     also_stop: awaited after the connections are closed and before Daphne exits (the
     in-process dispatcher's stop in single-process mode).
@@ -95,9 +97,11 @@ def install_daphne_integration(
         return defer.Deferred.fromFuture(asyncio.ensure_future(_shutdown(hub, also_stop)))
 
     reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)  # type: ignore[arg-type]
-    _install_protocol()
-    capacity.collect_in_full_rarely()
 
+
+def scrub_access_logs() -> None:
+    """Daphne's access log (its CLI) and `runserver`'s print request paths with their
+    query: tokens there become [redacted]."""
     _scrub_runserver_log()
     # Daphne's CLI imports the application before it builds its access log generator,
     # so replacing the class it will use here covers `daphne project.asgi:application`.
@@ -132,14 +136,9 @@ def _scrub_runserver_log() -> None:
     command.hub_scrubbed = True
 
 
-def _install_protocol() -> None:
-    """Serve WebSockets with HubWebSocketProtocol and HTTP with HubWebRequest; Daphne's
-    server makes each application with a lighter input queue, gives a WebSocket's scope
-    its `scheme` and every scope the dict (HUB_STATE) through which the hub tells
-    Daphne's protocol about the connection (binary frames, SSE's bound, Pings); its two
-    checkers visit only the connections that need them (above)."""
+def install_protocols() -> None:
+    """Serve WebSockets with HubWebSocketProtocol and HTTP with HubWebRequest."""
     from daphne import http_protocol
-    from daphne.server import Server
     from daphne.ws_protocol import WebSocketFactory
 
     from messenger_realtime.hub.daphne.http import HubWebRequest
@@ -147,10 +146,23 @@ def _install_protocol() -> None:
 
     WebSocketFactory.protocol = HubWebSocketProtocol
     http_protocol.WebRequest = HubWebRequest  # HTTPFactory builds requests from this name
+
+
+def install_server() -> None:
+    """Daphne's server makes each application with a lighter input queue, gives a
+    WebSocket's scope its `scheme` and every hub scope its ServerControls (controls.py);
+    its two checkers visit only the connections that need them (above); it listens with
+    the storm's backlog (capacity.py)."""
+    from daphne.server import Server
+
     if getattr(Server, "hub_integrated", False):
         return
     Server.hub_integrated = True
     _install_server(Server)
+
+
+def format_debug_lazily() -> None:
+    """Autobahn's per-socket debug dump of its settings, formatted only if logged."""
     from autobahn.websocket import protocol as autobahn_protocol
 
     autobahn_protocol.pformat = LazyFormat  # type: ignore[assignment,attr-defined]
@@ -215,23 +227,24 @@ def _install_server(server_class: Any) -> None:
     """Daphne's server: its application factory and its two periodic checkers."""
     from twisted.internet import reactor
 
+    from messenger_realtime.hub.daphne.controls import DaphneSocket, DaphneStream
     from messenger_realtime.hub.daphne.http import HubWebRequest
     from messenger_realtime.hub.daphne.websocket import HubWebSocketProtocol, scheme
-    from messenger_realtime.hub.transports.websocket import HUB_SOCKET, HUB_STATE
+    from messenger_realtime.hub.transports.server import attach
 
     call_later: Any = reactor.callLater
     settling = Settling()
     protocol_disconnected = server_class.protocol_disconnected
 
     def create_application(server: Any, protocol: Any, scope: dict[str, Any]) -> Any:
-        """Daphne 4.2's (daphne/server.py), with an InputQueue, the hub's scope keys,
-        and the checker told when the application ends."""
+        """Daphne 4.2's (daphne/server.py), with an InputQueue, the hub's controls on
+        the scope, and the checker told when the application ends."""
         if isinstance(protocol, HubWebSocketProtocol):
             if scope.get("type") == "websocket":
                 scope.setdefault("scheme", scheme(protocol))
-            scope[HUB_SOCKET] = protocol  # frames go straight to it (websocket.py)
-        if isinstance(protocol, HubWebSocketProtocol | HubWebRequest):
-            scope[HUB_STATE] = protocol.hub_state = {}
+            attach(scope, DaphneSocket(protocol))  # frames go straight to it
+        elif isinstance(protocol, HubWebRequest):
+            attach(scope, DaphneStream(protocol))  # an event stream's send bound
         assert "application_instance" not in server.connections[protocol]
         input_queue = InputQueue()
         scope.setdefault("asgi", {"version": "3.0"})

@@ -1,17 +1,18 @@
-"""Daphne's WebSocket protocol with the hub's transport rules (installed by hub/daphne/server.py).
+"""Daphne's WebSocket protocol with the hub's transport rules (installed by hub/daphne/__init__.py,
+install). The hub reaches it only through its ServerControls (hub/daphne/controls.py,
+DaphneSocket), which set the `hub_` attributes below.
 
 - Incoming limits: a frame or message over MAX_MESSAGE_SIZE + FRAME_SLACK gets the hub's
   Close message ({"type":7,"error":"... maximum message size ..."}, in MessagePack on a
-  binary connection: the hub says which through `hub_state`) and a WebSocket close
+  binary connection: the hub says which through `use_binary`) and a WebSocket close
   (1009), where Autobahn alone drops the TCP connection without a word. The limit binds
   what clients send only: Autobahn applies its message limit to outgoing messages too,
   and an event may be larger than anything a client may send.
 - Send bound: before each outgoing message the connection's unsent bytes (Twisted's write
-  buffer plus, on Linux, the socket's unacknowledged bytes) are compared with
-  SEND_BUFFER_LIMIT; past it the application gets one `hub.send_overflow` message and the
-  consumer closes the connection with allowReconnect (HubConsumer.hub_send_overflow, in
-  hub/transports/websocket.py). A client that keeps pinging but never reads is caught
-  too: it is what it does not read that counts.
+  the bound the hub set (`bound`: SEND_BUFFER_LIMIT); past it the hub's `overflow` is
+  called once and it closes the connection with allowReconnect
+  (WebSocketTransport._overflowed, in hub/transports/websocket.py). A client that keeps
+  pinging but never reads is caught too: it is what it does not read that counts.
 - Eager writes: a frame goes to the socket at once when nothing waits in Twisted's
   buffer, and only what the kernel does not take waits for the reactor. Twisted alone
   buffers every write and registers the socket for writability (two epoll_ctl calls and
@@ -32,8 +33,8 @@
 - The ASGI scope gets `scheme` (ws or wss), which Daphne leaves out for WebSockets, so the
   consumer's same-origin check can compare schemes (see scheme()).
 - Keep-alive: a client's Ping (the exact record the clients send, JSON or MessagePack) is
-  taken here once the connection says so (`hub_state["heard"]`, set once its delivery
-  runs): it only tells the connection the client is alive, so it need not cross
+  taken here once the connection says so (`take_pings`, once its delivery runs, sets
+  `hub_heard`): it only tells the connection the client is alive, so it need not cross
   Daphne's application queue, the consumer and the protocol parser; idle connections
   receive little else. Daphne's own WebSocket pings are not sent: the hub's keep-alive
   (a Ping every KEEPALIVE_INTERVAL, the client's CLIENT_TIMEOUT) is the liveness check,
@@ -43,6 +44,7 @@
 import fcntl
 import struct
 import termios
+from collections.abc import Callable
 from typing import Any
 
 from daphne.ws_protocol import WebSocketProtocol
@@ -54,7 +56,6 @@ from messenger_realtime.hub.protocols.base import message_too_big
 # Room beyond MAX_MESSAGE_SIZE for a record separator and a small record (a ping) sharing
 # the frame; a record over MAX_MESSAGE_SIZE is refused by the hub itself.
 FRAME_SLACK = 1024
-OVERFLOW_EVENT = "hub.send_overflow"
 MESSAGE_TOO_BIG = 1009  # WebSocket close code
 # A client's Ping record, as the official clients write it: JSON text, MessagePack binary.
 PINGS = {False: b'{"type":6}\x1e', True: b"\x02\x91\x06"}
@@ -170,9 +171,13 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
     # per connection.
     maxFramePayloadSize: int
     maxMessagePayloadSize: int
-    send_buffer_limit = 0  # set per connection in onConnect
+    # What the hub tells it, per connection, through its controls (controls.py): the
+    # send bound and what to call past it, the protocol's kind, what a Ping means.
+    send_buffer_limit = 0
+    hub_overflow: Callable[[int], None] | None = None
+    hub_binary = False
+    hub_heard: Callable[[], None] | None = None
     overflowed = False
-    hub_state: dict[str, Any] = {}  # replaced per connection (hub/daphne/server.py)
     _written = 0  # bytes written since the socket was last asked (amortises the syscall)
     _settings_of: Any = None  # the factory whose settings the class holds
     request: Any  # Autobahn's ConnectionRequest, then an UpgradeRequest once open
@@ -204,7 +209,6 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
         self.maxFramePayloadSize = min(self.maxFramePayloadSize or limit, limit)
         self.maxMessagePayloadSize = min(self.maxMessagePayloadSize or limit, limit)
         self.max_message_size = options.max_message_size
-        self.send_buffer_limit = options.send_buffer_limit
         return super().onConnect(request)
 
     def onOpen(self) -> None:
@@ -214,7 +218,7 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
         self.request = UpgradeRequest(self.request.path)
 
     def dataReceived(self, data: bytes) -> None:
-        heard = self.hub_state.get("heard")
+        heard = self.hub_heard
         if (
             heard is not None
             and len(data) <= PING_FRAME_MAX
@@ -230,7 +234,7 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
         super().dataReceived(data)
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
-        heard = self.hub_state.get("heard")
+        heard = self.hub_heard
         if heard is not None and payload == PINGS[isBinary] and not self.muted:
             heard()  # a Ping: the client is alive, nothing more to do
             return
@@ -249,7 +253,7 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
         """The hub's Close message first, then a WebSocket close instead of a TCP drop."""
         if self.state == self.STATE_OPEN:
             too_big = message_too_big(self.max_message_size)
-            if self.hub_state.get("binary"):
+            if self.hub_binary:
                 self._write(messagepack.close(too_big), True)
             else:
                 self._write(json_protocol.close(too_big).encode())
@@ -320,9 +324,8 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
             unsent += socket_unacknowledged(self.transport)
         if unsent > self.send_buffer_limit:
             self.overflowed = True
-            queue = getattr(self, "application_queue", None)
-            if queue is not None:
-                queue.put_nowait({"type": OVERFLOW_EVENT, "unsent": unsent})
+            if self.hub_overflow is not None:
+                self.hub_overflow(unsent)
 
 
 def scheme(connection: Any) -> str:

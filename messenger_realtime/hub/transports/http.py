@@ -13,6 +13,7 @@ mid-connection`, 409 for a second event stream, 405 for POST on a WebSocket conn
 401 for bad credentials.
 """
 
+import asyncio
 import logging
 from typing import Any
 
@@ -33,7 +34,7 @@ from messenger_realtime.hub.transports.base import (
 )
 from messenger_realtime.hub.transports.credentials import cors_headers, identify_scope, query_of
 from messenger_realtime.hub.transports.longpolling import NO_CACHE, LongPollingTransport
-from messenger_realtime.hub.transports.websocket import HUB_STATE
+from messenger_realtime.hub.transports.server import controls_of
 from messenger_realtime.ops.webhealth import layer_verdict
 
 logger = logging.getLogger(__name__)
@@ -73,11 +74,11 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
             await self.on_gone()
         raise StopConsumer
 
-    async def hub_send_overflow(self, message: dict[str, Any]) -> None:
-        """Daphne: this event stream's unsent data passed SEND_BUFFER_LIMIT."""
+    def overflowed(self, unsent: int) -> None:
+        """The server's controls: this event stream's unsent data passed SEND_BUFFER_LIMIT."""
         connection = getattr(self, "connection", None)
         if connection is not None:
-            await connection.send_overflow(message.get("unsent"))
+            self.hub.keep(asyncio.ensure_future(connection.send_overflow(unsent)))
 
     async def respond(
         self, status: int, body: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None
@@ -133,7 +134,9 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
             await self.respond(404, unsupported.encode())
             return
         transport: Any = (
-            sse.ServerSentEventsTransport(self)
+            sse.ServerSentEventsTransport(
+                self, controls_of(self.scope), options.send_buffer_limit, self.overflowed
+            )
             if stream
             else LongPollingTransport(options, self.hub.forget)
         )
@@ -169,9 +172,6 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
 
     async def _stream(self, transport: sse.ServerSentEventsTransport) -> None:
         self.responded = True
-        state = self.scope.get(HUB_STATE)
-        if state is not None:  # Daphne bounds the stream (hub/daphne/http.py)
-            state["send_limit"] = self.options.send_buffer_limit
         start = {"type": "http.response.start", "status": 200}
         await self.send({**start, "headers": [*sse.HEADERS, *self._cors()]})
         await self.send_body(sse.OPENING, more_body=True)

@@ -4,8 +4,9 @@ as one event; POSTs carry what the client sends (transports/http.py). Text only 
 The response starts with a comment line (":"), which makes the client's EventSource
 open; each message follows as `data: <record>` and a blank line. When the connection
 ends the response ends; when the client goes away the connection ends (no resume).
-Keep-alive pings flow both ways as on WebSockets. Under Daphne the stream's unsent bytes
-are bounded by SEND_BUFFER_LIMIT (hub/daphne/http.py).
+Keep-alive pings flow both ways as on WebSockets. The stream's unsent bytes are bounded
+by SEND_BUFFER_LIMIT through the server's controls (transports/server.py): Daphne's
+(hub/daphne/http.py), or on a plain ASGI server the hub's own buffer (plain_asgi.py).
 """
 
 from collections.abc import Callable
@@ -13,6 +14,8 @@ from typing import Any
 
 from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.transports.base import SERVER_SENT_EVENTS
+from messenger_realtime.hub.transports.plain_asgi import PlainAsgiControls
+from messenger_realtime.hub.transports.server import ServerControls
 
 HEADERS = [
     (b"content-type", b"text/event-stream"),
@@ -38,18 +41,40 @@ class ServerSentEventsTransport:
     binary_ok = False
     inherent_keepalive = False
 
-    def __init__(self, consumer: Any) -> None:
+    def __init__(
+        self,
+        consumer: Any,
+        controls: ServerControls | None,
+        limit: int,
+        overflow: Callable[[int], None],
+    ) -> None:
+        """`controls`: the server's of this response (None: a plain ASGI server, whose
+        writes the hub buffers itself); past `limit` unsent bytes, `overflow(unsent)`."""
         self.consumer = consumer
         self.ended = False
+        if controls is None:
+
+            async def deliver(chunk: Frame) -> None:
+                await consumer.send_body(chunk, more_body=True)
+
+            async def finish() -> None:
+                await consumer.send_body(b"", more_body=False)
+
+            controls = PlainAsgiControls(deliver, finish)
+        controls.bound(limit, overflow)
+        self.controls = controls
 
     async def send(self, frame: Frame) -> None:
         if not self.ended:
-            await self.consumer.send_body(event(frame), more_body=True)
+            chunk = event(frame)
+            if not self.controls.write_now(chunk):
+                await self.consumer.send_body(chunk, more_body=True)
 
     async def close(self) -> None:
         if not self.ended:
             self.ended = True
-            await self.consumer.send_body(b"", more_body=False)
+            if not self.controls.close_after_writes():
+                await self.consumer.send_body(b"", more_body=False)
 
     def send_now(self, frame: Frame) -> bool:
         return False  # a write waits on the response (the caller sends in a task)

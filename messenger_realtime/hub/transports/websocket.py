@@ -7,6 +7,7 @@ channel of its own: the logical connection owns the channel and the groups, so i
 outlive this socket.
 """
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from messenger_realtime.hub.reads import hub_read
 from messenger_realtime.hub.transports import opening
 from messenger_realtime.hub.transports.base import WEBSOCKETS
 from messenger_realtime.hub.transports.credentials import identify_scope, query_of
+from messenger_realtime.hub.transports.plain_asgi import PlainAsgiControls
+from messenger_realtime.hub.transports.server import ServerControls, controls_of
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
 from messenger_realtime.ops.webhealth import layer_verdict
@@ -32,12 +35,11 @@ from messenger_realtime.ops.webhealth import layer_verdict
 logger = logging.getLogger(__name__)
 _check_standing = hub_read(check_standing)
 ABNORMAL_CLOSURE = 1006  # the TCP connection went without a close frame: resumable
-HUB_STATE = "hub.state"  # a dict Daphne's protocol shares with the hub (hub/daphne/server.py)
-HUB_SOCKET = "hub.socket"  # Daphne's WebSocket protocol itself, when served by Daphne
 
 
 class WebSocketTransport:
-    """One WebSocket as a logical connection's transport."""
+    """One WebSocket as a logical connection's transport, written through the server's
+    controls (transports/server.py): Daphne's, or the hub's own over plain ASGI."""
 
     name = WEBSOCKETS
     binary_ok = True
@@ -46,11 +48,12 @@ class WebSocketTransport:
     def __init__(self, consumer: "HubConsumer") -> None:
         self.consumer = consumer
         self._send = consumer.base_send
-        self._socket = consumer.scope.get(HUB_SOCKET)
+        controls = consumer.controls or PlainAsgiControls.websocket(consumer.base_send)
+        controls.bound(load_hub_options().send_buffer_limit, self._overflowed)
+        self.controls: ServerControls = controls
 
     async def send(self, frame: Frame) -> None:
-        if self._socket is not None:
-            self.send_now(frame)
+        if self.send_now(frame):
             return
         if isinstance(frame, str):
             await self._send({"type": "websocket.send", "text": frame})
@@ -58,38 +61,33 @@ class WebSocketTransport:
             await self._send({"type": "websocket.send", "bytes": frame})
 
     def send_now(self, frame: Frame) -> bool:
-        """Under Daphne, straight to its protocol, without waiting: the ASGI send would
-        pass each frame through Channels' session middleware, Daphne's server and the
-        protocol's message checks first, a fifth of the hub's CPU per delivery. A socket
-        that is no longer open takes nothing, as Daphne's own send does. Elsewhere (a
-        test's ASGI server) False: the caller sends it in a task."""
-        socket = self._socket
-        if socket is None:
-            return False
-        if socket.state == socket.STATE_OPEN:
-            if isinstance(frame, str):
-                socket.sendMessage(frame.encode(), False)
-            else:
-                socket.sendMessage(frame, True)
-        return True
+        """Straight to the server's controls, without waiting. Under Daphne the ASGI send
+        would pass each frame through Channels' session middleware, Daphne's server and
+        the protocol's message checks first, a fifth of the hub's CPU per delivery; on a
+        plain ASGI server the hub's own bounded buffer takes it (transports/plain_asgi.py).
+        A socket that is no longer open takes nothing, as ASGI's send."""
+        return self.controls.write_now(frame)
 
     async def close(self) -> None:
         # 1000: Autobahn refuses 1001 from the application; a Close message has already
         # said whether to reconnect.
-        await self._send({"type": "websocket.close"})
+        if not self.controls.close_after_writes():
+            await self._send({"type": "websocket.close"})
 
     def use_binary(self, binary: bool) -> None:
-        """Tell Daphne's protocol, for the Close it writes itself (oversized frames)."""
-        state = self.consumer.scope.get(HUB_STATE)
-        if state is not None:
-            state["binary"] = binary
+        """Tell the server, for the Close it writes itself (oversized frames, Daphne)."""
+        self.controls.use_binary(binary)
 
     def take_pings(self, heard: Callable[[], None]) -> None:
-        """Under Daphne, the socket's protocol takes the client's Pings itself and calls
-        `heard` (daphne/websocket.py): no trip through the application queue and the parser."""
-        state = self.consumer.scope.get(HUB_STATE)
-        if state is not None and self._socket is not None:
-            state["heard"] = heard
+        """Where the server can (Daphne: daphne/websocket.py), it takes the client's Pings
+        itself and calls `heard`: no trip through the application queue and the parser."""
+        self.controls.take_pings(heard)
+
+    def _overflowed(self, unsent: int) -> None:
+        """The server's controls: this socket's unsent data passed SEND_BUFFER_LIMIT."""
+        connection = self.consumer.connection
+        if connection is not None and connection.transport is self:
+            self.consumer.hub.keep(asyncio.ensure_future(connection.send_overflow(unsent)))
 
     def idle_since(self) -> float | None:
         return None
@@ -102,6 +100,7 @@ class HubConsumer(AsyncConsumer):  # type: ignore[misc]
     channel_layer = None  # no channel: the connection's inbox has what the layer brings
     connection: HubConnection | None = None
     transport: WebSocketTransport | None = None
+    controls: ServerControls | None = None  # the server's, if it gives any (server.py)
 
     def __init__(self, hub: HubProcess) -> None:
         self.hub = hub  # the process it serves (hub/process.py)
@@ -126,10 +125,10 @@ class HubConsumer(AsyncConsumer):  # type: ignore[misc]
         await handler(message)
 
     async def websocket_connect(self, message: dict[str, Any]) -> None:
-        # The scope's headers, query and the rest are read here, once: the connection
-        # keeps only the two keys it reads later (its Daphne socket and shared state).
+        # The scope's headers, query and the rest are read here, once: the consumer
+        # keeps only what it needs later, the server's controls of this socket.
         scope = self.scope
-        self.scope = {key: scope[key] for key in (HUB_SOCKET, HUB_STATE) if key in scope}
+        self.controls, self.scope = controls_of(scope), {}
         if not self.hub.accepting:
             await self._refuse("shutting down")  # the client retries elsewhere
             return
@@ -197,8 +196,3 @@ class HubConsumer(AsyncConsumer):  # type: ignore[misc]
             with contextlib.suppress(Exception):
                 await self.connection.transport_lost(self.transport, resumable=resumable)
         raise StopConsumer
-
-    async def hub_send_overflow(self, message: dict[str, Any]) -> None:
-        """Daphne: this socket's unsent data passed SEND_BUFFER_LIMIT (daphne/websocket.py)."""
-        if self.connection is not None and self.connection.transport is self.transport:
-            await self.connection.send_overflow(message.get("unsent"))

@@ -1,0 +1,81 @@
+"""Daphne's side of the server seam (hub/transports/server.py): the ServerControls of a
+WebSocket (DaphneSocket, over HubWebSocketProtocol) and of an HTTP request
+(DaphneStream, over HubWebRequest), attached to each connection's scope by Daphne's
+application factory (hub/daphne/server.py). The transports see only these methods; what
+they drive (the send bound, Pings taken, the Close for an oversized frame, eager writes)
+is in websocket.py and http.py."""
+
+from collections.abc import Callable
+
+from messenger_realtime.hub.daphne.http import HubWebRequest
+from messenger_realtime.hub.daphne.websocket import (
+    HubWebSocketProtocol,
+    socket_unacknowledged,
+    twisted_unsent,
+)
+from messenger_realtime.hub.protocols.base import Frame
+
+
+class DaphneSocket:
+    """A hub WebSocket's controls under Daphne: frames go straight to its protocol."""
+
+    __slots__ = ("_protocol",)
+
+    def __init__(self, protocol: HubWebSocketProtocol) -> None:
+        self._protocol = protocol
+
+    def write_now(self, frame: Frame) -> bool:
+        protocol = self._protocol
+        if protocol.state == protocol.STATE_OPEN:  # as Daphne's own send: open or nothing
+            if isinstance(frame, str):
+                protocol.sendMessage(frame.encode(), False)
+            else:
+                protocol.sendMessage(frame, True)
+        return True
+
+    def bound(self, limit: int, overflow: Callable[[int], None]) -> None:
+        self._protocol.send_buffer_limit = limit
+        self._protocol.hub_overflow = overflow
+
+    def unsent(self) -> int:
+        transport = self._protocol.transport
+        return twisted_unsent(transport) + socket_unacknowledged(transport)
+
+    def use_binary(self, binary: bool) -> None:
+        self._protocol.hub_binary = binary
+
+    def take_pings(self, heard: Callable[[], None]) -> bool:
+        self._protocol.hub_heard = heard
+        return True
+
+    def close_after_writes(self) -> bool:
+        return False  # ASGI's websocket.close, after the frames already written
+
+
+class DaphneStream:
+    """An HTTP request's controls under Daphne: the send bound of an event stream; its
+    body goes through ASGI."""
+
+    __slots__ = ("_request",)
+
+    def __init__(self, request: HubWebRequest) -> None:
+        self._request = request
+
+    def write_now(self, frame: Frame) -> bool:
+        return False
+
+    def bound(self, limit: int, overflow: Callable[[int], None]) -> None:
+        self._request.send_limit = limit
+        self._request.hub_overflow = overflow
+
+    def unsent(self) -> int:
+        return self._request.unsent()
+
+    def use_binary(self, binary: bool) -> None:
+        """Bodies are bytes either way; Daphne writes nothing of its own here."""
+
+    def take_pings(self, heard: Callable[[], None]) -> bool:
+        return False  # they come in POSTs, to the application
+
+    def close_after_writes(self) -> bool:
+        return False  # the application ends the response (its last body message)
