@@ -228,6 +228,32 @@ class DomainPort(abc.ABC):
     def recordings(self, ids: Ids) -> Mapping[UUID, RecordingView]:
         raise NotProvided("recordings")
 
+    # Presence and typing (hub/presence/, hub/connection/methods/): live state, never in
+    # the outbox. Optional too: without visible_users nobody may watch anyone's presence.
+
+    def visible_users(self, viewer_id: UUID, user_ids: Ids) -> Collection[UUID]:
+        """Which of `user_ids` the viewer may see online and last seen: typically those
+        who share an active chat with the viewer or are their contacts, and neither of
+        whom blocked the other. Read once per WatchPresence call, for at most
+        PRESENCE_WATCH_MAX users."""
+        raise NotProvided("visible_users")
+
+    def users_blocking(self, user_id: UUID) -> Collection[UUID]:
+        """The users who blocked `user_id`: its typing is not shown to them. Read at most
+        once a minute per connection that types. This default: nobody."""
+        return ()
+
+    def last_seen(self, user_ids: Ids) -> Mapping[UUID, float]:
+        """When each user was last online (unix seconds), as record_last_seen stored it;
+        read only for users Redis has no time for (after a restart of it). This default:
+        none known."""
+        return {}
+
+    def record_last_seen(self, seen: Mapping[UUID, float]) -> None:
+        """Store when each user was last online (unix seconds), keeping the later of the
+        stored and the given time. Called in batches, never per connect."""
+        raise NotProvided("record_last_seen")
+
 
 class NotProvided(NotImplementedError):
     """An optional read the host's port does not implement (DomainPort.OPTIONAL_READS)."""

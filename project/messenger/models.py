@@ -21,6 +21,8 @@ class User(AbstractUser):
     # auth hash): set when the user is deactivated, changes their password or logs out
     # everywhere (services/revocation.py). The hub reads it through the domain port.
     credentials_revoked_at = models.DateTimeField(null=True, blank=True)
+    # When the user was last online, saved lazily by the hub (never per connect).
+    last_seen_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.display_name or self.username

@@ -1,7 +1,7 @@
 """The host's implementation of the realtime app's DomainPort (one query per batch)."""
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -83,6 +83,34 @@ STANDING_AND_CHATS_SQL = (
     f" LEFT JOIN {Participant._meta.db_table} p ON p.user_id = u.id AND p.is_active"
     f" LEFT JOIN {Chat._meta.db_table} c ON c.id = p.chat_id"
     " WHERE u.id = %s"
+)
+# Presence: which of the asked users the viewer may see (a shared active chat or an
+# accepted contact, and no active block either way; the viewer sees themselves). One
+# statement for a whole watch list (ix_participant_user finds the viewer's chats).
+VISIBLE_USERS_SQL = (
+    "SELECT u FROM unnest(%(users)s::uuid[]) AS u WHERE (u = %(viewer)s"
+    f" OR EXISTS (SELECT 1 FROM {Participant._meta.db_table} a"
+    f" JOIN {Participant._meta.db_table} b ON b.chat_id = a.chat_id"
+    " WHERE a.user_id = %(viewer)s AND a.is_active AND b.user_id = u AND b.is_active)"
+    f" OR EXISTS (SELECT 1 FROM {Contact._meta.db_table} c WHERE c.status = 'Accepted'"
+    " AND ((c.requester_id = %(viewer)s AND c.addressee_id = u)"
+    " OR (c.addressee_id = %(viewer)s AND c.requester_id = u))))"
+    f" AND NOT EXISTS (SELECT 1 FROM {BlacklistEntry._meta.db_table} x WHERE x.is_active"
+    " AND ((x.owner_id = %(viewer)s AND x.blocked_user_id = u)"
+    " OR (x.owner_id = u AND x.blocked_user_id = %(viewer)s)))"
+)
+USERS_BLOCKING_SQL = (
+    f"SELECT owner_id FROM {BlacklistEntry._meta.db_table} WHERE blocked_user_id = %s AND is_active"
+)
+LAST_SEEN_SQL = (
+    f"SELECT id, extract(epoch FROM last_seen_at) FROM {User._meta.db_table}"
+    " WHERE id = ANY(%s::uuid[]) AND last_seen_at IS NOT NULL"
+)
+# A batch of last-seen times in one statement; an older time never overwrites a newer.
+RECORD_LAST_SEEN_SQL = (
+    f"UPDATE {User._meta.db_table} AS u SET last_seen_at = greatest(u.last_seen_at,"
+    " to_timestamp(s.seen)) FROM unnest(%s::uuid[], %s::float8[]) AS s(id, seen)"
+    " WHERE u.id = s.id"
 )
 MESSAGES_SQL = "SELECT {} FROM {} WHERE id = ANY(%s::uuid[])".format(
     ", ".join(f"{column} AS {field}" for field, column in MESSAGE_VIEW_COLUMNS.items()),
@@ -265,3 +293,22 @@ class HostDomainPort(DomainPort):
             )
             for r in rows
         }
+
+    def visible_users(self, viewer_id: UUID, user_ids: Ids) -> Collection[UUID]:
+        with connection.cursor() as cursor:
+            cursor.execute(VISIBLE_USERS_SQL, {"viewer": viewer_id, "users": list(user_ids)})
+            return {row[0] for row in cursor.fetchall()}
+
+    def users_blocking(self, user_id: UUID) -> Collection[UUID]:
+        with connection.cursor() as cursor:
+            cursor.execute(USERS_BLOCKING_SQL, [user_id])
+            return {row[0] for row in cursor.fetchall()}
+
+    def last_seen(self, user_ids: Ids) -> Mapping[UUID, float]:
+        with connection.cursor() as cursor:
+            cursor.execute(LAST_SEEN_SQL, [list(user_ids)])
+            return {user: float(seen) for user, seen in cursor.fetchall()}
+
+    def record_last_seen(self, seen: Mapping[UUID, float]) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(RECORD_LAST_SEEN_SQL, [list(seen), list(seen.values())])
