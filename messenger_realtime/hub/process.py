@@ -16,8 +16,10 @@ What it owns, and who else writes it (nobody):
 - `accepting`: False once the process shuts down (new connections are refused).
 - `admission`: connects in progress and the line of negotiates (hub/admission.py).
 - the renewal of its connections' places among their users' open connections
-  (hub/user_connections.py); the tasks nobody awaits (give-backs, writes that cannot
-  wait), kept until done (`keep`).
+  (hub/user_connections.py), and what presence does with them: announcing a user's
+  first and last place, sweeping for users whose process died, saving last-seen times
+  (hub/presence/); the tasks nobody awaits (give-backs, writes that cannot wait), kept
+  until done (`keep`).
 - `built`: the events its recoveries built, shared by the next ones (hub/recovery.py),
   the thread its recoveries read on, and a lock per user recovering (one recovery read
   at a time per user: hub/connection/methods/recover.py).
@@ -33,20 +35,38 @@ futures: so they are kept per loop here (`_for_loop`), made at first use on a lo
 
 import asyncio
 import weakref
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from uuid import UUID
 
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+
 from messenger_realtime.conf.settings import HubOptions
+from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.hub import user_connections
 from messenger_realtime.hub.admission import Admission
 from messenger_realtime.hub.clock import Clock
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.fanout import Fanout
+from messenger_realtime.hub.presence.changes import announce
+from messenger_realtime.hub.presence.last_seen import save_forever
+from messenger_realtime.hub.presence.sweep import sweep_forever
 from messenger_realtime.hub.reads import hub_read
 from messenger_realtime.hub.recovery import BuiltEvents, StreamRecovery, read_missed
 from messenger_realtime.hub.rosters import Rosters, read_roster
+
+
+# Last-seen times go to the host's database on a pooled connection, given back after.
+def _store_last_seen(seen: Mapping[UUID, float]) -> None:
+    """Last-seen times to the host's database (a pooled connection, given back after)."""
+    get_domain_port().record_last_seen(seen)
+
+
+_record_last_seen: Callable[[Mapping[UUID, float]], Awaitable[None]] = database_sync_to_async(
+    _store_last_seen
+)
 
 
 class _LoopParts:
@@ -146,17 +166,36 @@ class HubProcess:
 
     async def take_place(self, user_id: UUID, connection_id: str, options: HubOptions) -> bool:
         """Whether the connection has a place (False: its user holds the cap already);
-        the process renews the places of its live connections from then on."""
+        the process renews the places of its live connections from then on, sweeps for
+        users whose places lapsed and saves last-seen times (hub/presence/). A user's
+        first place announces them online."""
         parts = self._for_loop()
         if parts.renewing is None:
-            parts.renewing = asyncio.ensure_future(user_connections.renew_forever(self.live))
-        return await user_connections.take(user_id, connection_id, options)
+            parts.renewing = asyncio.ensure_future(self._keep_places(options))
+        taken = await user_connections.take(user_id, connection_id, options)
+        if taken.came_online:
+            self.keep(asyncio.ensure_future(announce(get_channel_layer(), user_id, True)))
+        return taken.granted
 
     def give_back_place(self, user_id: UUID, connection_id: str, options: HubOptions) -> None:
-        """A connection ended: its place frees (in the background, kept until done)."""
-        self.keep(
-            asyncio.ensure_future(user_connections.give_back(user_id, connection_id, options))
-        )
+        """A connection ended: its place frees (in the background, kept until done); the
+        user's last place announces them offline."""
+        self.keep(asyncio.ensure_future(self._give_back(user_id, connection_id, options)))
+
+    async def _give_back(self, user_id: UUID, connection_id: str, options: HubOptions) -> None:
+        offline_at = await user_connections.give_back(user_id, connection_id, options)
+        if offline_at is not None:
+            await announce(get_channel_layer(), user_id, False, offline_at)
+
+    async def _keep_places(self, options: HubOptions) -> None:
+        """What a process holding places runs for as long as it lives."""
+        chores = [
+            user_connections.renew_forever(self.live),
+            sweep_forever(get_channel_layer(), options),
+        ]
+        if get_domain_port().provides("record_last_seen"):
+            chores.append(save_forever(options, _record_last_seen))
+        await asyncio.gather(*chores)
 
     def keep(self, task: "asyncio.Future[None]") -> None:
         """Hold a task nobody awaits until it is done (the loop keeps only weak references)."""

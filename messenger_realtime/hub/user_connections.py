@@ -16,13 +16,21 @@ per renewal), so the places of a process that was killed lapse within LEASE, and
 negotiate whose client never opened the connection holds its place for LEASE at most.
 Redis being unreachable never stops a connect (as for the rate limits: logged, let
 through).
+
+The same places say who is online (hub/presence/): a user is online while any place of
+theirs holds, on any process. So the scripts also tell when a user's first place is
+taken (`came_online`) and when their last is given back (`went_offline`, their last-seen
+time written), and keep an index of when each user's places lapse
+(`messenger_realtime:presence:lapses`), from which a sweep finds the users whose
+process died holding their only places (hub/presence/sweep.py). Places are taken at
+negotiate: a user is online from the connect on, however many processes serve them.
 """
 
 import asyncio
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 from uuid import UUID
 
 import redis
@@ -34,46 +42,83 @@ from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
 KEY = "messenger_realtime:connections:{user}"
-LEASE = 90.0  # seconds a place lasts without renewal
-RENEW_EVERY = 30.0  # seconds between two renewals of a process's live places
+# When each user's places lapse (a sorted set of user ids scored in µs of Redis' clock),
+# when each went offline (a hash of unix seconds), and which of those PostgreSQL has not
+# had yet (a set): hub/presence/.
+LAPSES = "messenger_realtime:presence:lapses"
+LAST_SEEN = "messenger_realtime:presence:last_seen"
+UNSAVED = "messenger_realtime:presence:unsaved"
+# A killed process's users are offline within LEASE plus the sweep's period (≤ 30 s).
+LEASE = 20.0  # seconds a place lasts without renewal
+RENEW_EVERY = 5.0  # seconds between two renewals of a process's live places
 RETRY_AFTER = 5  # seconds: a place frees when one of the user's connections ends
 
-# KEYS[1]: the user's set; ARGV[1]: the cap, ARGV[2]: the connection id, ARGV[3]: the
-# lease in microseconds. Drops lapsed places, then takes (or renews) this connection's;
-# returns 1 when it has a place, 0 when the user already holds the cap.
+# KEYS[1]: the user's set, KEYS[2]: LAPSES; ARGV[1]: the cap (0: none), ARGV[2]: the
+# connection id, ARGV[3]: the lease in microseconds, ARGV[4]: the user id. Drops lapsed
+# places, then takes (or renews) this connection's. Returns {1, came online} when it has
+# a place (came online: it is the user's only one), {0, 0} when the user holds the cap.
 TAKE = """
 local now = redis.call('TIME')
 local t = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local lease = tonumber(ARGV[3])
+local cap = tonumber(ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t)
-if not redis.call('ZSCORE', KEYS[1], ARGV[2])
-   and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
-  return 0
+local held = redis.call('ZCARD', KEYS[1])
+if not redis.call('ZSCORE', KEYS[1], ARGV[2]) and cap > 0 and held >= cap then
+  return {0, 0}
 end
 redis.call('ZADD', KEYS[1], t + lease, ARGV[2])
 redis.call('PEXPIRE', KEYS[1], math.ceil(lease / 1000))
-return 1
+redis.call('ZADD', KEYS[2], 'GT', t + lease, ARGV[4])
+if held == 0 then return {1, 1} end
+return {1, 0}
 """
 
-# KEYS: users' sets; ARGV[1]: the lease in µs, then for each key its connection ids,
-# ARGV[2] giving how many ids each key has (comma-separated counts). Renews existing
-# places only (XX): a place given back is not taken again.
+# KEYS[1]: the user's set, KEYS[2]: LAPSES, KEYS[3]: LAST_SEEN, KEYS[4]: UNSAVED; ARGV[1]:
+# the connection id, ARGV[2]: the user id. Returns the time (unix seconds) when it was
+# the user's last place: the user went offline then (their last-seen time); else 0.
+GIVE_BACK = """
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+local now = redis.call('TIME')
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(now[1]) * 1000000 + tonumber(now[2]))
+if removed == 0 or redis.call('ZCARD', KEYS[1]) > 0 then return 0 end
+redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('HSET', KEYS[3], ARGV[2], now[1])
+redis.call('SADD', KEYS[4], ARGV[2])
+return tonumber(now[1])
+"""
+
+# KEYS[1]: LAPSES, then the users' sets; ARGV[1]: the lease in µs, ARGV[2]: comma-separated
+# counts of connection ids per user, ARGV[3]: the users (comma-separated), then the ids.
+# Renews existing places only (XX): a place given back is not taken again.
 RENEW = """
 local now = redis.call('TIME')
 local t = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local lease = tonumber(ARGV[1])
-local at = 3
+local users = {}
+for user in string.gmatch(ARGV[3], '[^,]+') do users[#users + 1] = user end
+local at = 4
 local i = 1
 for count in string.gmatch(ARGV[2], '[^,]+') do
+  local renewed = 0
   for _ = 1, tonumber(count) do
-    redis.call('ZADD', KEYS[i], 'XX', t + lease, ARGV[at])
+    renewed = renewed + redis.call('ZADD', KEYS[i + 1], 'XX', 'CH', t + lease, ARGV[at])
     at = at + 1
   end
-  redis.call('PEXPIRE', KEYS[i], math.ceil(lease / 1000))
+  redis.call('PEXPIRE', KEYS[i + 1], math.ceil(lease / 1000))
+  if renewed > 0 then redis.call('ZADD', KEYS[1], 'GT', t + lease, users[i]) end
   i = i + 1
 end
 return 0
 """
+
+
+class Taken(NamedTuple):
+    """A take's answer: whether the connection has a place, and whether it is the user's
+    only one (the user came online)."""
+
+    granted: bool
+    came_online: bool
 
 
 class Place(Protocol):
@@ -88,31 +133,39 @@ def refusal(options: HubOptions) -> str:
     return f"at most {options.max_connections_per_user} open connections per user"
 
 
-async def take(user_id: UUID, connection_id: str, options: HubOptions) -> bool:
-    """Whether the connection has a place (False: the user holds the cap already)."""
-    cap, url = options.max_connections_per_user, options.rate_limit_redis_url
-    if cap <= 0 or not url:
-        return True
+async def take(user_id: UUID, connection_id: str, options: HubOptions) -> Taken:
+    """Whether the connection has a place (not granted: the user holds the cap already),
+    and whether the user came online with it. Without the cap (0) places are still
+    taken: they say who is online."""
+    url = options.rate_limit_redis_url
+    if not url:
+        return Taken(True, False)
     lease_us = round(LEASE * 1_000_000)
+    cap = max(0, options.max_connections_per_user)
     try:
         script = ratelimit.registered_script(url, TAKE)
-        taken = await script([KEY.format(user=user_id)], [cap, connection_id, lease_us])
+        keys = [KEY.format(user=user_id), LAPSES]
+        granted, came_online = await script(keys, [cap, connection_id, lease_us, str(user_id)])
     except (redis.RedisError, OSError) as exc:
         _failed("take", user_id, exc)
-        return True
-    return bool(taken)
+        return Taken(True, False)
+    return Taken(bool(granted), bool(came_online))
 
 
-async def give_back(user_id: UUID, connection_id: str, options: HubOptions) -> None:
-    """The connection ended: its place frees at once."""
+async def give_back(user_id: UUID, connection_id: str, options: HubOptions) -> float | None:
+    """The connection ended: its place frees at once. When it was the user's last place,
+    the time the user went offline (unix seconds); else None."""
     url = options.rate_limit_redis_url
-    if options.max_connections_per_user <= 0 or not url:
-        return
+    if not url:
+        return None
     try:
-        client = ratelimit.registered_script(url, TAKE).registered_client
-        await client.zrem(KEY.format(user=user_id), connection_id)
+        script = ratelimit.registered_script(url, GIVE_BACK)
+        keys = [KEY.format(user=user_id), LAPSES, LAST_SEEN, UNSAVED]
+        offline_at = await script(keys, [connection_id, str(user_id)])
     except (redis.RedisError, OSError) as exc:
         _failed("give back", user_id, exc)
+        return None
+    return float(offline_at) if offline_at else None
 
 
 async def renew_forever(connections: Callable[[], Sequence[Place]]) -> None:
@@ -125,17 +178,18 @@ async def renew_forever(connections: Callable[[], Sequence[Place]]) -> None:
         if not live:
             continue
         options = live[0].options
-        if options.max_connections_per_user <= 0 or not options.rate_limit_redis_url:
+        if not options.rate_limit_redis_url:
             continue
         by_user: dict[UUID, list[str]] = {}
         for connection in live:
             by_user.setdefault(connection.user_id, []).append(connection.connection_id)
-        keys = [KEY.format(user=user) for user in by_user]
+        keys = [LAPSES, *(KEY.format(user=user) for user in by_user)]
         counts = ",".join(str(len(ids)) for ids in by_user.values())
+        users = ",".join(str(user) for user in by_user)
         ids = [i for group in by_user.values() for i in group]
         try:
             script = ratelimit.registered_script(options.rate_limit_redis_url, RENEW)
-            await script(keys, [math.ceil(LEASE * 1_000_000), counts, *ids])
+            await script(keys, [math.ceil(LEASE * 1_000_000), counts, users, *ids])
         except (redis.RedisError, OSError) as exc:
             _failed("renew", None, exc)
         except Exception:  # never let the renewal die: places would lapse under users
