@@ -21,6 +21,7 @@ def test_every_module_of_the_methods_package_declares_its_method_by_name() -> No
         "GetGroups": 0,
         "Recover": 1,
         "RenewToken": 1,
+        "WatchPresence": 1,
     }
     assert invocations.HUB_METHODS.keys() == found.keys()
 

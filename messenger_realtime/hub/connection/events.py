@@ -13,6 +13,7 @@ from messenger_realtime.backplane.publisher import EVENT_TYPE
 from messenger_realtime.hub.connection.ending import BACKPLANE_RESTARTED, OVERRUN
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.media import media_join
+from messenger_realtime.hub.presence.changes import PRESENCE_EVENT, PRESENCE_MESSAGE
 from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.restarts import BACKPLANE_RESTARTED_EVENT
 
@@ -116,6 +117,20 @@ async def _overrun(connection: Connection, message: dict[str, Any]) -> None:
     await connection.end(ending.dropped(OVERRUN))
 
 
+async def _presence(connection: Connection, message: dict[str, Any]) -> None:
+    """A watched user came online or went offline (hub/presence/): forwarded as it is,
+    encoded once per protocol for every watcher in the process."""
+    if connection.closing:
+        return
+    protocol = connection.protocol
+    assert protocol is not None
+    frames = message.setdefault(_FRAMES, {})
+    frame = frames.get(protocol.name)
+    if frame is None:
+        frame = frames[protocol.name] = protocol.invocation(PRESENCE_EVENT, [message["payload"]])
+    await connection.outbound.emit(frame)
+
+
 async def _backplane_restarted(connection: Connection, message: dict[str, Any]) -> None:
     """A Redis server forgot the process's groups and queue (hub/fanout.py): events may
     have been lost on the way here, so the client reconnects and recovers them."""
@@ -131,4 +146,5 @@ HANDLERS: dict[str, Callable[[Connection, dict[str, Any]], Awaitable[None]]] = {
     "realtime.revoked": _revoked,
     "realtime.overrun": _overrun,
     BACKPLANE_RESTARTED_EVENT: _backplane_restarted,
+    PRESENCE_MESSAGE: _presence,
 }

@@ -1,4 +1,5 @@
-"""A connection's layer groups: its user group and the chats the domain says it holds.
+"""A connection's layer groups: its user group, the chats the domain says it holds, and
+the presence groups of the users it watches (hub/presence/).
 A part of HubConnection; the membership rules themselves are in membership.py, and the
 process (not the connection) is the layer's group member (hub/fanout.py).
 
@@ -11,7 +12,7 @@ groups (leave_all), and a join still running then sees that and leaves again.
 from collections.abc import Callable, Collection, Mapping
 from uuid import UUID
 
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.groups import layer_group, presence_group
 from messenger_realtime.backplane.reservations import USED, ConnectionReservation
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
@@ -37,6 +38,7 @@ class Groups:
         "memberships",
         "session_lost",
         "user_id",
+        "watched",
     )
 
     def __init__(
@@ -54,6 +56,7 @@ class Groups:
         self.admitted = False  # admit() read its memberships and joined its groups
         self.session_lost = False  # admit() found its Django session ended (told later)
         self.left = False  # leave_all() ran: its connection ended, nothing is joined again
+        self.watched: frozenset[UUID] = frozenset()  # users whose presence it is told of
 
     @property
     def fanout(self) -> Fanout:
@@ -136,6 +139,20 @@ class Groups:
         if self.left:  # its connection ended while this ran: leave what it may have joined
             await self.leave_all()
 
+    async def watch(self, users: frozenset[UUID]) -> None:
+        """Be told of these users' presence changes, and no longer of the others': their
+        presence groups joined (one round trip for those this process lacks) and left."""
+        if self.left:
+            return
+        fanout, inbox = self.fanout, self.inbox
+        dropped, added = self.watched - users, users - self.watched
+        self.watched = users
+        for user in dropped:
+            await fanout.leave(presence_group(user), inbox)
+        await fanout.join_many([presence_group(u) for u in added], inbox)
+        if self.left:  # its connection ended while this ran: leave what it just joined
+            await self.leave_all()
+
     async def leave_all(self) -> None:
         """Leave every group (whether or not the handshake finished) and drop what waits
         in the inbox: nothing reads it any more (its connection ended)."""
@@ -143,6 +160,8 @@ class Groups:
         fanout, inbox = self.fanout, self.inbox
         for group in self._layer_groups(self.chats):
             await fanout.leave(group, inbox)
+        for user in self.watched:
+            await fanout.leave(presence_group(user), inbox)
         inbox.close()
 
     def _layer_groups(self, chats: Collection[UUID]) -> list[str]:

@@ -18,6 +18,7 @@ from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
 PRESENCE_MESSAGE = "realtime.presence"  # the Channels message type
+PRESENCE_EVENT = "presence"  # what a watching client receives (docs/hub.md, "Presence")
 
 
 def change(user_id: UUID, online: bool, last_seen: float | None) -> dict[str, Any]:
