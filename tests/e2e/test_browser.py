@@ -252,6 +252,25 @@ def test_an_unread_badge_counts_the_other_users_messages_and_clears_when_opened(
     expect(unread_of(bob, "Demo team")).to_have_count(0)
 
 
+def test_the_page_shows_who_is_online_and_when_the_others_were_last_seen(
+    hub: Hub, browser: Browser
+) -> None:
+    """Presence on the demo page: a dot on a chat while someone in it is online, and the
+    open chat's members as online or last seen, live as they come and go."""
+    off_loop(call_command, "seed_demo")
+    alice = sign_in(browser, hub, "alice")
+    members = alice.locator("#chat-members")
+    expect(members).not_to_contain_text("(online)")
+    expect(alice.locator("#chats li.online", has_text="Bob")).to_have_count(0)
+    bob = sign_in(browser, hub, "bob", chat=None)
+    expect(members).to_contain_text("Bob (online)")
+    expect(alice.locator("#chats li.online", has_text="Bob")).to_have_count(1)  # the direct chat
+    shot(alice, "presence-online")
+    bob.context.close()  # Bob's only page: Bob goes offline
+    expect(members).to_contain_text(re.compile(r"Bob \(last seen \d"))
+    expect(alice.locator("#chats li.online", has_text="Bob")).to_have_count(0)
+
+
 def test_the_demo_page_loads_with_no_failed_request_and_a_favicon(
     hub: Hub, browser: Browser
 ) -> None:

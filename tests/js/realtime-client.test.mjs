@@ -336,3 +336,31 @@ test("a getToken that still gives the connection's token is asked again, not in 
   await client.stop();
 });
 
+// -- presence -----------------------------------------------------------------------------
+
+test("presence: the state watched, then each change, and the watch made again after a reconnect", async () => {
+  const connection = new FakeConnection();
+  const asked = [];
+  let bobOnline = false;
+  connection.invoke = async (name, users) => {
+    asked.push([name, users]);
+    return Object.fromEntries(users.map((u) => [u, { online: u === "bob" && bobOnline, lastSeen: null }]));
+  };
+  const { fetchImpl } = server([]);
+  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", rest: restCallbacks({ getToken: () => "t", fetchImpl }) });
+  const seen = [];
+  client.addEventListener("presence", (e) => seen.push(e.detail));
+  await client.start();
+  await client.watchPresence(["bob", "carol"]);
+  assert.deepEqual(client.presence.get("bob"), { online: false, lastSeen: null });
+  connection.handlers.presence({ userId: "bob", online: true, lastSeen: null });
+  connection.handlers.presence({ userId: "dave", online: true, lastSeen: null }); // not watched
+  assert.deepEqual(client.presence.get("bob"), { online: true, lastSeen: null });
+  assert.equal(client.presence.has("dave"), false);
+  bobOnline = true;
+  connection.reconnecting();
+  await connection.reconnected();
+  assert.deepEqual(asked.at(-1), ["WatchPresence", ["bob", "carol"]]);
+  assert.deepEqual(seen.map((s) => [s.userId, s.online]), [["bob", false], ["carol", false], ["bob", true], ["bob", true], ["carol", false]]);
+});
+

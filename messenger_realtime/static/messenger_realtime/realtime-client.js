@@ -197,6 +197,26 @@ export class RealtimeClient extends EventTarget {
     this.state = "disconnected";
     this.heldUntil = null; // the exp of the token the connection holds (null: none known)
     this.renewal = null; // the timer of the next RenewToken
+    this.watched = []; // the users whose presence we watch (asked again after a reconnect)
+    this.presence = new Map(); // userId -> { online, lastSeen }
+  }
+
+  /**
+   * Watch these users' presence (at most 200, each one the hub lets us see): their state
+   * now, then a "presence" event per change; the watch is made again after a reconnect.
+   * An empty list stops watching. Throws the hub's refusal (a user we may not see).
+   */
+  async watchPresence(userIds) {
+    const states = await this.connection.invoke("WatchPresence", userIds);
+    this.watched = [...userIds];
+    this.presence = new Map();
+    for (const [userId, state] of Object.entries(states)) this.notePresence({ userId, ...state });
+    return this.presence;
+  }
+
+  notePresence({ userId, online, lastSeen }) {
+    this.presence.set(userId, { online, lastSeen });
+    this.emit("presence", { userId, online, lastSeen });
   }
 
   /** The token for a connect: the hub holds it until its exp, so that is noted. */
@@ -251,6 +271,9 @@ export class RealtimeClient extends EventTarget {
         this.offsets.note(payload.stream, payload.offset);
       });
     }
+    this.connection.on("presence", (change) => {
+      if (this.presence.has(change.userId)) this.notePresence(change);
+    });
     for (const name of OTHER_EVENTS) {
       this.connection.on(name, (payload) => {
         this.emit(name, payload);
@@ -266,6 +289,8 @@ export class RealtimeClient extends EventTarget {
       this.setState("connected");
       this.scheduleRenewal(); // the token the reconnect presented
       await this.recover(); // groups are rebuilt server-side; what we missed comes now
+      // The watch was the old connection's: ask again (the state now, then changes).
+      if (this.watched.length) await this.watchPresence(this.watched).catch(() => {});
     });
     this.connection.onclose(() => {
       clearTimeout(this.renewal);

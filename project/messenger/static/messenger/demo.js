@@ -49,6 +49,7 @@ client.addEventListener("read_receipt_updated", (e) => {
   if (e.detail.userId === me) renderBadges(); // read on another device
   else if (e.detail.chatId === current) renderMessages();
 });
+client.addEventListener("presence", () => renderPresence());
 client.addEventListener("chat_updated", () => loadChats());
 client.addEventListener("forbidden", () => loadChats()); // removed while away
 client.addEventListener("call_invited", (e) => {
@@ -97,6 +98,11 @@ async function loadChats() {
   );
   for (const [n, li] of [...$("chats").children].entries()) li.dataset.chatId = chats[n].chatId;
   renderBadges();
+  // Who of our chats' members is online: their state now, then each change.
+  const others = [...new Set(chats.flatMap((c) => c.participants.map((p) => p.userId)))];
+  client
+    .watchPresence(others.filter((u) => u !== me).slice(0, 200))
+    .then(renderPresence, () => {}); // refused or unavailable: no dots
   if (current && !chats.some((c) => c.chatId === current)) {
     current = null; // removed from it: stop showing it
     $("messages").replaceChildren();
@@ -122,14 +128,32 @@ function renderBadges() {
   }
 }
 
+/** A member as the header lists them: "you", "Bob (online)", "Carol (last seen 14:05)". */
+function memberText(p) {
+  if (p.userId === me) return "you";
+  const state = client.presence.get(p.userId);
+  if (state?.online) return `${p.displayName} (online)`;
+  if (state?.lastSeen) return `${p.displayName} (last seen ${messageTime(new Date(state.lastSeen * 1000).toISOString())})`;
+  return p.displayName;
+}
+
+/** A green dot on the chats with someone online; the open chat's members' states. */
+function renderPresence() {
+  for (const li of $("chats").children) {
+    const chat = chats.find((c) => c.chatId === li.dataset.chatId);
+    const online = chat?.participants.some((p) => p.userId !== me && client.presence.get(p.userId)?.online);
+    li.classList.toggle("online", Boolean(online));
+  }
+  const chat = chats.find((c) => c.chatId === current);
+  $("chat-members").textContent = chat ? chat.participants.map(memberText).join(", ") : "";
+}
+
 async function openChat(chatId) {
   const chat = chats.find((c) => c.chatId === chatId);
   current = chatId;
   $("chat-title").textContent = chat ? titleOf(chat) : "";
   $("chat-avatar").textContent = chat ? initials(titleOf(chat)) : "";
-  $("chat-members").textContent = chat
-    ? chat.participants.map((p) => (p.userId === me ? "you" : p.displayName)).join(", ")
-    : "";
+  renderPresence();
   $("messages").replaceChildren();
   $("composer").hidden = false;
   for (const li of $("chats").children) li.classList.toggle("active", li.dataset.chatId === chatId);
