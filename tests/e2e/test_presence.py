@@ -16,6 +16,9 @@ from messenger_realtime.hub.presence import sweep
 from project.messenger import services
 from project.messenger.models import BlacklistEntry
 from tests.support.factories import UserFactory
+from tests.support.hub_clients import HubClient
+from tests.support.hub_helpers import token_for
+from tests.support.runtime import PrivateRedis
 from tests.support.wire import RS, joined, records
 from tests.support.workers import DaphneProcess
 
@@ -134,3 +137,46 @@ def test_a_killed_daphnes_users_go_offline_within_the_bound(live_env: dict[str, 
         doomed.kill()
     assert (change["userId"], change["online"]) == (str(bob.id), False)
     assert took <= bound and user_connections.LEASE + sweep.SWEEP_EVERY <= 30
+
+
+def official(server: DaphneProcess, user: Any, env: dict[str, str]) -> HubClient:
+    client = HubClient(
+        "@microsoft/signalr", f"{server.http}/hubs/messenger", token_for(user.id), env
+    )
+    client.next("state", "connected")
+    return client
+
+
+def test_after_redis_restarts_the_reconnected_clients_know_again_who_is_online(
+    live_env: dict[str, str], private_redis: PrivateRedis
+) -> None:
+    """Redis restarted without persistence forgets every place and presence group. The
+    hub processes notice and close every connection with allowReconnect; the official
+    clients reconnect (taking their places again) and the watcher watches again: it
+    knows again that its friend is online, and hears them go."""
+    env = dict(live_env, REDIS_URL=private_redis.url)  # the layer's and the places' Redis
+    alice, bob = UserFactory(), UserFactory()
+    services.create_chat(alice.id, [bob.id])
+    daphnes = [DaphneProcess(env), DaphneProcess(env)]
+    clients: list[HubClient] = []
+    try:
+        watcher = official(daphnes[0], alice, env)
+        friend = official(daphnes[1], bob, env)
+        clients += [watcher, friend]
+        assert watcher.watch([bob])[str(bob.id)]["online"] is True
+        private_redis.restart()
+        watcher.next("state", "reconnected", timeout=30)
+        friend.next("state", "reconnected", timeout=30)
+        again = watcher.next("watching")["watching"][str(bob.id)]
+        if not again["online"]:  # watched again before the friend's connect: told next
+            assert watcher.next("event", "presence")["payload"]["online"] is True
+        friend.send_line("stop")
+        gone = watcher.next("event", "presence")["payload"]
+        while gone["online"]:  # (an online notice of the reconnect may come first)
+            gone = watcher.next("event", "presence")["payload"]
+        assert gone["userId"] == str(bob.id) and gone["lastSeen"] is not None
+    finally:
+        for client in clients:
+            client.kill()
+        for server in daphnes:
+            server.kill()

@@ -106,6 +106,11 @@ class HubClient(LoggedProcess):
         self.send_line("recover " + json.dumps(offsets))
         return dict(self.next("recovered", timeout=timeout)["recovered"])
 
+    def watch(self, users: list[Any], timeout: float = 15) -> dict[str, Any]:
+        """Invoke WatchPresence (again after each reconnect); its result (node client)."""
+        self.send_line("watch " + json.dumps([str(u.id) for u in users]))
+        return dict(self.next("watching", timeout=timeout)["watching"])
+
     def stream_events(self, stream: str) -> list[dict[str, Any]]:
         """Every event received so far on `stream`, as {"event", "payload"}, in order."""
         return [e for e in self.outputs("event") if e["payload"].get("stream") == stream]

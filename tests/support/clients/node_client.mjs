@@ -6,7 +6,9 @@
 // Prints one JSON object per line (connection states, events, invocation results; a
 // Date in a payload prints as {"$date": ISO}); reads commands from stdin: "groups"
 // (invoke GetGroups), "recover JSON" (invoke Recover with that object), "token JWT" (the token the next (re)connect uses), "transport"
-// (print the transport in use), "drop" (destroy the WebSocket's TCP socket), "stop".
+// (print the transport in use), "watch JSON" (invoke WatchPresence with that list of user
+// ids, and again after every reconnect, as a real client must: the watch is the
+// connection's), "drop" (destroy the WebSocket's TCP socket), "stop".
 import * as signalR from "@microsoft/signalr";
 import * as readline from "node:readline";
 
@@ -48,7 +50,7 @@ const EVENTS = [
   "call_ended", "conference_invited", "conference_started", "conference_ended",
   "conference_participant_joined", "conference_participant_left", "recording_started",
   "recording_stopped", "recording_available", "recording_failed", "screen_share_started",
-  "screen_share_stopped", "blacklist_changed",
+  "screen_share_stopped", "blacklist_changed", "presence",
 ];
 for (const name of EVENTS) {
   connection.on(name, (payload) => {
@@ -56,7 +58,18 @@ for (const name of EVENTS) {
   });
 }
 connection.onreconnecting((error) => print({ state: "reconnecting", error: String(error) }));
-connection.onreconnected((id) => print({ state: "reconnected", connectionId: id }));
+let watched = null; // the last list given to "watch": watched again after a reconnect
+const watch = async () => {
+  try {
+    print({ watching: await connection.invoke("WatchPresence", watched) });
+  } catch (error) {
+    print({ invokeError: String(error) });
+  }
+};
+connection.onreconnected(async (id) => {
+  print({ state: "reconnected", connectionId: id });
+  if (watched) await watch();
+});
 connection.onclose((error) => print({ state: "closed", error: error ? String(error) : null }));
 
 const transportName = () => connection.connection.transport?.constructor?.name ?? null;
@@ -83,6 +96,9 @@ for await (const line of commands) {
     } catch (error) {
       print({ invokeError: String(error) });
     }
+  } else if (line.startsWith("watch ")) {
+    watched = JSON.parse(line.slice("watch ".length));
+    await watch();
   } else if (line.startsWith("token ")) {
     token = line.slice("token ".length);
     print({ token: "set" });
