@@ -29,8 +29,8 @@ import django  # noqa: E402
 django.setup()
 
 from messenger_realtime.conf.settings import load_hub_options  # noqa: E402
-from messenger_realtime.hub.auth import Identity  # noqa: E402
 from messenger_realtime.hub.connection import HubConnection, events  # noqa: E402
+from messenger_realtime.hub.credentials.tokens import Identity  # noqa: E402
 from messenger_realtime.hub.daphne import websocket  # noqa: E402
 from messenger_realtime.hub.process import HubProcess  # noqa: E402
 from messenger_realtime.hub.protocols import JsonProtocol, MessagePackProtocol  # noqa: E402

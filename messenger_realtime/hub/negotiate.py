@@ -30,7 +30,7 @@ from urllib.parse import parse_qs
 from messenger_realtime.conf.settings import HubOptions, load_hub_options
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub import admission, ratelimit, user_connections
-from messenger_realtime.hub.auth import new_connection_token
+from messenger_realtime.hub.credentials.tokens import new_connection_token
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.transports.credentials import cors_headers, identify_scope
 from messenger_realtime.ops.logging import Field

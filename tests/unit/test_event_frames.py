@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection, events
+from messenger_realtime.hub.credentials.tokens import Identity
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols.json_protocol import JsonProtocol
 from messenger_realtime.hub.protocols.messagepack import MessagePackProtocol

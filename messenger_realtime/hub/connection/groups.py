@@ -16,8 +16,8 @@ from messenger_realtime.backplane.reservations import USED, ConnectionReservatio
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub.auth import Identity, require_standing, session_holds
 from messenger_realtime.hub.connection.membership import ChatMemberships, Verdict
+from messenger_realtime.hub.credentials.tokens import Identity, require_standing, session_holds
 from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.reads import hub_read

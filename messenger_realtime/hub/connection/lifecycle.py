@@ -30,7 +30,6 @@ from messenger_realtime.exceptions import (
 )
 from messenger_realtime.hub import protocols
 from messenger_realtime.hub.admission import Opening
-from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection.authentication import Authentication
 from messenger_realtime.hub.connection.ending import SEND_BUFFER_OVER, UNEXPECTED, Ending
 from messenger_realtime.hub.connection.events import dispatch, event_frame
@@ -41,6 +40,7 @@ from messenger_realtime.hub.connection.outbound import Outbound
 from messenger_realtime.hub.connection.state import Process
 from messenger_realtime.hub.connection.stateful import StatefulReconnect
 from messenger_realtime.hub.connection.timeouts import Timeouts
+from messenger_realtime.hub.credentials.tokens import Identity
 from messenger_realtime.hub.protocols import handshake
 from messenger_realtime.hub.protocols.base import Frame, HubProtocol
 from messenger_realtime.hub.transports.base import WEBSOCKETS, Transport

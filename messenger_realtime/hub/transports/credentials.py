@@ -14,7 +14,7 @@ from urllib.parse import parse_qs
 
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub import auth
+from messenger_realtime.hub.credentials import tokens
 from messenger_realtime.hub.reads import hub_read
 
 CORS_HEADERS = b"authorization, content-type, x-requested-with, x-signalr-user-agent"
@@ -26,17 +26,17 @@ def query_of(scope: dict[str, Any]) -> dict[str, list[str]]:
 
 async def identify_scope(
     scope: dict[str, Any], options: HubOptions, *, lookup: bool = True
-) -> tuple[auth.Identity, str | None]:
+) -> tuple[tokens.Identity, str | None]:
     """(the caller's identity, its bearer token or None); InvalidToken otherwise.
 
     At most one thread hop: a bearer token without `lookup` is checked inline (its
     signature and claims); anything that reads the database (the user's standing, the
     session's user) is read in one go."""
     headers = dict(scope.get("headers", []))
-    token = auth.bearer_token(headers, query_of(scope))
+    token = tokens.bearer_token(headers, query_of(scope))
     if token is not None and not lookup:
-        return auth.read_access_token(token, options), token
-    identity: auth.Identity = await _identify(scope, headers, token, options, lookup)
+        return tokens.read_access_token(token, options), token
+    identity: tokens.Identity = await _identify(scope, headers, token, options, lookup)
     return identity, token
 
 
@@ -47,7 +47,7 @@ def _identify(
     token: str | None,
     options: HubOptions,
     lookup: bool,
-) -> auth.Identity:
+) -> tokens.Identity:
     """identify_scope's reads, synchronous (in the thread the hop runs on)."""
     user, session = None, None
     if token is None:
@@ -66,7 +66,7 @@ def _identify(
             raise InvalidToken("origin not allowed for session authentication")
         if not authenticated:
             session = None
-    return auth.identify(token, user, options, session, lookup=lookup)
+    return tokens.identify(token, user, options, session, lookup=lookup)
 
 
 def session_of(headers: dict[bytes, bytes]) -> Any:
@@ -90,7 +90,7 @@ def same_site(scope: dict[str, Any], headers: dict[bytes, bytes], options: HubOp
     host = headers.get(b"host", b"").decode("latin-1")
     default = "ws" if scope.get("type") == "websocket" else "http"
     scheme = str(scope.get("scheme") or default)  # WebSockets: from hub/daphne/websocket.py
-    return auth.same_origin(origin, scheme, host) or origin in options.cors_allowed_origins
+    return tokens.same_origin(origin, scheme, host) or origin in options.cors_allowed_origins
 
 
 def cors_headers(

@@ -18,8 +18,8 @@ from channels.exceptions import StopConsumer
 
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub.auth import Identity, check_standing
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.credentials.tokens import Identity, check_standing
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.reads import hub_read

@@ -1,0 +1,10 @@
+"""Credentials at the hub: what a caller presents to prove who it is, and the rules every
+entry point (negotiate, each transport, the host's REST API) applies to them.
+
+- tokens.py: JWT access tokens, negotiate's connection tokens, and identify() (a token
+  or a Django session's user -> an active user and when the credentials expire).
+
+What one open connection holds of them (their expiry, its session) is a part of the
+connection: hub/connection/authentication.py. The media credentials the hub mints for
+each recipient of a call are not the caller's: hub/media.py.
+"""
