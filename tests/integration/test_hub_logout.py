@@ -20,7 +20,8 @@ from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.connection.authentication import SESSION_ENDED
-from messenger_realtime.hub.credentials.tokens import Identity, session_holds
+from messenger_realtime.hub.credentials.sessions import session_holds
+from messenger_realtime.hub.credentials.tokens import Identity
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
 from tests.support.factories import UserFactory

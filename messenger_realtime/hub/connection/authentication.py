@@ -13,7 +13,8 @@ import asyncio
 import time
 from uuid import UUID
 
-from messenger_realtime.hub.credentials.tokens import Identity, session_holds
+from messenger_realtime.hub.credentials.sessions import session_holds
+from messenger_realtime.hub.credentials.tokens import Identity
 from messenger_realtime.hub.reads import hub_read
 
 _session_holds = hub_read(session_holds)

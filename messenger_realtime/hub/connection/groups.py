@@ -17,7 +17,8 @@ from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub.connection.membership import ChatMemberships, Verdict
-from messenger_realtime.hub.credentials.tokens import Identity, require_standing, session_holds
+from messenger_realtime.hub.credentials.sessions import session_holds
+from messenger_realtime.hub.credentials.tokens import Identity, require_standing
 from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.reads import hub_read

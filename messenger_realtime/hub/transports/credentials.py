@@ -7,14 +7,13 @@ host and port) or a configured origin: a cookie rides along with any page's requ
 (cross-site WebSocket hijacking, and the same for the hub's HTTP endpoint).
 """
 
-from importlib import import_module
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs
 
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub.credentials import tokens
+from messenger_realtime.hub.credentials import sessions, tokens
 from messenger_realtime.hub.reads import hub_read
 
 CORS_HEADERS = b"authorization, content-type, x-requested-with, x-signalr-user-agent"
@@ -55,7 +54,7 @@ def _identify(
         # came: Channels' cookie, session and auth middleware would make a session store
         # for every connection, and read the user in a thread hop of its own, bearer or
         # not (and hold both, and their copies of the scope, for the connection's life).
-        session = scope.get("session") or session_of(headers)
+        session = scope.get("session") or sessions.session_of(headers)
         user = scope.get("user")
         if user is None and session is not None:
             from django.contrib.auth import get_user
@@ -69,20 +68,6 @@ def _identify(
     return tokens.identify(token, user, options, session, lookup=lookup)
 
 
-def session_of(headers: dict[bytes, bytes]) -> Any:
-    """The Django session store named by the request's session cookie, or None."""
-    from django.conf import settings
-    from django.http import parse_cookie
-
-    cookie = headers.get(b"cookie")
-    key = (
-        parse_cookie(cookie.decode("latin-1")).get(settings.SESSION_COOKIE_NAME) if cookie else None
-    )
-    if not key:
-        return None
-    return import_module(settings.SESSION_ENGINE).SessionStore(key)
-
-
 def same_site(scope: dict[str, Any], headers: dict[bytes, bytes], options: HubOptions) -> bool:
     origin = headers.get(b"origin", b"").decode("latin-1")
     if not origin:
@@ -90,7 +75,7 @@ def same_site(scope: dict[str, Any], headers: dict[bytes, bytes], options: HubOp
     host = headers.get(b"host", b"").decode("latin-1")
     default = "ws" if scope.get("type") == "websocket" else "http"
     scheme = str(scope.get("scheme") or default)  # WebSockets: from hub/daphne/websocket.py
-    return tokens.same_origin(origin, scheme, host) or origin in options.cors_allowed_origins
+    return sessions.same_origin(origin, scheme, host) or origin in options.cors_allowed_origins
 
 
 def cors_headers(
