@@ -1,7 +1,7 @@
 """What a connection authenticated with, and until when it holds.
 
 A part of HubConnection. The credentials are checked once, at the upgrade
-(transports/credentials.py); from then on a connection holds them until they expire (the
+(credentials/request.py); from then on a connection holds them until they expire (the
 token's `exp`, the Django session's expiry): nothing is forwarded from that moment and
 the connection is closed with allowReconnect. A Django session can end earlier (a
 logout): the connection hears it through its user group (events.py) and checks here

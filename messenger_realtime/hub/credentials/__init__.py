@@ -1,6 +1,8 @@
 """Credentials at the hub: what a caller presents to prove who it is, and the rules every
 entry point (negotiate, each transport, the host's REST API) applies to them.
 
+- request.py: who is calling, from an ASGI scope: the same rules for negotiate and every
+  transport (a bearer token wins; else a same-origin Django session), and CORS.
 - tokens.py: JWT access tokens, negotiate's connection tokens, and identify() (a token
   or a Django session's user -> an active user and when the credentials expire).
 - sessions.py: Django sessions (the project's own pages): the session a cookie names,

@@ -1,7 +1,7 @@
 """Django sessions as credentials (the project's own pages): the session a request's
 cookie names, when it ends, whether it still holds, and the same-origin rule that guards
 its cookie (a cookie rides along with any page's request, so a session is accepted only
-from this server's own origin or a configured one: transports/credentials.py)."""
+from this server's own origin or a configured one: credentials/request.py)."""
 
 from importlib import import_module
 from typing import Any
