@@ -31,7 +31,7 @@ django.setup()
 from messenger_realtime.conf.settings import load_hub_options  # noqa: E402
 from messenger_realtime.hub.connection import HubConnection, events  # noqa: E402
 from messenger_realtime.hub.credentials.tokens import Identity  # noqa: E402
-from messenger_realtime.hub.daphne import websocket  # noqa: E402
+from messenger_realtime.hub.daphne import websocket_protocol  # noqa: E402
 from messenger_realtime.hub.process import HubProcess  # noqa: E402
 from messenger_realtime.hub.protocols import JsonProtocol, MessagePackProtocol  # noqa: E402
 from messenger_realtime.hub.transports.websocket import HubConsumer, WebSocketTransport  # noqa: E402
@@ -93,7 +93,9 @@ def send_check() -> dict[str, float]:
     client = socket.create_connection(server.getsockname())
     peer, _ = server.accept()
     transport = SimpleNamespace(getHandle=lambda: peer, dataBuffer=b"", offset=0, _tempDataLen=0)
-    protocol = websocket.HubWebSocketProtocol.__new__(websocket.HubWebSocketProtocol)
+    protocol = websocket_protocol.HubWebSocketProtocol.__new__(
+        websocket_protocol.HubWebSocketProtocol
+    )
     protocol.transport, protocol.send_buffer_limit = transport, 1024 * 1024
     calls = 100_000
     started = time.perf_counter()
@@ -103,7 +105,7 @@ def send_check() -> dict[str, float]:
     checked = (time.perf_counter() - started) / calls * 1e6
     started = time.perf_counter()
     for _ in range(calls):
-        websocket.socket_unacknowledged(transport)
+        websocket_protocol.socket_unacknowledged(transport)
     syscall = (time.perf_counter() - started) / calls * 1e6
     for s in (client, peer, server):
         s.close()

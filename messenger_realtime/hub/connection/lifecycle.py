@@ -405,8 +405,8 @@ class HubConnection:
         await self.groups.leave_all()
 
     async def send_overflow(self, unsent: Any) -> None:
-        """Daphne: the connection's unsent data passed SEND_BUFFER_LIMIT (daphne/websocket.py,
-        daphne/http.py)."""
+        """Daphne: the connection's unsent data passed SEND_BUFFER_LIMIT
+        (daphne/websocket_protocol.py, daphne/http.py)."""
         await self.end(ending.dropped(SEND_BUFFER_OVER, unsent=unsent))
 
     def _close(self, error: str | None = None, *, allow_reconnect: bool = False) -> Frame:

@@ -124,7 +124,8 @@ class Outbound:
 
     def take_pings(self) -> None:
         """Let the transport take the client's Pings itself, where it can (a WebSocket
-        under Daphne: daphne/websocket.py), now that a Ping means nothing but `pinged`."""
+        under Daphne: daphne/websocket_protocol.py), now that a Ping means nothing but
+        `pinged`."""
         transport = self._transport()
         if transport is not None:
             transport.take_pings(self._pinged)

@@ -74,7 +74,8 @@ def same_site(scope: dict[str, Any], headers: dict[bytes, bytes], options: HubOp
         return True  # not a browser: no ambient cookie to abuse
     host = headers.get(b"host", b"").decode("latin-1")
     default = "ws" if scope.get("type") == "websocket" else "http"
-    scheme = str(scope.get("scheme") or default)  # WebSockets: from hub/daphne/websocket.py
+    # WebSockets: the scheme is set by hub/daphne/websocket_protocol.py.
+    scheme = str(scope.get("scheme") or default)
     return sessions.same_origin(origin, scheme, host) or origin in options.cors_allowed_origins
 
 

@@ -1,5 +1,5 @@
 """Daphne integration: polite Close on shutdown, no tokens in access logs, the hub's
-protocols (daphne/websocket.py, daphne/http.py) and Daphne's server patched to serve them,
+protocols (daphne/websocket_protocol.py, daphne/http.py) and Daphne's server patched to serve them,
 each connection's scope given its ServerControls (daphne/controls.py). All of it is
 installed by hub/daphne/__init__.py (install), one call the app makes itself.
 
@@ -142,7 +142,7 @@ def install_protocols() -> None:
     from daphne.ws_protocol import WebSocketFactory
 
     from messenger_realtime.hub.daphne.http import HubWebRequest
-    from messenger_realtime.hub.daphne.websocket import HubWebSocketProtocol
+    from messenger_realtime.hub.daphne.websocket_protocol import HubWebSocketProtocol
 
     WebSocketFactory.protocol = HubWebSocketProtocol
     http_protocol.WebRequest = HubWebRequest  # HTTPFactory builds requests from this name
@@ -229,7 +229,7 @@ def _install_server(server_class: Any) -> None:
 
     from messenger_realtime.hub.daphne.controls import DaphneSocket, DaphneStream
     from messenger_realtime.hub.daphne.http import HubWebRequest
-    from messenger_realtime.hub.daphne.websocket import HubWebSocketProtocol, scheme
+    from messenger_realtime.hub.daphne.websocket_protocol import HubWebSocketProtocol, scheme
     from messenger_realtime.hub.transports.server import attach
 
     call_later: Any = reactor.callLater

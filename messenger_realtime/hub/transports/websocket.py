@@ -79,8 +79,9 @@ class WebSocketTransport:
         self.controls.use_binary(binary)
 
     def take_pings(self, heard: Callable[[], None]) -> None:
-        """Where the server can (Daphne: daphne/websocket.py), it takes the client's Pings
-        itself and calls `heard`: no trip through the application queue and the parser."""
+        """Where the server can (Daphne: daphne/websocket_protocol.py), it takes the
+        client's Pings itself and calls `heard`: no trip through the application queue and
+        the parser."""
         self.controls.take_pings(heard)
 
     def _overflowed(self, unsent: int) -> None:
