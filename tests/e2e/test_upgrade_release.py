@@ -1,6 +1,6 @@
 """A WebSocket upgrade hands its TCP transport over to the WebSocket protocol; the HTTP
 channel and request it came on must go with it, not stay alive for the connection's
-life (hub/daphne/http.py). Counted in a real Daphne (tests/support/census), which also
+life (hub/daphne/web_request.py). Counted in a real Daphne (tests/support/census), which also
 says how the process's collector is set (hub/daphne/capacity.py)."""
 
 import contextlib

@@ -406,7 +406,7 @@ class HubConnection:
 
     async def send_overflow(self, unsent: Any) -> None:
         """Daphne: the connection's unsent data passed SEND_BUFFER_LIMIT
-        (daphne/websocket_protocol.py, daphne/http.py)."""
+        (daphne/websocket_protocol.py, daphne/web_request.py)."""
         await self.end(ending.dropped(SEND_BUFFER_OVER, unsent=unsent))
 
     def _close(self, error: str | None = None, *, allow_reconnect: bool = False) -> Frame:

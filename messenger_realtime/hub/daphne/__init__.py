@@ -6,7 +6,8 @@ app makes itself (messenger_realtime/asgi.py, with_hub, when `serves_this_proces
 - controls.py: DaphneSocket and DaphneStream, the controls a transport gets;
 - websocket_protocol.py: its WebSocket protocol (size limits with a Close, the send
   bound, eager writes, plain frames, the scheme, Pings taken);
-- http.py: its HTTP request (the send bound of event streams, the upgraded channel let go);
+- web_request.py: its HTTP request (the send bound of event streams, the upgraded
+  channel let go);
 - server.py: Daphne's server (the application factory that attaches the controls, the
   checkers), shutdown, log scrubbing; capacity.py: the listen backlog, the collector.
 
