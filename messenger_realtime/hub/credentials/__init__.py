@@ -10,5 +10,5 @@ entry point (negotiate, each transport, the host's REST API) applies to them.
 
 What one open connection holds of them (their expiry, its session) is a part of the
 connection: hub/connection/authentication.py. The media credentials the hub mints for
-each recipient of a call are not the caller's: hub/media.py.
+each recipient of a call are not the caller's: hub/media_credentials.py.
 """
