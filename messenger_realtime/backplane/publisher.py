@@ -13,7 +13,7 @@ from redis.exceptions import RedisError
 
 from messenger_realtime.backplane import pipeline
 from messenger_realtime.backplane.backlog import QueueWatch
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 
 # Channels message type; a hub connection handles it (hub/connection/events.py).

@@ -2,7 +2,7 @@
 
 A HubTarget is the spec's logical group (`chat:{ChatId}` or `user:{UserId}`); the
 transport turns it into a Channels layer group in exactly one place
-(backplane/groups.py). An OutgoingEvent says whether the hub must complete its payload per
+(backplane/group_names.py). An OutgoingEvent says whether the hub must complete its payload per
 recipient (media credentials minted for each user at delivery, never queued).
 """
 

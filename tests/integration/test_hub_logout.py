@@ -15,7 +15,7 @@ from django.db import connections
 from django.test import Client
 
 from messenger_realtime.backplane.control import session_digest
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.hub.connection import HubConnection

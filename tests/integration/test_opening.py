@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from redis.asyncio.connection import AbstractConnection
 
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.backplane.reservations import USED, ConnectionReservation
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts.events import HubTarget

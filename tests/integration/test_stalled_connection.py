@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent

@@ -11,7 +11,7 @@ groups (leave_all), and a join still running then sees that and leaves again.
 from collections.abc import Callable, Collection, Mapping
 from uuid import UUID
 
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.backplane.reservations import USED, ConnectionReservation
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
