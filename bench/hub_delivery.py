@@ -1,7 +1,7 @@
 """Hot-path cost of the hub's delivery checks (issue 13): `python bench/hub_delivery.py`.
 
 Measures, in-process and without a network, the CPU time per event of
-the hub's events.dispatch down to the WebSocket's ASGI send (what every delivered
+the hub's layer_messages.dispatch down to the WebSocket's ASGI send (what every delivered
 event costs the hub; the same event in MessagePack too) for an unversioned
 chat event (the held-set check alone, as before issue 13) and for a versioned one (the
 membership-version check, plus the expiry check both pay), and the per-send cost of the
@@ -29,7 +29,7 @@ import django  # noqa: E402
 django.setup()
 
 from messenger_realtime.conf.settings import load_hub_options  # noqa: E402
-from messenger_realtime.hub.connection import HubConnection, events  # noqa: E402
+from messenger_realtime.hub.connection import HubConnection, layer_messages  # noqa: E402
 from messenger_realtime.hub.credentials.tokens import Identity  # noqa: E402
 from messenger_realtime.hub.daphne import websocket_protocol  # noqa: E402
 from messenger_realtime.hub.process import HubProcess  # noqa: E402
@@ -82,7 +82,7 @@ async def per_event(version: int | None, binary: bool = False) -> float:
     for _ in range(REPEATS):
         started = time.perf_counter()
         for _ in range(EVENTS):
-            await events.dispatch(hub, message)
+            await layer_messages.dispatch(hub, message)
         best = min(best, time.perf_counter() - started)
     return best / EVENTS * 1e6
 

@@ -4,7 +4,7 @@ A part of HubConnection. The credentials are checked once, at the upgrade
 (credentials/request.py); from then on a connection holds them until they expire (the
 token's `exp`, the Django session's expiry): nothing is forwarded from that moment and
 the connection is closed with allowReconnect. A Django session can end earlier (a
-logout): the connection hears it through its user group (events.py) and checks here
+logout): the connection hears it through its user group (layer_messages.py) and checks here
 whether the session still holds. A stateful resume authenticates again and renews them,
 and so does a client's `RenewToken` (methods/renew_token.py) without reconnecting.
 """

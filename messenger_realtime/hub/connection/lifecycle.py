@@ -32,9 +32,9 @@ from messenger_realtime.hub import protocols
 from messenger_realtime.hub.admission import Opening
 from messenger_realtime.hub.connection.authentication import Authentication
 from messenger_realtime.hub.connection.ending import SEND_BUFFER_OVER, UNEXPECTED, Ending
-from messenger_realtime.hub.connection.events import dispatch, event_frame
 from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.connection.invocations import Invocations
+from messenger_realtime.hub.connection.layer_messages import dispatch, event_frame
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.outbound import Outbound
 from messenger_realtime.hub.connection.state import Process
