@@ -1,7 +1,7 @@
 """Hot-path cost of the hub's delivery checks (issue 13): `python bench/hub_delivery.py`.
 
 Measures, in-process and without a network, the CPU time per event of
-the hub's events.dispatch down to the WebSocket's ASGI send (what every delivered
+the hub's layer_messages.dispatch down to the WebSocket's ASGI send (what every delivered
 event costs the hub; the same event in MessagePack too) for an unversioned
 chat event (the held-set check alone, as before issue 13) and for a versioned one (the
 membership-version check, plus the expiry check both pay), and the per-send cost of the
@@ -29,9 +29,9 @@ import django  # noqa: E402
 django.setup()
 
 from messenger_realtime.conf.settings import load_hub_options  # noqa: E402
-from messenger_realtime.hub.auth import Identity  # noqa: E402
-from messenger_realtime.hub.connection import HubConnection, events  # noqa: E402
-from messenger_realtime.hub.daphne import websocket  # noqa: E402
+from messenger_realtime.hub.connection import HubConnection, layer_messages  # noqa: E402
+from messenger_realtime.hub.credentials.tokens import Identity  # noqa: E402
+from messenger_realtime.hub.daphne import websocket_protocol  # noqa: E402
 from messenger_realtime.hub.process import HubProcess  # noqa: E402
 from messenger_realtime.hub.protocols import JsonProtocol, MessagePackProtocol  # noqa: E402
 from messenger_realtime.hub.transports.websocket import HubConsumer, WebSocketTransport  # noqa: E402
@@ -82,7 +82,7 @@ async def per_event(version: int | None, binary: bool = False) -> float:
     for _ in range(REPEATS):
         started = time.perf_counter()
         for _ in range(EVENTS):
-            await events.dispatch(hub, message)
+            await layer_messages.dispatch(hub, message)
         best = min(best, time.perf_counter() - started)
     return best / EVENTS * 1e6
 
@@ -93,7 +93,9 @@ def send_check() -> dict[str, float]:
     client = socket.create_connection(server.getsockname())
     peer, _ = server.accept()
     transport = SimpleNamespace(getHandle=lambda: peer, dataBuffer=b"", offset=0, _tempDataLen=0)
-    protocol = websocket.HubWebSocketProtocol.__new__(websocket.HubWebSocketProtocol)
+    protocol = websocket_protocol.HubWebSocketProtocol.__new__(
+        websocket_protocol.HubWebSocketProtocol
+    )
     protocol.transport, protocol.send_buffer_limit = transport, 1024 * 1024
     calls = 100_000
     started = time.perf_counter()
@@ -103,7 +105,7 @@ def send_check() -> dict[str, float]:
     checked = (time.perf_counter() - started) / calls * 1e6
     started = time.perf_counter()
     for _ in range(calls):
-        websocket.socket_unacknowledged(transport)
+        websocket_protocol.socket_unacknowledged(transport)
     syscall = (time.perf_counter() - started) / calls * 1e6
     for s in (client, peer, server):
         s.close()

@@ -259,7 +259,7 @@ def mint_tokens(users: list[UUID]) -> dict[UUID, str]:
 
     django.setup()
     from messenger_realtime.conf.settings import load_hub_options
-    from messenger_realtime.hub.auth import mint_access_token
+    from messenger_realtime.hub.credentials.tokens import mint_access_token
 
     options = load_hub_options()
     return {user: mint_access_token(user, options, lifetime=6 * 3600) for user in users}

@@ -32,7 +32,7 @@ django.setup()
 import psycopg  # noqa: E402
 from channels.layers import get_channel_layer  # noqa: E402
 
-from messenger_realtime.backplane.groups import layer_group  # noqa: E402
+from messenger_realtime.backplane.group_names import layer_group  # noqa: E402
 from messenger_realtime.backplane.publisher import ChannelLayerPublisher  # noqa: E402
 from messenger_realtime.conf.settings import load_options  # noqa: E402
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent  # noqa: E402

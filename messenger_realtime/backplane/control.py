@@ -16,7 +16,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.ops.logging import Field

@@ -54,7 +54,7 @@ from messenger_realtime.ops.network import REDIS, WAITS
 logger = logging.getLogger(__name__)
 
 RECEIVE_BATCH = 100
-OVERRUN_EVENT = "realtime.overrun"  # handled by hub/connection/events.py (HANDLERS)
+OVERRUN_EVENT = "realtime.overrun"  # handled by hub/connection/layer_messages.py (HANDLERS)
 
 # KEYS[1]: the channel key, KEYS[2]: its backup key, KEYS[3]: its overrun set, ARGV[1]:
 # how many to pop. A backup left by an interrupted receive goes back in front first

@@ -13,10 +13,10 @@ from redis.exceptions import RedisError
 
 from messenger_realtime.backplane import pipeline
 from messenger_realtime.backplane.backlog import QueueWatch
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 
-# Channels message type; a hub connection handles it (hub/connection/events.py).
+# Channels message type; a hub connection handles it (hub/connection/layer_messages.py).
 EVENT_TYPE = "realtime.event"
 BOUND_FOR = 0.1  # s a measured hub backlog (plus what was pushed since) stands for it
 
@@ -156,7 +156,7 @@ class ChannelLayerPublisher:
 
 
 def layer_message(event: OutgoingEvent) -> dict[str, Any]:
-    """The Channels message the hub consumer receives (hub/connection/events.py).
+    """The Channels message the hub consumer receives (hub/connection/layer_messages.py).
 
     `chat` names the chat of a chat-group event and `membership_version` the version of
     its memberships the worker read (the consumer re-checks membership with both); both

@@ -2,7 +2,7 @@
 
 A HubTarget is the spec's logical group (`chat:{ChatId}` or `user:{UserId}`); the
 transport turns it into a Channels layer group in exactly one place
-(backplane/groups.py). An OutgoingEvent says whether the hub must complete its payload per
+(backplane/group_names.py). An OutgoingEvent says whether the hub must complete its payload per
 recipient (media credentials minted for each user at delivery, never queued).
 """
 
@@ -37,7 +37,7 @@ class OutgoingEvent:
     """One event for one hub target.
 
     per_recipient: the payload's `media` holds only a room name, and the hub replaces it
-    with a MediaJoinModel minted for each receiving user (hub/media.py).
+    with a MediaJoinModel minted for each receiving user (hub/media_credentials.py).
     membership_version: for a chat-group event, the chat's membership version when the
     batch was read; a connection that read its memberships at an older version re-reads
     them before delivering (hub/connection/membership.py). Never part of the payload.

@@ -4,7 +4,7 @@ Direct     -> the 1:1-call contract to user:{TargetUserId} (caller or callee);
 Conference -> the conference contract to chat:{ChatId}.
 Invitations (CallInvited, ConferenceInvited, ConferenceStarted) carry `media.roomName`;
 the hub completes it per recipient with a MediaJoinModel (room token, TURN credentials)
-at delivery, so no secret is ever stored, queued or logged (hub/media.py).
+at delivery, so no secret is ever stored, queued or logged (hub/media_credentials.py).
 """
 
 from messenger_realtime.contracts.base import (

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.hub.inbox import Inbox
 

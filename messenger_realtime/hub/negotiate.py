@@ -5,7 +5,7 @@ A plain ASGI application, routed ahead of Django (project/asgi.py): every connec
 starts here, and Django's request path (its middleware, and a thread of its own per
 request to run them) cost a connect more than the rest of negotiate together
 (docs/performance.md). The credentials are read as every hub request reads them
-(transports/credentials.py: a bearer token, else the session of the project's own pages
+(credentials/request.py: a bearer token, else the session of the project's own pages
 from the same origin), with one database read (the user's standing).
 
 Admission control: while ADMISSION_LIMIT connects are in progress in this process
@@ -30,9 +30,9 @@ from urllib.parse import parse_qs
 from messenger_realtime.conf.settings import HubOptions, load_hub_options
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub import admission, ratelimit, user_connections
-from messenger_realtime.hub.auth import new_connection_token
+from messenger_realtime.hub.credentials.request import cors_headers, identify_scope
+from messenger_realtime.hub.credentials.tokens import new_connection_token
 from messenger_realtime.hub.process import HubProcess
-from messenger_realtime.hub.transports.credentials import cors_headers, identify_scope
 from messenger_realtime.ops.logging import Field
 from messenger_realtime.ops.webhealth import layer_verdict
 

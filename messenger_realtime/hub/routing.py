@@ -20,7 +20,7 @@ through Django's URL patterns on every connect (docs/performance.md).
 
 No middleware: the session of the project's own pages is read from its cookie only when
 a request has no bearer token, in the same thread hop as the user's standing
-(transports/credentials.py), not for every connect as Channels' cookie, session and auth
+(credentials/request.py), not for every connect as Channels' cookie, session and auth
 middleware would (each also holding a copy of the scope for the connection's life).
 """
 

@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.hub.auth import mint_access_token
+from messenger_realtime.hub.credentials.tokens import mint_access_token
 
 from .models import User
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.dispatch.sql import EXHAUSTED_ERROR
 from messenger_realtime.models import RealtimeOutboxEntry

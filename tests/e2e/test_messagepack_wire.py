@@ -131,7 +131,9 @@ def test_bad_messagepack_closes_only_its_connection_with_the_protocols_error(
 
 def test_an_oversized_binary_frame_gets_the_close_in_messagepack(server: HubServer) -> None:
     if isinstance(server, UvicornProcess):
-        pytest.skip("Daphne's frame limit writes the hub's Close (hub/daphne/websocket.py)")
+        pytest.skip(
+            "Daphne's frame limit writes the hub's Close (hub/daphne/websocket_protocol.py)"
+        )
     with connected(server, UserFactory()) as ws:
         handshake(ws)
         ws.send(b"\x00" * 40_000)  # over Daphne's frame limit: refused before the hub

@@ -1,6 +1,6 @@
 """A WebSocket upgrade hands its TCP transport over to the WebSocket protocol; the HTTP
 channel and request it came on must go with it, not stay alive for the connection's
-life (hub/daphne/http.py). Counted in a real Daphne (tests/support/census), which also
+life (hub/daphne/web_request.py). Counted in a real Daphne (tests/support/census), which also
 says how the process's collector is set (hub/daphne/capacity.py)."""
 
 import contextlib
@@ -70,7 +70,8 @@ def test_an_upgraded_connection_holds_no_http_channel_or_request(census: Census)
 def test_an_open_hub_connection_keeps_nothing_of_its_opening(census: Census) -> None:
     """Once the handshake is answered, no router frame, scope with headers, Autobahn
     request object or parsed handshake is alive for the connection's life (routing.py,
-    daphne/websocket.py, transports/websocket.py): a third of an idle connection's memory."""
+    daphne/websocket_protocol.py, transports/websocket.py): a third of an idle
+    connection's memory."""
     counts = census.take()
     assert counts["HubWebSocketProtocol"] == CONNECTIONS, counts  # it sees them
     assert counts["ConnectionRequest"] == 0, counts

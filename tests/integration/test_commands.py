@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.hub.auth import read_access_token
+from messenger_realtime.hub.credentials.tokens import read_access_token
 from tests.support.factories import UserFactory
 
 

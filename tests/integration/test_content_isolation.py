@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.contracts import build
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.connection.ending import RELEASED
 from messenger_realtime.hub.connection.groups import Groups
+from messenger_realtime.hub.credentials.tokens import Identity
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
 from tests.support.helpers import layer

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from messenger_realtime.backplane import pipeline
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.hub import fanout as fanout_module
@@ -298,9 +298,9 @@ def test_an_inbox_overflow_replaces_what_it_held_with_one_overrun() -> None:
 
 def test_several_waiting_events_leave_in_one_frame(private_redis: PrivateRedis) -> None:
     from messenger_realtime.conf.settings import load_hub_options
-    from messenger_realtime.hub.auth import Identity
     from messenger_realtime.hub.connection import HubConnection
     from messenger_realtime.hub.connection.ending import RELEASED
+    from messenger_realtime.hub.credentials.tokens import Identity
     from messenger_realtime.hub.process import HubProcess
     from messenger_realtime.hub.protocols import JsonProtocol
 

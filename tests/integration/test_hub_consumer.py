@@ -12,8 +12,8 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.hub.auth import Identity
-from messenger_realtime.hub.connection import HubConnection, events
+from messenger_realtime.hub.connection import HubConnection, layer_messages
+from messenger_realtime.hub.credentials.tokens import Identity
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
 from messenger_realtime.hub.transports.websocket import HubConsumer
@@ -59,7 +59,7 @@ def test_an_event_reaches_the_socket_without_a_database_round(
     chat = uuid.uuid4()
     consumer, sent = consumer_of(uuid.uuid4(), {chat: 3})
     for seq, version in ((7, 3), (8, 2), (9, None)):  # at or below the version read
-        run(events.dispatch(consumer, event(chat, seq, version)))
+        run(layer_messages.dispatch(consumer, event(chat, seq, version)))
     assert hops == []
     assert [m["arguments"] for m in sent] == [[{"seq": 7}], [{"seq": 8}], [{"seq": 9}]]
 
@@ -90,9 +90,10 @@ def test_an_event_read_after_a_removal_is_dropped_after_one_membership_read(
     services.remove_participant(alice.id, chat.id, bob.id)  # the fast path is not awaited
     newer = HostDomainPort().membership_versions([chat.id])[chat.id]
     assert newer == held[chat.id] + 1
-    run(events.dispatch(consumer, event(chat.id, 1, held[chat.id])))  # read before the removal
+    # Read before the removal:
+    run(layer_messages.dispatch(consumer, event(chat.id, 1, held[chat.id])))
     for seq in (2, 3):
-        run(events.dispatch(consumer, event(chat.id, seq, newer)))  # read after it
+        run(layer_messages.dispatch(consumer, event(chat.id, seq, newer)))  # read after it
     assert [m["arguments"] for m in sent] == [[{"seq": 1}]]
     assert port.reads == 1  # one read for the first newer event; the second knew already
     assert consumer.groups.chats == frozenset()
@@ -111,8 +112,8 @@ def test_a_member_added_since_the_last_read_gets_the_event_after_one_read(
     consumer.channel_layer = layer(redis_url)
     services.add_participant(alice.id, chat.id, carol.id)
     version = HostDomainPort().membership_versions([chat.id])[chat.id]
-    run(events.dispatch(consumer, event(chat.id, 1, version)))
-    run(events.dispatch(consumer, event(chat.id, 2, version)))
+    run(layer_messages.dispatch(consumer, event(chat.id, 1, version)))
+    run(layer_messages.dispatch(consumer, event(chat.id, 2, version)))
     assert [m["arguments"] for m in sent] == [[{"seq": 1}], [{"seq": 2}]]
     assert port.reads == 1
     assert consumer.groups.chats == frozenset({chat.id})
@@ -152,12 +153,14 @@ def test_a_member_added_costs_one_roster_read_not_a_read_per_connection(
     newer = HostDomainPort().membership_versions([chat.id])[chat.id]
 
     async def deliver() -> None:
-        first = [events.dispatch(c, event(chat.id, 1, newer)) for c, _ in connections_[:10]]
+        first = [layer_messages.dispatch(c, event(chat.id, 1, newer)) for c, _ in connections_[:10]]
         await asyncio.gather(*first)  # concurrently: they share one read in flight
         for connection, _sent in connections_[10:]:
-            await events.dispatch(connection, event(chat.id, 1, newer))  # after: the kept roster
+            # After: the kept roster.
+            await layer_messages.dispatch(connection, event(chat.id, 1, newer))
         for connection, _sent in connections_:
-            await events.dispatch(connection, event(chat.id, 2, newer))  # held at it now: no read
+            # Held at it now: no read.
+            await layer_messages.dispatch(connection, event(chat.id, 2, newer))
 
     run(deliver())
     assert [[m["arguments"] for m in sent] for _c, sent in connections_] == [

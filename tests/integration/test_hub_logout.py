@@ -15,12 +15,13 @@ from django.db import connections
 from django.test import Client
 
 from messenger_realtime.backplane.control import session_digest
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts.events import HubTarget
-from messenger_realtime.hub.auth import Identity, session_holds
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.connection.authentication import SESSION_ENDED
+from messenger_realtime.hub.credentials.sessions import session_holds
+from messenger_realtime.hub.credentials.tokens import Identity
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
 from tests.support.factories import UserFactory

@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 from redis.asyncio.connection import AbstractConnection
 
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.backplane.reservations import USED, ConnectionReservation
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub import auth
 from messenger_realtime.hub.connection.ending import RELEASED
+from messenger_realtime.hub.credentials import tokens
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.transports import opening
 from project.messenger import services
@@ -53,7 +53,7 @@ def open_with(
     return opening.new_connection(
         hub or HubProcess(),
         connection_token=connection_token,
-        identity=auth.Identity(user.id, None),
+        identity=tokens.Identity(user.id, None),
         token=None,
         options=load_hub_options(),
         transport=Recorder(),
@@ -69,7 +69,7 @@ def test_a_connection_opens_in_two_redis_round_trips(
     chats = [services.create_chat(other.id, [user.id]).id for _ in range(3)]
     channel_layer = layer(private_redis.url)
     monkeypatch.setattr(opening, "get_channel_layer", lambda: channel_layer)
-    connection_id, connection_token = auth.new_connection_token(user.id)
+    connection_id, connection_token = tokens.new_connection_token(user.id)
 
     async def scenario() -> list[str]:
         hub = HubProcess()
@@ -100,7 +100,7 @@ def test_a_token_claimed_before_is_refused_and_leaves_nothing_joined(
     services.create_chat(other.id, [user.id])
     channel_layer = layer(private_redis.url)
     monkeypatch.setattr(opening, "get_channel_layer", lambda: channel_layer)
-    connection_id, connection_token = auth.new_connection_token(user.id)
+    connection_id, connection_token = tokens.new_connection_token(user.id)
     private_redis.client().set(f"asgi:hub-connection:{connection_id}", b"1", ex=60)
     hub = HubProcess()
     in_progress = hub.admission.in_progress
@@ -127,18 +127,18 @@ def test_over_sharded_redis_the_claim_is_made_on_its_own_key_s_server(
     (ConnectionReservation.make) looks, so two processes agree whichever way each made it."""
     channel_layer = layer([s.url for s in redis_shards])
     monkeypatch.setattr(opening, "get_channel_layer", lambda: channel_layer)
-    users, tokens = [UserFactory() for _ in range(4)], []
+    users, issued = [UserFactory() for _ in range(4)], []
     for n, user in enumerate(users):  # two claims on each server
-        cid, connection_token = auth.new_connection_token(user.id)
+        cid, connection_token = tokens.new_connection_token(user.id)
         while channel_layer.consistent_hash(f"asgi:hub-connection:{cid}") != n % 2:
-            cid, connection_token = auth.new_connection_token(user.id)
-        tokens.append((cid, connection_token))
+            cid, connection_token = tokens.new_connection_token(user.id)
+        issued.append((cid, connection_token))
 
     async def scenario() -> list[bool]:
-        for user, (_, connection_token) in zip(users, tokens, strict=True):
+        for user, (_, connection_token) in zip(users, issued, strict=True):
             connection = await open_with(channel_layer, user, connection_token)
             await connection.end(RELEASED)
         ttl = load_hub_options().connection_token_ttl
-        return [await ConnectionReservation(cid, ttl).make(channel_layer) for cid, _ in tokens]
+        return [await ConnectionReservation(cid, ttl).make(channel_layer) for cid, _ in issued]
 
     assert run(scenario()) == [False] * 4  # each was claimed already, on either server

@@ -12,7 +12,7 @@ from uuid import UUID
 
 import pytest
 
-from messenger_realtime.backplane.groups import presence_group
+from messenger_realtime.backplane.group_names import presence_group
 from messenger_realtime.conf.settings import HubOptions, load_hub_options
 from messenger_realtime.hub import ratelimit, user_connections
 from messenger_realtime.hub.presence import last_seen, sweep

@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.hub import fanout as fanout_module

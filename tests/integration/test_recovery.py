@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.dispatch import connections as db
-from messenger_realtime.hub.connection import events
+from messenger_realtime.hub.connection import layer_messages
 from messenger_realtime.hub.connection.marks import TRACKED
 from messenger_realtime.hub.connection.methods.recover import recover
 from messenger_realtime.hub.recovery import (
@@ -163,7 +163,7 @@ def test_live_events_wait_for_the_recovery_and_no_offset_goes_out_twice() -> Non
 
     async def scenario() -> dict[str, str]:
         # Pushed live before the client asked: noted, not sent again by the recovery.
-        await events.dispatch(connection, live(chat.id, stream, held + 2, version))
+        await layer_messages.dispatch(connection, live(chat.id, stream, held + 2, version))
         with psycopg.connect(db.conninfo()) as lock, psycopg.connect(db.conninfo()) as watch:
             lock.execute("LOCK TABLE messenger.realtime_stream IN ACCESS EXCLUSIVE MODE")
             recovering = asyncio.create_task(recover(connection, {stream: held}))
@@ -171,15 +171,17 @@ def test_live_events_wait_for_the_recovery_and_no_offset_goes_out_twice() -> Non
             # While the read waits: live events of the stream are held; another
             # stream's go out at once.
             for offset in (held + 3, last + 1, held + 1):
-                await events.dispatch(connection, live(chat.id, stream, offset, version))
-            await events.dispatch(connection, live(other.id, other_stream, 7, chats[other.id]))
+                await layer_messages.dispatch(connection, live(chat.id, stream, offset, version))
+            await layer_messages.dispatch(
+                connection, live(other.id, other_stream, 7, chats[other.id])
+            )
             assert sent_offsets(sent, stream) == [held + 2]
             assert sent_offsets(sent, other_stream) == [7]
             lock.rollback()  # the read goes on
             result = await recovering
         # Recovered up to `last`: an older live event is not sent again; newer ones are.
-        await events.dispatch(connection, live(chat.id, stream, held + 3, version))
-        await events.dispatch(connection, live(chat.id, stream, last + 2, version))
+        await layer_messages.dispatch(connection, live(chat.id, stream, held + 3, version))
+        await layer_messages.dispatch(connection, live(chat.id, stream, last + 2, version))
         return result
 
     assert run(scenario()) == {stream: RECOVERED}
@@ -203,7 +205,7 @@ def test_the_notes_of_live_offsets_stop_at_their_bound() -> None:
 
     async def scenario() -> None:
         for offset in range(1, TRACKED + 2):
-            await events.dispatch(connection, live(chat.id, stream, offset, chats[chat.id]))
+            await layer_messages.dispatch(connection, live(chat.id, stream, offset, chats[chat.id]))
 
     run(scenario())
     assert connection.marks is not None and connection.marks.sent is None

@@ -18,7 +18,7 @@ import pytest
 from django.test import RequestFactory
 from prometheus_client import REGISTRY
 
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.hub import restarts

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 from messenger_realtime.hub import fanout as fanout_module
-from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.connection.ending import RELEASED
+from messenger_realtime.hub.credentials.tokens import Identity
 from messenger_realtime.hub.fanout import BACKLOG_LIMIT
 from messenger_realtime.hub.inbox import OVERRUN_MESSAGE, Inbox
 from messenger_realtime.hub.process import HubProcess

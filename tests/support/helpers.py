@@ -10,7 +10,7 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from messenger_realtime import outbox
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.backplane.layer import BatchReceiveRedisChannelLayer
 from messenger_realtime.conf.settings import RealtimeDispatchOptions, load_options
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent

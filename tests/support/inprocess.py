@@ -13,8 +13,8 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.credentials.tokens import Identity
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols import JsonProtocol
 from messenger_realtime.hub.protocols.base import Frame

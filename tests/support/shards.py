@@ -4,7 +4,7 @@ import uuid
 from typing import Any
 
 from messenger_realtime.backplane import shards
-from messenger_realtime.backplane.groups import layer_group
+from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.contracts.events import HubTarget
 
 

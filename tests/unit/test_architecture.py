@@ -105,6 +105,25 @@ def test_each_part_imports_only_the_parts_the_design_allows(source: str) -> None
     assert wrong == []
 
 
+# Inside the hub, credentials are a leaf: every entry point (negotiate, the transports, a
+# connection, the host's REST API) asks them, and they ask none of those back.
+CREDENTIALS = "messenger_realtime.hub.credentials"
+CREDENTIALS_MAY_IMPORT = ("messenger_realtime.hub.credentials", "messenger_realtime.hub.reads")
+
+
+def test_credentials_import_nothing_of_the_hub_but_its_reads() -> None:
+    graph = app_graph()
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module == CREDENTIALS or module.startswith(CREDENTIALS + ".")
+        for target in targets
+        if part(target) == "hub" and not target.startswith(CREDENTIALS_MAY_IMPORT)
+    )
+    assert graph[CREDENTIALS + ".tokens"], "the rule must see the credentials' modules"
+    assert wrong == []
+
+
 def test_nothing_in_the_app_imports_the_host() -> None:
     host = sorted(
         f"{module_name(p)} -> {m}"

@@ -1,5 +1,5 @@
 """Daphne's WebSocket protocol writes a frame to the socket at once when nothing waits in
-Twisted's buffer (hub/daphne/websocket.py), and leaves the rest, in order, to Twisted."""
+Twisted's buffer (hub/daphne/websocket_protocol.py), and leaves the rest, in order, to Twisted."""
 
 import collections
 import socket
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from messenger_realtime.hub.daphne.websocket import HubWebSocketProtocol, eager_writable
+from messenger_realtime.hub.daphne.websocket_protocol import HubWebSocketProtocol, eager_writable
 
 
 class Transport:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.hub.auth import Identity
-from messenger_realtime.hub.connection import HubConnection, events
+from messenger_realtime.hub.connection import HubConnection, layer_messages
+from messenger_realtime.hub.credentials.tokens import Identity
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols.json_protocol import JsonProtocol
 from messenger_realtime.hub.protocols.messagepack import MessagePackProtocol
@@ -50,7 +50,7 @@ def test_an_event_is_encoded_once_per_protocol_for_every_connection(
                 channel_layer=None,
             )
             connection.protocol = (JsonProtocol if index % 2 else MessagePackProtocol)(32768)
-            frames.append(await events.event_frame(connection, message))
+            frames.append(await layer_messages.event_frame(connection, message))
         return frames
 
     frames = asyncio.run(scenario())

@@ -4,7 +4,8 @@ access token's expiry."""
 import pytest
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.hub.auth import mint_access_token, read_access_token, same_origin
+from messenger_realtime.hub.credentials.sessions import same_origin
+from messenger_realtime.hub.credentials.tokens import mint_access_token, read_access_token
 from messenger_realtime.uuid7 import uuid7
 
 

@@ -9,7 +9,7 @@ from django.core import signing
 
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.exceptions import HandshakeError, InvalidToken, ProtocolError
-from messenger_realtime.hub.auth import (
+from messenger_realtime.hub.credentials.tokens import (
     bearer_token,
     mint_access_token,
     new_connection_token,

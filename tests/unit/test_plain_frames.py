@@ -1,4 +1,4 @@
-"""The hub's own frames where they are plain (hub/daphne/websocket.py): what it sends is
+"""The hub's own frames where they are plain (hub/daphne/websocket_protocol.py): what it sends is
 byte for byte what Autobahn would send, and a client's Ping is known before Autobahn
 parses it, only when it is exactly one such frame."""
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from autobahn.websocket.protocol import WebSocketProtocol
 
-from messenger_realtime.hub.daphne.websocket import (
+from messenger_realtime.hub.daphne.websocket_protocol import (
     PINGS,
     HubWebSocketProtocol,
     is_ping_frame,

@@ -20,7 +20,7 @@ through the connection's attribute of the same name:
 A part never holds its connection: HubConnection hands each, when it makes it, the other
 parts it uses and, as one callable each, what it needs of the connection (the transport
 carrying it now, whether it is closing, how to end it, ...). What arrives from the
-channel layer (events.py) and the hub methods (methods/) are functions the connection is
+channel layer (layer_messages.py) and the hub methods (methods/) are functions the connection is
 passed to; they keep no state of their own. What they use of it is declared in state.py
 (`Connection`), which imports none of them: no import cycle. Process-wide things (the
 clock, the fanout, admission, the registry) are its process's (hub/process.py), which a

@@ -1,10 +1,10 @@
 """What a connection authenticated with, and until when it holds.
 
 A part of HubConnection. The credentials are checked once, at the upgrade
-(transports/credentials.py); from then on a connection holds them until they expire (the
+(credentials/request.py); from then on a connection holds them until they expire (the
 token's `exp`, the Django session's expiry): nothing is forwarded from that moment and
 the connection is closed with allowReconnect. A Django session can end earlier (a
-logout): the connection hears it through its user group (events.py) and checks here
+logout): the connection hears it through its user group (layer_messages.py) and checks here
 whether the session still holds. A stateful resume authenticates again and renews them,
 and so does a client's `RenewToken` (methods/renew_token.py) without reconnecting.
 """
@@ -13,7 +13,8 @@ import asyncio
 import time
 from uuid import UUID
 
-from messenger_realtime.hub.auth import Identity, session_holds
+from messenger_realtime.hub.credentials.sessions import session_holds
+from messenger_realtime.hub.credentials.tokens import Identity
 from messenger_realtime.hub.reads import hub_read
 
 _session_holds = hub_read(session_holds)

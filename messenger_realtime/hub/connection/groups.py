@@ -12,13 +12,14 @@ groups (leave_all), and a join still running then sees that and leaves again.
 from collections.abc import Callable, Collection, Mapping
 from uuid import UUID
 
-from messenger_realtime.backplane.groups import layer_group, presence_group
+from messenger_realtime.backplane.group_names import layer_group, presence_group
 from messenger_realtime.backplane.reservations import USED, ConnectionReservation
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub.auth import Identity, require_standing, session_holds
 from messenger_realtime.hub.connection.membership import ChatMemberships, Verdict
+from messenger_realtime.hub.credentials.sessions import session_holds
+from messenger_realtime.hub.credentials.tokens import Identity, require_standing
 from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.reads import hub_read

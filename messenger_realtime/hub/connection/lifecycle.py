@@ -30,17 +30,17 @@ from messenger_realtime.exceptions import (
 )
 from messenger_realtime.hub import protocols
 from messenger_realtime.hub.admission import Opening
-from messenger_realtime.hub.auth import Identity
 from messenger_realtime.hub.connection.authentication import Authentication
 from messenger_realtime.hub.connection.ending import SEND_BUFFER_OVER, UNEXPECTED, Ending
-from messenger_realtime.hub.connection.events import dispatch, event_frame
 from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.connection.invocations import Invocations
+from messenger_realtime.hub.connection.layer_messages import dispatch, event_frame
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.outbound import Outbound
 from messenger_realtime.hub.connection.state import Process
 from messenger_realtime.hub.connection.stateful import StatefulReconnect
 from messenger_realtime.hub.connection.timeouts import Timeouts
+from messenger_realtime.hub.credentials.tokens import Identity
 from messenger_realtime.hub.protocols import handshake
 from messenger_realtime.hub.protocols.base import Frame, HubProtocol
 from messenger_realtime.hub.transports.base import WEBSOCKETS, Transport
@@ -405,8 +405,8 @@ class HubConnection:
         await self.groups.leave_all()
 
     async def send_overflow(self, unsent: Any) -> None:
-        """Daphne: the connection's unsent data passed SEND_BUFFER_LIMIT (daphne/websocket.py,
-        daphne/http.py)."""
+        """Daphne: the connection's unsent data passed SEND_BUFFER_LIMIT
+        (daphne/websocket_protocol.py, daphne/web_request.py)."""
         await self.end(ending.dropped(SEND_BUFFER_OVER, unsent=unsent))
 
     def _close(self, error: str | None = None, *, allow_reconnect: bool = False) -> Frame:

@@ -44,7 +44,7 @@ class Outbound:
     frames of the batch in hand (`unsent`) and its delivery task. What it needs of its
     connection it is handed when made, each as one callable: the transport carrying it
     now (a resume swaps it), whether it is closing, how to end it, what an event or a
-    control message of its inbox does to it (events.py), and the rest named below."""
+    control message of its inbox does to it (layer_messages.py), and the rest named below."""
 
     __slots__ = (
         "_act_on",
@@ -81,7 +81,7 @@ class Outbound:
     ) -> None:
         self._now, self._transport, self._inbox = now, transport, inbox  # the loop's time
         self._closing, self._end, self._ids = closing, end, ids
-        # events.py's, for its connection: an event's frame (None: not for it), a
+        # layer_messages.py's, for its connection: an event's frame (None: not for it), a
         # control message acted on.
         self._frame_of, self._act_on = frame_of, act_on
         self._pinged = pinged  # a Ping the transport took itself (take_pings)
@@ -124,7 +124,8 @@ class Outbound:
 
     def take_pings(self) -> None:
         """Let the transport take the client's Pings itself, where it can (a WebSocket
-        under Daphne: daphne/websocket.py), now that a Ping means nothing but `pinged`."""
+        under Daphne: daphne/websocket_protocol.py), now that a Ping means nothing but
+        `pinged`."""
         transport = self._transport()
         if transport is not None:
             transport.take_pings(self._pinged)

@@ -4,13 +4,13 @@ connection as the functions of it see it.
 - `Process`: hub/process.HubProcess, which imports the connection (its registry holds
   them), as a connection uses it.
 - `Connection`: lifecycle.HubConnection as the functions it is passed to use it: what
-  the channel layer brings it (events.py), what its client invokes (invocations.py) and
+  the channel layer brings it (layer_messages.py), what its client invokes (invocations.py) and
   the hub methods (methods/). HubConnection calls those functions, so they cannot import
   it; this declares only what they read and call, its parts typed by their own classes.
   The parts themselves never see it: each is handed what it needs when made
   (lifecycle.py).
 
-Nothing here imports lifecycle.py, events.py, invocations.py or methods/: no import
+Nothing here imports lifecycle.py, layer_messages.py, invocations.py or methods/: no import
 cycle, not even one of annotations (mypy checks HubConnection against `Connection`
 where it passes itself).
 """
@@ -58,7 +58,7 @@ class Process(Protocol):
 
 
 class Connection(Protocol):
-    """lifecycle.HubConnection, as events.py, invocations.py and methods/ use it: all
+    """lifecycle.HubConnection, as layer_messages.py, invocations.py and methods/ use it: all
     read-only here (the connection writes its own fields)."""
 
     @property

@@ -4,9 +4,10 @@ Autobahn, Twisted and CPython, all installed by `install`, one call per process 
 app makes itself (messenger_realtime/asgi.py, with_hub, when `serves_this_process`).
 
 - controls.py: DaphneSocket and DaphneStream, the controls a transport gets;
-- websocket.py: its WebSocket protocol (size limits with a Close, the send bound, eager
-  writes, plain frames, the scheme, Pings taken);
-- http.py: its HTTP request (the send bound of event streams, the upgraded channel let go);
+- websocket_protocol.py: its WebSocket protocol (size limits with a Close, the send
+  bound, eager writes, plain frames, the scheme, Pings taken);
+- web_request.py: its HTTP request (the send bound of event streams, the upgraded
+  channel let go);
 - server.py: Daphne's server (the application factory that attaches the controls, the
   checkers), shutdown, log scrubbing; capacity.py: the listen backlog, the collector.
 

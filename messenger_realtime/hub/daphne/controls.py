@@ -3,12 +3,12 @@ WebSocket (DaphneSocket, over HubWebSocketProtocol) and of an HTTP request
 (DaphneStream, over HubWebRequest), attached to each connection's scope by Daphne's
 application factory (hub/daphne/server.py). The transports see only these methods; what
 they drive (the send bound, Pings taken, the Close for an oversized frame, eager writes)
-is in websocket.py and http.py."""
+is in websocket_protocol.py and web_request.py."""
 
 from collections.abc import Callable
 
-from messenger_realtime.hub.daphne.http import HubWebRequest
-from messenger_realtime.hub.daphne.websocket import (
+from messenger_realtime.hub.daphne.web_request import HubWebRequest
+from messenger_realtime.hub.daphne.websocket_protocol import (
     HubWebSocketProtocol,
     socket_unacknowledged,
     twisted_unsent,

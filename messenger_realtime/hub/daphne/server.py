@@ -1,7 +1,8 @@
 """Daphne integration: polite Close on shutdown, no tokens in access logs, the hub's
-protocols (daphne/websocket.py, daphne/http.py) and Daphne's server patched to serve them,
-each connection's scope given its ServerControls (daphne/controls.py). All of it is
-installed by hub/daphne/__init__.py (install), one call the app makes itself.
+protocols (daphne/websocket_protocol.py, daphne/web_request.py) and Daphne's server
+patched to serve them, each connection's scope given its ServerControls
+(daphne/controls.py). All of it is installed by hub/daphne/__init__.py (install), one
+call the app makes itself.
 
 Daphne stops on SIGTERM/SIGINT through Twisted's reactor; a "before shutdown" trigger
 runs while sockets are still open, so every live connection gets
@@ -141,8 +142,8 @@ def install_protocols() -> None:
     from daphne import http_protocol
     from daphne.ws_protocol import WebSocketFactory
 
-    from messenger_realtime.hub.daphne.http import HubWebRequest
-    from messenger_realtime.hub.daphne.websocket import HubWebSocketProtocol
+    from messenger_realtime.hub.daphne.web_request import HubWebRequest
+    from messenger_realtime.hub.daphne.websocket_protocol import HubWebSocketProtocol
 
     WebSocketFactory.protocol = HubWebSocketProtocol
     http_protocol.WebRequest = HubWebRequest  # HTTPFactory builds requests from this name
@@ -228,8 +229,8 @@ def _install_server(server_class: Any) -> None:
     from twisted.internet import reactor
 
     from messenger_realtime.hub.daphne.controls import DaphneSocket, DaphneStream
-    from messenger_realtime.hub.daphne.http import HubWebRequest
-    from messenger_realtime.hub.daphne.websocket import HubWebSocketProtocol, scheme
+    from messenger_realtime.hub.daphne.web_request import HubWebRequest
+    from messenger_realtime.hub.daphne.websocket_protocol import HubWebSocketProtocol, scheme
     from messenger_realtime.hub.transports.server import attach
 
     call_later: Any = reactor.callLater

@@ -1,6 +1,6 @@
 """A user's presence changed: the message their watchers' processes get.
 
-It goes to the channel-layer group `presence.<user>` (backplane/groups.py), which a hub
+It goes to the channel-layer group `presence.<user>` (backplane/group_names.py), which a hub
 process joins while one of its connections watches that user: a change reaches only
 those processes, one message each, whatever the user's chats and contacts. Each process
 hands it to its connections watching the user (hub/fanout.py routes it like an event),
@@ -12,7 +12,7 @@ import time
 from typing import Any
 from uuid import UUID
 
-from messenger_realtime.backplane.groups import presence_group
+from messenger_realtime.backplane.group_names import presence_group
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.ops.logging import Field
 

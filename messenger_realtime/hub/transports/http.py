@@ -5,7 +5,7 @@ and long polling, as ASP.NET Core's HttpConnectionDispatcher answers them.
   (longpolling.py). The first GET with a fresh token opens the connection.
 - POST: what the client sends (any number of messages, as one body).
 - DELETE: ends a long-polling connection (202).
-Every request authenticates as the WebSocket does (transports/credentials.py) and must be
+Every request authenticates as the WebSocket does (credentials/request.py) and must be
 the connection's user. Errors are the protocol's: 400 `Connection ID required`, 404 `No
 Connection with that ID` (unknown, ended, another user's token, or a connection held by
 another hub process: route by `id`, docs/hub.md), 400 `Cannot change transports
@@ -24,6 +24,7 @@ import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.conf.settings import HubOptions, load_hub_options
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.credentials.request import cors_headers, identify_scope, query_of
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols.base import message_too_big
 from messenger_realtime.hub.transports import opening, sse
@@ -32,7 +33,6 @@ from messenger_realtime.hub.transports.base import (
     SERVER_SENT_EVENTS,
     WEBSOCKETS,
 )
-from messenger_realtime.hub.transports.credentials import cors_headers, identify_scope, query_of
 from messenger_realtime.hub.transports.longpolling import NO_CACHE, LongPollingTransport
 from messenger_realtime.hub.transports.server import controls_of
 from messenger_realtime.ops.webhealth import layer_verdict

@@ -9,8 +9,9 @@ import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.backplane.reservations import ConnectionReservation
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub import auth, ratelimit, user_connections
+from messenger_realtime.hub import ratelimit, user_connections
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.credentials import tokens
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.transports.base import Transport
 from messenger_realtime.uuid7 import uuid7
@@ -23,10 +24,10 @@ LAYER_UNREACHABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutE
 
 def find(
     hub: HubProcess, connection_token: str, user_id: UUID
-) -> tuple[auth.ConnectionGrant, HubConnection | None]:
+) -> tuple[tokens.ConnectionGrant, HubConnection | None]:
     """The grant of the caller's token and its live connection in this process (or None).
     InvalidToken for a token that is not this user's; its age does not matter here."""
-    grant = auth.read_connection_token(connection_token, user_id, max_age=None)
+    grant = tokens.read_connection_token(connection_token, user_id, max_age=None)
     return grant, hub.get(grant.connection_id)
 
 
@@ -34,7 +35,7 @@ async def new_connection(
     hub: HubProcess,
     *,
     connection_token: str | None,
-    identity: auth.Identity,
+    identity: tokens.Identity,
     token: str | None,
     options: HubOptions,
     transport: Transport,
@@ -52,7 +53,7 @@ async def new_connection(
         await _admit_unnegotiated(hub, identity.user_id, connection_id, options)
     else:
         ttl = options.connection_token_ttl
-        grant = auth.read_connection_token(connection_token, identity.user_id, ttl)
+        grant = tokens.read_connection_token(connection_token, identity.user_id, ttl)
         connection_id, stateful = grant.connection_id, grant.stateful
         claim = ConnectionReservation(
             connection_id, ttl

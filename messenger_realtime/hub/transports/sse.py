@@ -6,7 +6,7 @@ open; each message follows as `data: <record>` and a blank line. When the connec
 ends the response ends; when the client goes away the connection ends (no resume).
 Keep-alive pings flow both ways as on WebSockets. The stream's unsent bytes are bounded
 by SEND_BUFFER_LIMIT through the server's controls (transports/server.py): Daphne's
-(hub/daphne/http.py), or on a plain ASGI server the hub's own buffer (plain_asgi.py).
+(hub/daphne/web_request.py), or on a plain ASGI server the hub's own buffer (plain_asgi.py).
 """
 
 from collections.abc import Callable

@@ -18,14 +18,14 @@ from channels.exceptions import StopConsumer
 
 from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub.auth import Identity, check_standing
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.credentials.request import identify_scope, query_of
+from messenger_realtime.hub.credentials.tokens import Identity, check_standing
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.reads import hub_read
 from messenger_realtime.hub.transports import opening
 from messenger_realtime.hub.transports.base import WEBSOCKETS
-from messenger_realtime.hub.transports.credentials import identify_scope, query_of
 from messenger_realtime.hub.transports.plain_asgi import PlainAsgiControls
 from messenger_realtime.hub.transports.server import ServerControls, controls_of
 from messenger_realtime.ops import metrics
@@ -79,8 +79,9 @@ class WebSocketTransport:
         self.controls.use_binary(binary)
 
     def take_pings(self, heard: Callable[[], None]) -> None:
-        """Where the server can (Daphne: daphne/websocket.py), it takes the client's Pings
-        itself and calls `heard`: no trip through the application queue and the parser."""
+        """Where the server can (Daphne: daphne/websocket_protocol.py), it takes the
+        client's Pings itself and calls `heard`: no trip through the application queue and
+        the parser."""
         self.controls.take_pings(heard)
 
     def _overflowed(self, unsent: int) -> None:

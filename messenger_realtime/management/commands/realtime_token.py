@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from messenger_realtime.conf.settings import load_hub_options
-from messenger_realtime.hub.auth import mint_access_token
+from messenger_realtime.hub.credentials.tokens import mint_access_token
 
 SUGGESTIONS = 5  # similar names shown for an unknown one (a bounded query)
 

@@ -17,7 +17,7 @@ from messenger_realtime.conf.settings import load_hub_options
 from messenger_realtime.contracts import content
 from messenger_realtime.exceptions import InvalidToken
 from messenger_realtime.hub import ratelimit
-from messenger_realtime.hub.auth import authenticate, bearer_token
+from messenger_realtime.hub.credentials.tokens import authenticate, bearer_token
 
 from ..services.errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
 

@@ -3,7 +3,7 @@
 from typing import Any
 
 from messenger_realtime.contracts.base import iso
-from messenger_realtime.hub.media import media_join
+from messenger_realtime.hub.media_credentials import media_join
 
 from ..models import CallParticipant, CallSession, Chat, Contact, Message, Participant, Recording
 

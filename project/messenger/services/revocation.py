@@ -4,7 +4,7 @@ issued before now is refused and every open hub connection of theirs is closed.
 Happens when support deactivates a user (`is_active = False`, as the admin saves it), a
 user is deleted, their password changes, or they (or support) log out everywhere. The
 owner's transaction stamps User.credentials_revoked_at (tokens with an older `iat` are
-refused at negotiate, upgrade and REST: hub/auth.py through the domain port; Django
+refused at negotiate, upgrade and REST: hub/credentials/tokens.py through the domain port; Django
 sessions end because the stamp is part of their auth hash: models.User) and, after it
 commits, the hub closes the user's connections on every process without allowReconnect
 (backplane/control.credentials_revoked). A deleted user's participant rows go with them:

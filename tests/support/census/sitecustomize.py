@@ -24,7 +24,7 @@ if OUT and "daphne" in os.path.basename(sys.argv[0]):
         import json
         import types
 
-        from messenger_realtime.hub.daphne.websocket import HANDSHAKE_LEFTOVERS
+        from messenger_realtime.hub.daphne.websocket_protocol import HANDSHAKE_LEFTOVERS
 
         gc.collect()
         counts = dict.fromkeys(CLASSES, 0)

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from messenger_realtime.hub import ratelimit
-from messenger_realtime.hub.connection.events import encode, event_frame
+from messenger_realtime.hub.connection.layer_messages import encode, event_frame
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.methods import hub_method
 from messenger_realtime.hub.connection.state import Connection

@@ -16,9 +16,9 @@ other. The token is never logged or kept: only when it expires and was issued.
 from typing import Any
 
 from messenger_realtime.exceptions import HubError, InvalidToken
-from messenger_realtime.hub.auth import check_standing, read_access_token
 from messenger_realtime.hub.connection.methods import hub_method
 from messenger_realtime.hub.connection.state import Connection
+from messenger_realtime.hub.credentials.tokens import check_standing, read_access_token
 from messenger_realtime.hub.reads import hub_read
 
 _check_standing = hub_read(check_standing)

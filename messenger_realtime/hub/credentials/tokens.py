@@ -1,25 +1,23 @@
-"""Credentials at the hub: who is calling (authenticate), JWT bearer tokens, and
-negotiate's connection tokens."""
+"""Tokens, and who the credentials say the caller is: JWT access tokens (minted,
+verified, read from a request), negotiate's connection tokens, and identify() (a token or
+a Django session's user -> an Identity, checked against the user's standing)."""
 
 import collections
 import contextlib
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from importlib import import_module
 from typing import Any
-from urllib.parse import urlsplit
 from uuid import UUID
 
 import jwt
-from django.conf import settings
-from django.contrib.auth import SESSION_KEY
 from django.core import signing
 
 from messenger_realtime.backplane.control import session_digest
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.contracts.port import UserStanding, get_domain_port
 from messenger_realtime.exceptions import InvalidToken
+from messenger_realtime.hub.credentials.sessions import session_expiry
 from messenger_realtime.uuid7 import uuid7
 
 _CONNECTION_SALT = "messenger_realtime.hub.connection"
@@ -219,40 +217,3 @@ def require_standing(standing: UserStanding, identity: Identity, token: str | No
         and (identity.issued_at is None or identity.issued_at < standing.revoked_at)
     ):
         raise InvalidToken("token revoked; sign in again")
-
-
-def session_expiry(session: Any) -> float | None:
-    """When a Django session ends (unix time): the stored expiry of a database-backed
-    session (the store's own get_expiry_date() counts from now, not from the last save),
-    else what the store says; None without a session."""
-    if session is None:
-        return None
-    stored = getattr(session, "_get_session_from_db", None)  # db and cached_db stores
-    row = stored() if stored is not None else None
-    if row is not None:
-        return float(row.expire_date.timestamp())
-    return float(session.get_expiry_date().timestamp())
-
-
-def session_holds(session_key: str, user_id: UUID) -> bool:
-    """Whether the Django session `session_key` still exists (neither logged out nor
-    expired) and is still `user_id`'s (synchronous: reads the session store)."""
-    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-    return bool(store.load().get(SESSION_KEY) == str(user_id))
-
-
-_HTTP_SCHEME = {"ws": "http", "wss": "https"}
-_DEFAULT_PORT = {"http": 80, "https": 443}
-
-
-def same_origin(origin: str, scheme: str, host: str) -> bool:
-    """Whether a page at `origin` is this server, reached as `scheme`://`host`: scheme,
-    host and port all equal (an http page of the same host may not use an https session)."""
-    page_scheme = _HTTP_SCHEME.get(scheme, scheme)
-    page, here = urlsplit(origin), urlsplit(f"//{host}")
-    try:
-        page_port = page.port or _DEFAULT_PORT.get(page.scheme)
-        here_port = here.port or _DEFAULT_PORT.get(page_scheme)
-    except ValueError:  # a port out of range: not ours
-        return False
-    return (page.scheme, page.hostname, page_port) == (page_scheme, here.hostname, here_port)

@@ -12,7 +12,7 @@ import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.backplane.publisher import EVENT_TYPE
 from messenger_realtime.hub.connection.ending import BACKPLANE_RESTARTED, OVERRUN
 from messenger_realtime.hub.connection.state import Connection
-from messenger_realtime.hub.media import media_join
+from messenger_realtime.hub.media_credentials import media_join
 from messenger_realtime.hub.presence.changes import PRESENCE_EVENT, PRESENCE_MESSAGE
 from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.restarts import BACKPLANE_RESTARTED_EVENT

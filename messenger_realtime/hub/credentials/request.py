@@ -7,14 +7,13 @@ host and port) or a configured origin: a cookie rides along with any page's requ
 (cross-site WebSocket hijacking, and the same for the hub's HTTP endpoint).
 """
 
-from importlib import import_module
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs
 
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub import auth
+from messenger_realtime.hub.credentials import sessions, tokens
 from messenger_realtime.hub.reads import hub_read
 
 CORS_HEADERS = b"authorization, content-type, x-requested-with, x-signalr-user-agent"
@@ -26,17 +25,17 @@ def query_of(scope: dict[str, Any]) -> dict[str, list[str]]:
 
 async def identify_scope(
     scope: dict[str, Any], options: HubOptions, *, lookup: bool = True
-) -> tuple[auth.Identity, str | None]:
+) -> tuple[tokens.Identity, str | None]:
     """(the caller's identity, its bearer token or None); InvalidToken otherwise.
 
     At most one thread hop: a bearer token without `lookup` is checked inline (its
     signature and claims); anything that reads the database (the user's standing, the
     session's user) is read in one go."""
     headers = dict(scope.get("headers", []))
-    token = auth.bearer_token(headers, query_of(scope))
+    token = tokens.bearer_token(headers, query_of(scope))
     if token is not None and not lookup:
-        return auth.read_access_token(token, options), token
-    identity: auth.Identity = await _identify(scope, headers, token, options, lookup)
+        return tokens.read_access_token(token, options), token
+    identity: tokens.Identity = await _identify(scope, headers, token, options, lookup)
     return identity, token
 
 
@@ -47,7 +46,7 @@ def _identify(
     token: str | None,
     options: HubOptions,
     lookup: bool,
-) -> auth.Identity:
+) -> tokens.Identity:
     """identify_scope's reads, synchronous (in the thread the hop runs on)."""
     user, session = None, None
     if token is None:
@@ -55,7 +54,7 @@ def _identify(
         # came: Channels' cookie, session and auth middleware would make a session store
         # for every connection, and read the user in a thread hop of its own, bearer or
         # not (and hold both, and their copies of the scope, for the connection's life).
-        session = scope.get("session") or session_of(headers)
+        session = scope.get("session") or sessions.session_of(headers)
         user = scope.get("user")
         if user is None and session is not None:
             from django.contrib.auth import get_user
@@ -66,21 +65,7 @@ def _identify(
             raise InvalidToken("origin not allowed for session authentication")
         if not authenticated:
             session = None
-    return auth.identify(token, user, options, session, lookup=lookup)
-
-
-def session_of(headers: dict[bytes, bytes]) -> Any:
-    """The Django session store named by the request's session cookie, or None."""
-    from django.conf import settings
-    from django.http import parse_cookie
-
-    cookie = headers.get(b"cookie")
-    key = (
-        parse_cookie(cookie.decode("latin-1")).get(settings.SESSION_COOKIE_NAME) if cookie else None
-    )
-    if not key:
-        return None
-    return import_module(settings.SESSION_ENGINE).SessionStore(key)
+    return tokens.identify(token, user, options, session, lookup=lookup)
 
 
 def same_site(scope: dict[str, Any], headers: dict[bytes, bytes], options: HubOptions) -> bool:
@@ -89,8 +74,9 @@ def same_site(scope: dict[str, Any], headers: dict[bytes, bytes], options: HubOp
         return True  # not a browser: no ambient cookie to abuse
     host = headers.get(b"host", b"").decode("latin-1")
     default = "ws" if scope.get("type") == "websocket" else "http"
-    scheme = str(scope.get("scheme") or default)  # WebSockets: from hub/daphne/websocket.py
-    return auth.same_origin(origin, scheme, host) or origin in options.cors_allowed_origins
+    # WebSockets: the scheme is set by hub/daphne/websocket_protocol.py.
+    scheme = str(scope.get("scheme") or default)
+    return sessions.same_origin(origin, scheme, host) or origin in options.cors_allowed_origins
 
 
 def cors_headers(

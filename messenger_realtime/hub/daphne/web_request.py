@@ -6,7 +6,7 @@ Twisted buffer it without limit. Before each chunk of a stream the hub asked to 
 (the SSE transport's `bound`, through DaphneStream in controls.py), the connection's
 unsent bytes (Twisted's write buffer plus, on Linux, the socket's unacknowledged bytes)
 are compared with the limit; past it the hub's `overflow` is called once and the
-connection is closed with allowReconnect, as on WebSockets (daphne/websocket.py). Other
+connection is closed with allowReconnect, as on WebSockets (daphne/websocket_protocol.py). Other
 responses are untouched.
 
 A request that upgrades to a WebSocket hands its TCP transport over, but the HTTP channel
@@ -15,7 +15,7 @@ idle timeout of the channel (a minute) stays armed, a timer that would fire on a
 without a transport, and the transport keeps the channel as its registered producer
 (for HTTP's flow control: pause reading while writes back up). The upgrade cancels the
 one and unregisters the other (`process`), as Twisted itself does when a connection
-switches to HTTP/2; the WebSocket's own send bound (daphne/websocket.py) does the flow
+switches to HTTP/2; the WebSocket's own send bound (daphne/websocket_protocol.py) does the flow
 control from then on. Checked in a real Daphne by tests/e2e/test_upgrade_release.py.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from daphne.http_protocol import WebRequest
 
-from messenger_realtime.hub.daphne.websocket import socket_unacknowledged, twisted_unsent
+from messenger_realtime.hub.daphne.websocket_protocol import socket_unacknowledged, twisted_unsent
 
 
 class HubWebRequest(WebRequest):  # type: ignore[misc]
