@@ -41,22 +41,23 @@ def test_calls_within_the_interval_publish_once_per_chat() -> None:
     clock, layer, reads = Clock(), Layer(), []
     typist, chat, other = uuid.uuid4(), str(uuid.uuid4()), str(uuid.uuid4())
 
-    async def read(user_id: uuid.UUID) -> list[uuid.UUID]:
-        reads.append(user_id)
-        return []
+    async def read(chat: uuid.UUID, user_id: uuid.UUID, blockers: bool) -> Any:
+        reads.append((str(chat), blockers))
+        return 3, [] if blockers else None
 
     part = Composing(typist, now=clock, layer=layer, read=read)
 
+    async def keystroke(chat: str) -> None:
+        if part.due(chat):
+            await part.publish(chat, await part.read(chat))
+
     async def keystrokes() -> None:
         for _ in range(50):
-            if part.due(chat):
-                await part.publish(chat, 3)
+            await keystroke(chat)
             clock.now += TYPING_INTERVAL / 100
-        if part.due(other):  # another chat has its own interval
-            await part.publish(other, 1)
+        await keystroke(other)  # another chat has its own interval
         clock.now += TYPING_INTERVAL
-        if part.due(chat):
-            await part.publish(chat, 3)
+        await keystroke(chat)
 
     asyncio.run(keystrokes())
     assert [group for group, _ in layer.sent] == [f"chat.{chat}", f"chat.{other}", f"chat.{chat}"]
@@ -65,7 +66,8 @@ def test_calls_within_the_interval_publish_once_per_chat() -> None:
     assert message["membership_version"] == 3 and message["user"] == str(typist)
     assert message["event"] == "typing"
     assert message["payload"]["chatId"] == chat and message["payload"]["userId"] == str(typist)
-    assert reads == [typist]  # who blocked the typist: read once for all three
+    # One read per publish; who blocked the typist only in the first.
+    assert reads == [(chat, True), (other, False), (chat, False)]
 
 
 def test_who_blocked_the_typist_is_read_again_after_a_minute() -> None:
@@ -73,18 +75,16 @@ def test_who_blocked_the_typist_is_read_again_after_a_minute() -> None:
     blocker = uuid.uuid4()
     answers = [[], [blocker]]
 
-    async def read(user_id: uuid.UUID) -> list[uuid.UUID]:
-        return answers.pop(0)
+    async def read(chat: uuid.UUID, user_id: uuid.UUID, blockers: bool) -> Any:
+        return 1, answers.pop(0) if blockers else None
 
     part = Composing(uuid.uuid4(), now=clock, layer=layer, read=read)
     chat = str(uuid.uuid4())
 
     async def typing() -> None:
-        await part.publish(chat, 1)
-        clock.now += BLOCKERS_MAX_AGE - 1
-        await part.publish(chat, 1)
-        clock.now += 1
-        await part.publish(chat, 1)
+        for step in (0, BLOCKERS_MAX_AGE - 1, 1):
+            clock.now += step
+            await part.publish(chat, await part.read(chat))
 
     asyncio.run(typing())
     assert [m["blockers"] for _, m in layer.sent] == [[], [], [str(blocker)]]

@@ -12,18 +12,24 @@ flood never causes an overrun or a send-buffer close of a real event stream.
 Cost, for a client that calls Typing on every keystroke: each call is a dict lookup or
 two on its own connection (the method is not charged to the Redis invocation rate
 limit: methods/typing_indicator.py); at most one publish per chat per TYPING_INTERVAL
-per connection (one channel-layer group_send to the chat's group, which the receiving
-processes fan out locally); the users who blocked the typist read at most once per
-BLOCKERS_MAX_AGE per connection (one domain read, off the event loop).
+per connection: one domain read off the event loop (the chat's membership version, and
+who blocked the typist when that was read BLOCKERS_MAX_AGE ago or more) and one
+channel-layer group_send to the chat's group, which the receiving processes fan out
+locally.
 
-Membership, as for events: the typist's connection must hold the chat (the Typing
-method refuses otherwise) and puts the membership version it holds it at on the
-message; a receiver shows it only if it holds the chat at that same version, or at a
-newer one whose roster (hub/rosters.py, one read per process and change) still lists the
-typist. So a connection that has seen a member's removal never shows that member's
-typing, and one that was removed (its held version behind, or the chat gone) shows no
-one's. A receiver never shows its own user's typing, nor that of a typist its user
-blocked (`blockers`: who blocked the typist, read on the typist's side through the port's
+Membership, as for events, whose version the worker reads after the owner's commit: the
+typist's connection must hold the chat (the Typing method refuses otherwise) and reads
+the chat's membership version as it publishes; newer than the one it holds, it settles
+its own membership first as an event would make it (Groups.deliverable: the roster, or
+its memberships read again), so a member removed by a committed transaction publishes
+nothing after that commit. The message carries that version; a receiver shows it only
+if it holds the chat at that same version, or at a newer one whose roster
+(hub/rosters.py, one read per process and change) still lists the typist. A receiver
+that has not caught up with the version yet (the change's own event is on its way)
+shows nothing: it may have been removed.
+
+A receiver never shows its own user's typing, nor that of a typist its user blocked
+(`blockers`: who blocked the typist, read on the typist's side through the port's
 `users_blocking`, so receivers read nothing).
 """
 
@@ -48,13 +54,21 @@ TYPING_TTL = 5.0  # s: how long a client shows an indicator without another (`un
 BLOCKERS_MAX_AGE = 60.0  # s a connection's read of who blocked its user is used for
 _PRUNE_AT = 64  # publish times kept before the stale ones are forgotten
 
-Read = Callable[[UUID], Awaitable[Collection[UUID]]]
+# (chat, typist, whether to read who blocked the typist) -> (the chat's membership
+# version, None if it has none; who blocked the typist, None when not asked)
+Read = Callable[[UUID, UUID, bool], Awaitable[tuple[int | None, Collection[UUID] | None]]]
 
 
 @hub_read
-def read_users_blocking(user_id: UUID) -> Collection[UUID]:
-    """Who blocked `user_id` (DomainPort.users_blocking), read on the hub's read thread."""
-    return get_domain_port().users_blocking(user_id)
+def read_for_publish(
+    chat: UUID, user_id: UUID, blockers: bool
+) -> tuple[int | None, Collection[UUID] | None]:
+    """A publish's reads in one hop to the hub's read thread: the chat's membership
+    version (DomainPort.membership_versions) and, when asked, who blocked the typist
+    (DomainPort.users_blocking)."""
+    port = get_domain_port()
+    version = port.membership_versions([chat]).get(chat)
+    return version, port.users_blocking(user_id) if blockers else None
 
 
 class Composing:
@@ -70,7 +84,7 @@ class Composing:
         *,
         now: Callable[[], float],
         layer: Any,
-        read: Read = read_users_blocking,
+        read: Read = read_for_publish,
     ) -> None:
         self.user_id = user_id
         self._now, self._layer, self._read = now, layer, read  # now: the loop's time
@@ -93,17 +107,30 @@ class Composing:
         self._published[chat] = now
         return True
 
+    async def read(self, chat: str) -> int | None:
+        """The chat's membership version now (None: no such chat), and who blocked this
+        user again when the last read of it is BLOCKERS_MAX_AGE old (a block made
+        meanwhile hides the typing from then on, within that time). A connection runs
+        its invocations one at a time, so two reads never overlap."""
+        now = self._now()
+        stale = self._read_at is None or now - self._read_at >= BLOCKERS_MAX_AGE
+        version, blockers = await self._read(UUID(chat), self.user_id, stale)
+        if blockers is not None:
+            self._blockers = sorted(str(user) for user in blockers)
+            self._read_at = now
+        return version
+
     async def publish(self, chat: str, version: int) -> None:
         """Tell the chat's other members' connections (one group_send): who types, in
-        which chat, until when, at which membership version the typist holds it, and who
-        must not be shown it."""
+        which chat, until when, at which membership version (read()) the typist holds
+        it, and who must not be shown it."""
         message = {
             "type": TYPING_TYPE,
             VOLATILE: True,
             "chat": chat,
             "membership_version": version,
             "user": str(self.user_id),
-            "blockers": await self._blocking(),
+            "blockers": self._blockers,
             "event": TYPING_EVENT,
             "payload": {
                 "chatId": chat,
@@ -116,16 +143,6 @@ class Composing:
         send = getattr(self._layer, "group_send_volatile", None) or self._layer.group_send
         await send(layer_group(HubTarget.chat(UUID(chat))), message)
         metrics.hub_typing.labels(outcome="published").inc()
-
-    async def _blocking(self) -> list[str]:
-        """Who blocked this user: read at most once per BLOCKERS_MAX_AGE (a block made
-        meanwhile hides the typing from then on, within that time). A connection runs
-        its invocations one at a time, so two reads never overlap."""
-        now = self._now()
-        if self._read_at is None or now - self._read_at >= BLOCKERS_MAX_AGE:
-            self._blockers = sorted(str(user) for user in await self._read(self.user_id))
-            self._read_at = now
-        return self._blockers
 
 
 async def shown(

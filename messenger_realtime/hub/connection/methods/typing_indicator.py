@@ -5,8 +5,8 @@ bounded (hub/connection/composing.py says how): clients may call it on every key
 Not charged to the user's invocation rate limit (a Redis round trip per call, and
 RATE_LIMIT_FLOOD refusals close the connection: a fast typist would be cut off). Its
 own bound instead: a call for a chat the connection does not hold is refused at once
-(a dict lookup), and of the others at most one per chat per TYPING_INTERVAL publishes;
-the rest return at once, without Redis.
+(a dict lookup), and of the others at most one per chat per TYPING_INTERVAL publishes
+(one domain read, one group_send); the rest return at once, without a read or Redis.
 """
 
 from typing import Any
@@ -33,5 +33,13 @@ async def typing(connection: Connection, chat_id: Any) -> None:
     if version is None:
         raise HubError(NOT_A_MEMBER)
     composing = connection.composing
-    if composing.due(chat):
-        await composing.publish(chat, version)
+    if not composing.due(chat):
+        return
+    current = await composing.read(chat)
+    if current is None:
+        raise HubError(NOT_A_MEMBER)  # the chat is gone
+    # Its membership changed since this connection read it: settled as an event of that
+    # version would settle it (a roster read, or its memberships read again).
+    if current > version and not await connection.groups.deliverable(chat, current):
+        raise HubError(NOT_A_MEMBER)
+    await composing.publish(chat, max(current, version))
