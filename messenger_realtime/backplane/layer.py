@@ -156,6 +156,12 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
         sent = await pipeline.group_send_many(self, [(group, message)], self._scores)
         pipeline.report_lost(sent.lost)
 
+    async def group_send_volatile(self, group: str, message: dict[str, Any]) -> None:
+        """As group_send, for a message that may be dropped (a typing indicator): never
+        into a channel key half full or more, and never an overrun (pipeline.py)."""
+        assert self.require_valid_group_name(group), "Group name not valid"
+        await pipeline.group_send_volatile(self, group, message, self._scores)
+
     async def group_add_many(
         self, memberships: list[tuple[str, str]], reservation: ConnectionReservation | None = None
     ) -> bool:

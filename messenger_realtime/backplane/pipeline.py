@@ -107,6 +107,22 @@ for i = g + 3, #ARGV do A[#A + 1] = ARGV[i] end
 )
 assert f"'{OVERRUN_SUFFIX}'" in CHUNK_SEND_LUA  # the script spells the suffix itself
 
+# A volatile message (a typing indicator, hub/connection/composing.py) into each channel
+# key KEYS[i] (ARGV[i], capacity ARGV[n+i], score ARGV[2n+i]; ARGV[3n+1] the expiry), but
+# only while the key is under half its capacity, and never marked lost: it must never
+# take the room a real event needs, nor make a connection overrun. What it skips is
+# dropped without a word (nobody has lost anything that matters).
+VOLATILE_SEND_LUA = """
+local n = #KEYS
+for i = 1, n do
+    if redis.call('ZCOUNT', KEYS[i], '-inf', '+inf') < tonumber(ARGV[n + i]) / 2 then
+        redis.call('ZADD', KEYS[i], ARGV[2 * n + i], ARGV[i])
+        redis.call('EXPIRE', KEYS[i], ARGV[3 * n + 1])
+    end
+end
+return 0
+"""
+
 # Every distinct group of a chunk in one call: drop members past group expiry (as
 # channels-redis' group_send does), then return each group's members, in KEYS order.
 READ_GROUPS_LUA = """
@@ -369,6 +385,23 @@ async def _send(
     reached = [key for send in sends.values() for key in send.keys]
     total = sum(int(count) for count in lost.values())
     return ChunkSent(total, list(dict.fromkeys(reached)), unencodable)
+
+
+async def group_send_volatile(
+    layer: Any, group: str, message: dict[str, Any], clock: ScoreClock
+) -> None:
+    """Send a volatile message to a group's members (VOLATILE_SEND_LUA): two round trips
+    per host, as an uncached group_send; a key half full or more skips it."""
+    members = (await _read_groups(layer, [group], int(time.time())))[group]
+    if not members:
+        return
+    hosts, payloads, capacities = layer._map_channel_keys_to_connection(members, message)
+    calls = {}
+    for host, keys in hosts.items():
+        scores = clock.take(len(keys))
+        args = [*(payloads[k] for k in keys), *(capacities[k] for k in keys), *scores]
+        calls[host] = shards.script(VOLATILE_SEND_LUA, keys, [*args, layer.expiry])
+    await shards.on_hosts(layer, calls)
 
 
 async def queue_states(layer: Any, channel_keys: list[str]) -> dict[str, QueueState]:

@@ -13,6 +13,11 @@ A connection that does not drain yet (handshake pending) is left out, and so is 
 took nothing for a while with messages waiting (stalled: its delivery is stuck in a slow
 domain read, say) until it takes again.
 
+A volatile message (VOLATILE in it: a typing indicator, hub/connection/composing.py) is
+the first thing dropped: it enters only an inbox that holds nothing and drains, so an
+inbox holds at most one, at its head, and a message that finds the inbox full pushes that
+one out rather than overrun it. A volatile flood never costs a real event.
+
 An idle inbox holds nothing but its counters: no queue until a message comes, no event
 to wait on. Its connection is told (`wake`) when a message arrives while it drains, and
 starts a delivery task only then (hub/connection/outbound.py), so an idle connection has no task
@@ -32,6 +37,7 @@ from messenger_realtime.backplane.layer import OVERRUN_EVENT
 from messenger_realtime.ops import metrics
 
 OVERRUN_MESSAGE: dict[str, Any] = {"type": OVERRUN_EVENT}
+VOLATILE = "volatile"  # a message's key: true when dropping it loses nothing that matters
 
 
 class Inbox:
@@ -59,11 +65,17 @@ class Inbox:
 
     def put(self, message: dict[str, Any]) -> None:
         queue = self._queue
+        if message.get(VOLATILE) and (queue or not self.draining):
+            return  # dropped first: never queued behind anything, nor before the handshake
         if queue is None:  # it was up to date until now: it is behind (stalls) from here
             queue = self._queue = collections.deque()
             self.last_take = time.monotonic()
         if len(queue) >= (self.stalled_capacity if self.stalled else self.capacity):
-            self._overrun(lost=len(queue) + 1)  # what it held, and this one
+            if queue[0].get(VOLATILE):  # the one volatile message it may hold gives way
+                queue.popleft()
+                queue.append(message)
+            else:
+                self._overrun(lost=len(queue) + 1)  # what it held, and this one
         else:
             queue.append(message)
         self._ready()

@@ -121,6 +121,15 @@ hub_rate_limited = Counter(
     ["scope"],
 )
 
+hub_typing = Counter(
+    "messenger_realtime_hub_typing",
+    "Typing indicators (hub/connection/composing.py), by outcome: published (a Typing "
+    "call sent one to its chat), collapsed (a call within TYPING_INTERVAL of the last "
+    "publish: nothing sent), shown (sent to a connection), dropped (a connection had "
+    "something waiting to reach its client: typing goes first).",
+    ["outcome"],
+)
+
 hub_connects_shed = Counter(
     "messenger_realtime_hub_connects_shed",
     "Negotiate requests answered 503 with Retry-After because ADMISSION_LIMIT connects "

@@ -59,6 +59,28 @@ def test_capacity_overruns_are_counted_not_silent(redis_url: str) -> None:
     assert after == before + 2
 
 
+def test_a_volatile_message_never_fills_a_queue_nor_counts_as_an_overrun(redis_url: str) -> None:
+    chat = uuid.uuid4()
+    before = REGISTRY.get_sample_value("messenger_realtime_channel_overruns_total") or 0
+
+    async def scenario() -> tuple[int, list[int]]:
+        channel_layer = layer(redis_url)
+        channel_layer.capacity = 4
+        channel = await subscribe(channel_layer, chat)  # nobody reads it yet
+        group = f"chat.{chat}"
+        for n in range(10):  # only the first two fit under half the capacity
+            await channel_layer.group_send_volatile(group, {"type": "typing", "n": n})
+        await ChannelLayerPublisher(channel_layer).publish_many([event(chat, 1), event(chat, 2)])
+        depth = await channel_layer.connection(0).zcard(channel_layer.prefix + channel)
+        got = [await receive(channel_layer, channel) for _ in range(depth)]
+        return depth, [m.get("n", -1) for m in got]
+
+    depth, order = run(scenario())
+    assert (depth, order) == (4, [0, 1, -1, -1])  # both events found room
+    after = REGISTRY.get_sample_value("messenger_realtime_channel_overruns_total") or 0
+    assert after == before
+
+
 def test_a_dead_redis_fails_the_whole_chunk_for_a_retry(dead_redis_url: str) -> None:
     async def scenario() -> list[Any]:
         dead = layer(dead_redis_url)

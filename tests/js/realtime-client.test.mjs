@@ -364,3 +364,43 @@ test("presence: the state watched, then each change, and the watch made again af
   assert.deepEqual(seen.map((s) => [s.userId, s.online]), [["bob", false], ["carol", false], ["bob", true], ["bob", true], ["carol", false]]);
 });
 
+
+// -- typing indicators ------------------------------------------------------------------
+
+test("typing() tells the hub at most once per chat per interval; the hub's typing is emitted", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout", "Date"], now: NOW * 1000 });
+  const connection = new FakeConnection();
+  const sent = [];
+  connection.send = async (name, ...args) => { sent.push([name, ...args]); };
+  const { fetchImpl } = server([]);
+  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", rest: restCallbacks({ getToken: () => "t", fetchImpl }) });
+  assert.equal(client.typing(CHAT), false); // not connected yet: nothing to tell
+  await client.start();
+  const keystrokes = [];
+  for (let i = 0; i < 20; i += 1) keystrokes.push(client.typing(CHAT));
+  assert.equal(client.typing("c2"), true); // another chat has its own interval
+  assert.deepEqual(keystrokes.filter(Boolean).length, 1);
+  assert.deepEqual(sent, [["Typing", CHAT], ["Typing", "c2"]]);
+  t.mock.timers.tick(2999);
+  assert.equal(client.typing(CHAT), false);
+  t.mock.timers.tick(1);
+  assert.equal(client.typing(CHAT), true);
+  assert.equal(sent.length, 3);
+
+  const shown = [];
+  client.addEventListener("typing", (event) => shown.push(event.detail));
+  const payload = { chatId: CHAT, userId: "u2", until: NOW + 5 };
+  connection.handlers.typing(payload);
+  assert.deepEqual(shown, [payload]);
+  assert.deepEqual(client.offsets.asked(), {}); // never an offset: typing is not recovered
+});
+
+test("a refused or lost typing call is dropped quietly", async () => {
+  const connection = new FakeConnection();
+  connection.send = async () => { throw new Error("HubException: not a member of this chat"); };
+  const { fetchImpl } = server([]);
+  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", rest: restCallbacks({ getToken: () => "t", fetchImpl }) });
+  await client.start();
+  assert.equal(client.typing(CHAT), true);
+  await new Promise((resolve) => setImmediate(resolve)); // an unhandled rejection fails the run
+});

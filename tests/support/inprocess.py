@@ -36,6 +36,9 @@ class Recorder:
 
     async def close(self) -> None: ...
 
+    def unsent(self) -> int:
+        return 0
+
     def send_now(self, frame: Any) -> bool:
         return False
 

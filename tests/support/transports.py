@@ -17,6 +17,9 @@ class FakeTransport:
     async def close(self) -> None:
         self.closed.set()
 
+    def unsent(self) -> int:
+        return 0
+
     def send_now(self, frame: Any) -> bool:
         return False
 

@@ -21,9 +21,14 @@ def test_every_module_of_the_methods_package_declares_its_method_by_name() -> No
         "GetGroups": 0,
         "Recover": 1,
         "RenewToken": 1,
+        "Typing": 1,
         "WatchPresence": 1,
     }
     assert invocations.HUB_METHODS.keys() == found.keys()
+
+
+def test_only_typing_is_spared_the_invocation_rate_limit() -> None:
+    assert {name for name, m in methods.discover().items() if not m.charged} == {"Typing"}
 
 
 def test_a_method_declared_twice_is_refused() -> None:
@@ -82,3 +87,25 @@ def test_a_result_is_the_completions(monkeypatch: pytest.MonkeyPatch) -> None:
         return argument
 
     assert invoke(monkeypatch, echo, [{"a": 1}])["result"] == {"a": 1}
+
+
+def test_an_uncharged_method_runs_without_a_rate_limit_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def limited(*args: Any) -> None:
+        raise AssertionError("charged to the Redis rate limit")
+
+    async def free(connection: Any) -> str:
+        return "ran"
+
+    monkeypatch.setattr(ratelimit, "acheck", limited)
+    free_method = methods.HubMethod("Free", 0, free, charged=False)
+    monkeypatch.setitem(invocations.HUB_METHODS, "Free", free_method)
+    outbound = Sent()
+    connection = SimpleNamespace(
+        options=None, user_id=None, protocol=JsonProtocol, outbound=outbound
+    )
+    message = {"type": 1, "invocationId": "1", "target": "Free", "arguments": []}
+    asyncio.run(invocations.Invocations().handle(connection, message))  # type: ignore[arg-type]
+    (frame,) = outbound.frames
+    assert json.loads(frame.rstrip("\x1e"))["result"] == "ran"

@@ -15,7 +15,9 @@ through the connection's attribute of the same name:
 - `timeouts` (timeouts.py): its deadlines, kept by the process's one clock (hub/clock.py),
   and the times they count from (its opening, when the client was last heard);
 - `invocations` (invocations.py): what its client invokes, and how many invocations the
-  rate limit refused.
+  rate limit refused;
+- `composing` (composing.py): its user's typing indicators: when it last published in
+  each chat, and who blocked its user (read at most once a minute).
 
 A part never holds its connection: HubConnection hands each, when it makes it, the other
 parts it uses and, as one callable each, what it needs of the connection (the transport

@@ -1,7 +1,8 @@
 """Client-to-server hub messages: invocations of the hub's methods and their completions.
 
 A part of HubConnection (`invocations`) whose one piece of state is its own: how many
-invocations the rate limit refused (past RATE_LIMIT_FLOOD the connection is ended). The
+invocations the rate limit refused (past RATE_LIMIT_FLOOD the connection is ended). A
+method declared `charged=False` (methods/) is not charged to that limit. The
 connection is passed to `handle` with each message, never kept. Wording of errors
 follows ASP.NET Core SignalR, which clients may show or match.
 """
@@ -48,6 +49,10 @@ class Invocations:
 
     async def _invoke(self, connection: Connection, message: dict[str, Any]) -> None:
         target = message["target"]
+        method = HUB_METHODS.get(target)
+        if method is not None and not method.charged:  # it bounds its own cost (methods/)
+            await _call(connection, message)
+            return
         options = connection.options
         refusal = await ratelimit.acheck(ratelimit.INVOCATIONS, connection.user_id, options)
         if refusal is not None:

@@ -2,7 +2,8 @@
 
 Functions of a connection, not a part with state of its own: `event_frame` decides
 whether an event goes out and `encode` encodes it (once per protocol and process), `dispatch`
-acts on a control message by its Channels message type (HANDLERS).
+acts on a control message by its Channels message type (HANDLERS), a typing indicator
+among them (volatile: composing.py).
 """
 
 from collections.abc import Awaitable, Callable
@@ -10,12 +11,14 @@ from typing import Any
 
 import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.backplane.publisher import EVENT_TYPE
+from messenger_realtime.hub.connection.composing import TYPING_TYPE, shown
 from messenger_realtime.hub.connection.ending import BACKPLANE_RESTARTED, OVERRUN
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.media_credentials import media_join
 from messenger_realtime.hub.presence.changes import PRESENCE_EVENT, PRESENCE_MESSAGE
 from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.restarts import BACKPLANE_RESTARTED_EVENT
+from messenger_realtime.ops import metrics
 
 _FRAMES = "_frames"  # a message's frames by protocol name, filled in by the first connection
 
@@ -89,6 +92,20 @@ async def _event(connection: Connection, message: dict[str, Any]) -> None:
         await connection.outbound.emit(frame)
 
 
+async def _typing(connection: Connection, message: dict[str, Any]) -> None:
+    """Someone typing in a chat of this connection (composing.py): volatile, so sent only
+    to a connection that may see it and has nothing waiting to reach its client."""
+    if connection.closing or connection.loop.time() >= connection.auth.expires_at:
+        return  # an event, or the clock, ends it
+    if connection.outbound.backlogged():
+        metrics.hub_typing.labels(outcome="dropped").inc()
+        return
+    memberships, rosters = connection.groups.memberships, connection.hub.rosters()
+    if await shown(message, str(connection.user_id), memberships, rosters):
+        metrics.hub_typing.labels(outcome="shown").inc()
+        await connection.outbound.emit(encode(connection, message))
+
+
 async def _membership(connection: Connection, message: dict[str, Any]) -> None:
     """The user's chat memberships changed: rebuild the chat groups from the domain."""
     await connection.groups.sync()
@@ -147,4 +164,5 @@ HANDLERS: dict[str, Callable[[Connection, dict[str, Any]], Awaitable[None]]] = {
     "realtime.overrun": _overrun,
     BACKPLANE_RESTARTED_EVENT: _backplane_restarted,
     PRESENCE_MESSAGE: _presence,
+    TYPING_TYPE: _typing,
 }

@@ -31,6 +31,7 @@ from messenger_realtime.exceptions import (
 from messenger_realtime.hub import protocols
 from messenger_realtime.hub.admission import Opening
 from messenger_realtime.hub.connection.authentication import Authentication
+from messenger_realtime.hub.connection.composing import Composing
 from messenger_realtime.hub.connection.ending import SEND_BUFFER_OVER, UNEXPECTED, Ending
 from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.connection.invocations import Invocations
@@ -61,6 +62,7 @@ class HubConnection:
         "auth",
         "channel_layer",
         "closing",  # no more events; a Close may be on its way
+        "composing",  # its user's typing indicators (composing.py)
         "connection_id",
         "ended",
         "groups",
@@ -129,6 +131,7 @@ class HubConnection:
             ids=self.ids,
         )
         self.invocations = Invocations()
+        self.composing = Composing(self.user_id, now=self.loop.time, layer=channel_layer)
         self.stateful: StatefulReconnect | None = None
         self.marks: StreamMarks | None = None
         self.timeouts = Timeouts(  # its deadlines, on the process's clock

@@ -33,6 +33,10 @@ logger = logging.getLogger(__name__)
 # number of records per frame): at most this many records, or about this many bytes.
 FRAME_RECORDS = 100
 FRAME_BYTES = 64 * 1024
+# Bytes a client may not have taken yet and still count as keeping up: a few frames in
+# flight over a slow link. Far under the smallest SEND_BUFFER_LIMIT (64 KiB), so what
+# goes out only below it (a typing indicator) never brings a connection to its bound.
+QUIET_BYTES = 16 * 1024
 # Stateful reconnect's emit (StatefulReconnect.emit): numbers, keeps and sends messages.
 Numbered = Callable[..., Awaitable[None]]
 
@@ -121,6 +125,16 @@ class Outbound:
         whatever arrives while it runs, and ends when the inbox is empty)."""
         if self.task is None and not self._closing():
             self.task = asyncio.create_task(self._deliver())
+
+    def backlogged(self) -> bool:
+        """Whether anything waits to reach the client: messages in its inbox, frames of
+        the batch in hand, over QUIET_BYTES the client has not taken, or no transport
+        (a stateful connection between sockets). A volatile message (a typing
+        indicator) goes out only when not: it is the first thing dropped."""
+        if self.unsent or len(self._inbox()):
+            return True
+        transport = self._transport()
+        return transport is None or transport.unsent() > QUIET_BYTES
 
     def take_pings(self) -> None:
         """Let the transport take the client's Pings itself, where it can (a WebSocket

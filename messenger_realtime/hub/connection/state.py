@@ -23,6 +23,7 @@ from uuid import UUID
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.hub.clock import Clock
 from messenger_realtime.hub.connection.authentication import Authentication
+from messenger_realtime.hub.connection.composing import Composing
 from messenger_realtime.hub.connection.ending import Ending
 from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.connection.marks import StreamMarks
@@ -87,6 +88,9 @@ class Connection(Protocol):
 
     @property
     def outbound(self) -> Outbound: ...
+
+    @property
+    def composing(self) -> Composing: ...
 
     def stream_marks(self) -> StreamMarks: ...
 

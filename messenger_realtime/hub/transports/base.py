@@ -28,6 +28,11 @@ class Transport(Protocol):
         Daphne), calling `heard` for each; elsewhere nothing (they reach receive())."""
         ...
 
+    def unsent(self) -> int:
+        """Bytes sent and not yet taken by the client, as well as the server knows (what
+        decides whether a volatile message, such as a typing indicator, goes out)."""
+        ...
+
     async def close(self) -> None:
         """End the physical connection after what was sent (the hub's Close included)."""
         ...

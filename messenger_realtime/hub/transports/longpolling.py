@@ -113,6 +113,9 @@ class LongPollingTransport:
         if self.poll is poll:
             self.poll, self.since = None, self.loop.time()
 
+    def unsent(self) -> int:
+        return self.size  # what waits for the next poll
+
     async def close(self) -> None:
         self.closed = True
         if self.poll is not None:

@@ -70,6 +70,9 @@ class ServerSentEventsTransport:
             if not self.controls.write_now(chunk):
                 await self.consumer.send_body(chunk, more_body=True)
 
+    def unsent(self) -> int:
+        return self.controls.unsent()
+
     async def close(self) -> None:
         if not self.ended:
             self.ended = True

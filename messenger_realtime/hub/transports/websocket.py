@@ -68,6 +68,9 @@ class WebSocketTransport:
         A socket that is no longer open takes nothing, as ASGI's send."""
         return self.controls.write_now(frame)
 
+    def unsent(self) -> int:
+        return self.controls.unsent()
+
     async def close(self) -> None:
         # 1000: Autobahn refuses 1001 from the application; a Close message has already
         # said whether to reconnect.

@@ -33,6 +33,14 @@ const PAGE = 200; // messages asked of the host's history per call
 // with a fresh token, as before renewal existed.
 const RENEW_MARGIN_S = 30;
 const RENEW_RETRY_S = 5;
+// Typing indicators (docs/hub.md, "Typing"): typing(chatId) tells the chat's other
+// members this user is composing. The hub publishes at most one per chat per 3 s anyway;
+// calling it on every keystroke would still cost a frame each, so the client sends at
+// most one call per chat per TYPING_INTERVAL_S (the ones in between are dropped, never
+// queued: a late typing indicator is worse than none). A "typing" event { chatId,
+// userId, until } says who types where, until when (unix seconds): show it until then.
+// Typing is never recovered: after a reconnect nobody is shown typing until they type.
+const TYPING_INTERVAL_S = 3;
 
 /** A JWT's `exp` (unix seconds), read without checking it (only to schedule); null if none. */
 export function tokenExpiry(token) {
@@ -181,7 +189,7 @@ function newId() {
 
 /**
  * Keeps one user's open chats in sync; dispatches "messages", "state", "unread",
- * "forbidden" (a chat it may not read any more) and the hub's other events.
+ * "forbidden" (a chat it may not read any more), "typing" and the hub's other events.
  */
 export class RealtimeClient extends EventTarget {
   constructor({ signalR, hubUrl = "/hubs/messenger", getToken, rest }) {
@@ -199,6 +207,7 @@ export class RealtimeClient extends EventTarget {
     this.renewal = null; // the timer of the next RenewToken
     this.watched = []; // the users whose presence we watch (asked again after a reconnect)
     this.presence = new Map(); // userId -> { online, lastSeen }
+    this.typingSent = new Map(); // chatId -> when typing() last told the hub (ms)
   }
 
   /**
@@ -280,6 +289,7 @@ export class RealtimeClient extends EventTarget {
         this.offsets.note(payload.stream, payload.offset);
       });
     }
+    this.connection.on("typing", (payload) => this.emit("typing", payload)); // no offset
     this.connection.onreconnecting(() => {
       this.recovering = true; // live events may come before the recovery fills the hole
       clearTimeout(this.renewal);
@@ -363,6 +373,20 @@ export class RealtimeClient extends EventTarget {
     if (!this.timelines.has(chatId)) this.timelines.set(chatId, new ChatTimeline(chatId));
     await this.resync(chatId);
     return this.timelines.get(chatId);
+  }
+
+  /**
+   * The user is composing in `chatId`: tell the hub, at most once per TYPING_INTERVAL_S
+   * per chat, fire and forget (a typing indicator is never retried). Whether it was sent.
+   */
+  typing(chatId) {
+    if (this.state !== "connected") return false;
+    const now = Date.now();
+    const last = this.typingSent.get(chatId);
+    if (last !== undefined && now - last < TYPING_INTERVAL_S * 1000) return false;
+    this.typingSent.set(chatId, now);
+    this.connection.send("Typing", chatId).catch(() => {}); // refused or lost: nothing to do
+    return true;
   }
 
   timeline(chatId) {

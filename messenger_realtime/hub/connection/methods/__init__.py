@@ -7,6 +7,12 @@ Completion's result. To refuse a call with a reason the client sees, it raises a
 `HubError` (exceptions.py; `HubException: <reason>` in the Completion); anything else it
 raises is logged and answered as ASP.NET Core answers it, without a word of why.
 
+Every invocation is charged to the user's invocation rate limit (hub/ratelimit.py, one
+Redis round trip, and RATE_LIMIT_FLOOD refusals close the connection), unless its method
+is declared `charged=False`: one a client may call at keystroke rate (Typing), whose
+every call is cheap and local (a dict lookup or two) and which bounds what it does beyond
+that itself. That is declared here, once per method, never decided by the dispatcher.
+
 `discover()` imports every module here once (invocations.py, at import): a new method is
 one module in this package and its tests, and nothing else changes.
 """
@@ -24,19 +30,23 @@ class HubMethod(NamedTuple):
     name: str  # what clients invoke it by
     arity: int  # how many arguments an invocation must give
     call: Method
+    # Charged to the user's invocation rate limit (Redis) before it runs; False: the
+    # method bounds its own cost (see the package's docstring).
+    charged: bool = True
 
 
 _REGISTERED: dict[str, HubMethod] = {}
 
 
-def hub_method(name: str) -> Callable[[Method], Method]:
-    """Register `function` as the hub method clients invoke as `name`."""
+def hub_method(name: str, *, charged: bool = True) -> Callable[[Method], Method]:
+    """Register `function` as the hub method clients invoke as `name`; `charged=False`
+    for one that bounds its own cost instead of the invocation rate limit."""
 
     def register(function: Method) -> Method:
         if name in _REGISTERED:
             raise ValueError(f"hub method {name!r} is declared twice")
         arity = len(inspect.signature(function).parameters) - 1  # but the connection
-        _REGISTERED[name] = HubMethod(name, arity, function)
+        _REGISTERED[name] = HubMethod(name, arity, function, charged)
         return function
 
     return register
