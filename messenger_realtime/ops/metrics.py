@@ -198,6 +198,7 @@ WEB_FAMILIES = (
     hub_recoveries,
     hub_recovered_events,
     hub_recovery_duration,
+    hub_typing,
 )
 # Counted by both: the worker's pushes drop at a full channel, Daphne's connections
 # overflow their in-process buffers; a query sums the two jobs.
