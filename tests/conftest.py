@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import connection
 
 from tests.support.runtime import PrivateRedis, free_port, wait_until
+from tests.support.shared import OWN, SHARED, SharedProcesses
 
 # The support modules whose fixtures tests use by name (hub_thread_db, leaders, browser):
 # registered once here, instead of imported where used for their side effect.
@@ -40,6 +41,19 @@ def start_private_redis() -> PrivateRedis:
         server.stop()
         raise
     return server
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Within each module, the tests marked own_processes run after the others, so that
+    the processes the others share start once (tests/support/shared.py)."""
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first.setdefault(item.nodeid.split("::")[0], index)
+
+    def place(item: pytest.Item) -> tuple[int, bool]:
+        return first[item.nodeid.split("::")[0]], item.get_closest_marker(OWN) is not None
+
+    items.sort(key=place)  # stable: the order within each group stays
 
 
 @pytest.fixture
@@ -94,9 +108,34 @@ def worker_env(transactional_db: None, live_env: dict[str, str]) -> dict[str, st
     return dict(live_env)
 
 
+@pytest.fixture(scope="session")
+def shared_processes(
+    request: pytest.FixtureRequest, live_env: dict[str, str]
+) -> Iterator[SharedProcesses]:
+    """Processes handed on from test to test (tests/support/shared.py). On live_env, so
+    they end before the test database is dropped."""
+    registry = request.config.stash[SHARED] = SharedProcesses()
+    yield registry
+    registry.end_all()
+    del request.config.stash[SHARED]
+
+
 @pytest.fixture(autouse=True)
-def _clean_outbox_for_transactional_tests(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Start and end transactional tests with an empty outbox and no dispatch lease.
+def _shared_processes_for_this_test(request: pytest.FixtureRequest) -> SharedProcesses | None:
+    """Before a test's own fixtures: end the shared processes that must not run behind it
+    (a test of the unit tier, too, without making the database for it)."""
+    registry = request.config.stash.get(SHARED, None)
+    if registry is not None:
+        registry.before_test(request)
+    return registry
+
+
+@pytest.fixture(autouse=True)
+def _clean_outbox_for_transactional_tests(
+    request: pytest.FixtureRequest, _shared_processes_for_this_test: SharedProcesses | None
+) -> Iterator[None]:
+    """Start and end transactional tests with an empty outbox and no dispatch lease
+    (but the lease of a worker shared with the next test: tests/support/shared.py).
 
     Django's flush only truncates tables it can see on the search_path, and the outbox
     lives in the messenger schema, so committed rows would otherwise leak between tests
@@ -108,8 +147,19 @@ def _clean_outbox_for_transactional_tests(request: pytest.FixtureRequest) -> Ite
         return
     request.getfixturevalue("django_db_setup")
     blocker: Any = request.getfixturevalue("django_db_blocker")
-    with blocker.unblock(), connection.cursor() as cur:
-        cur.execute("TRUNCATE messenger.realtime_outbox, messenger.realtime_dispatch_lease")
+
+    def clean() -> None:
+        registry = request.config.stash.get(SHARED, None)  # made by this test, maybe
+        kept = registry.lease_holders() if registry is not None else []
+        with blocker.unblock(), connection.cursor() as cur:
+            if not kept:
+                cur.execute("TRUNCATE messenger.realtime_outbox, messenger.realtime_dispatch_lease")
+                return
+            cur.execute("TRUNCATE messenger.realtime_outbox")
+            cur.execute(
+                "DELETE FROM messenger.realtime_dispatch_lease WHERE holder <> ALL(%s)", [kept]
+            )
+
+    clean()
     yield
-    with blocker.unblock(), connection.cursor() as cur:
-        cur.execute("TRUNCATE messenger.realtime_outbox, messenger.realtime_dispatch_lease")
+    clean()
