@@ -1,46 +1,24 @@
 """Shared fixtures: real PostgreSQL (pytest-django's test database) and real Redis."""
 
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from django.conf import settings
 from django.db import connection
 
-from tests.support.runtime import PrivateRedis, free_port, wait_until
+from tests.support.runtime import (
+    PrivateRedis,
+    free_port,
+    private_redis_servers,
+    start_private_redis,
+)
 from tests.support.shared import OWN, SHARED, SharedProcesses
 
 # The support modules whose fixtures tests use by name (hub_thread_db, leaders, browser):
 # registered once here, instead of imported where used for their side effect.
 pytest_plugins = ["tests.support.inprocess", "tests.support.leaders", "tests.support.browser"]
-
-
-def start_private_redis() -> PrivateRedis:
-    """A redis-server of the test's own on a free port, without persistence; answering."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is required (scripts/test installs it on a fresh machine)")
-    port = free_port()
-    argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly"]
-    argv += ["no", "--daemonize", "no"]
-    server = PrivateRedis(port, subprocess.Popen(argv, stdout=subprocess.DEVNULL), argv)
-
-    def answers() -> bool:
-        try:
-            return bool(server.client().ping())
-        except redis.ConnectionError:
-            return False
-
-    try:
-        wait_until(answers, what="private redis-server")
-    except BaseException:
-        server.stop()
-        raise
-    return server
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -66,14 +44,7 @@ def private_redis() -> Iterator[PrivateRedis]:
 @pytest.fixture
 def redis_shards() -> Iterator[list[PrivateRedis]]:
     """Two private redis-servers: the channel layer's shards (CHANNEL_REDIS_URLS)."""
-    servers: list[PrivateRedis] = []
-    try:
-        servers.append(start_private_redis())
-        servers.append(start_private_redis())
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()
+    yield from private_redis_servers(2)
 
 
 @pytest.fixture

@@ -3,15 +3,17 @@
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,3 +131,39 @@ def project_settings(expression: str, **env: str) -> Any:
         check=True,
     ).stdout
     return json.loads(out)
+
+
+def start_private_redis() -> PrivateRedis:
+    """A redis-server of the test's own on a free port, without persistence; answering."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is required (scripts/test installs it on a fresh machine)")
+    port = free_port()
+    argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly"]
+    argv += ["no", "--daemonize", "no"]
+    server = PrivateRedis(port, subprocess.Popen(argv, stdout=subprocess.DEVNULL), argv)
+
+    def answers() -> bool:
+        try:
+            return bool(server.client().ping())
+        except redis.ConnectionError:
+            return False
+
+    try:
+        wait_until(answers, what="private redis-server")
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def private_redis_servers(count: int) -> Iterator[list[PrivateRedis]]:
+    """`count` private redis-servers for a fixture (`yield from`), stopped after it."""
+    servers: list[PrivateRedis] = []
+    try:
+        for _ in range(count):
+            servers.append(start_private_redis())
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
