@@ -1,6 +1,7 @@
 """Plain helpers for every tier: paths, free ports, waiting on state, private servers."""
 
 import asyncio
+import inspect
 import json
 import os
 import shutil
@@ -55,13 +56,18 @@ async def await_until(
     predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition"
 ) -> float:
     """wait_until for a coroutine: poll a condition other tasks bring about, without
-    blocking their loop; the seconds it took (a test failure past `timeout`, not a hang)."""
+    blocking their loop; the seconds it took (a test failure past `timeout`, not a hang).
+    The predicate may return an awaitable (a query on an async connection): awaited."""
     began = time.monotonic()
-    while not predicate():
+    while not await _awaited(predicate()):
         if time.monotonic() - began > timeout:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.005)
     return time.monotonic() - began
+
+
+async def _awaited(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
 
 
 def run(coro: Any) -> Any:
