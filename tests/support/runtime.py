@@ -52,6 +52,10 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = 
         time.sleep(0.02)
 
 
+async def _awaited(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
 async def await_until(
     predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition"
 ) -> float:
@@ -64,10 +68,6 @@ async def await_until(
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.005)
     return time.monotonic() - began
-
-
-async def _awaited(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
 
 
 def run(coro: Any) -> Any:

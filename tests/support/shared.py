@@ -157,7 +157,10 @@ class SharedProcesses:
                 fence = uuid.uuid4().hex
                 if http_get(f"{process.http}/health/live?fence={fence}")[0] != 200:
                     return False
-                process.forget_lines(through=fence)
+                try:
+                    process.forget_lines(through=fence)
+                except AssertionError:
+                    return False  # no access log line for it: start afresh
             else:
                 process.forget_lines()
         return True
