@@ -1,45 +1,37 @@
 """Shared fixtures: real PostgreSQL (pytest-django's test database) and real Redis."""
 
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from django.conf import settings
 from django.db import connection
 
-from tests.support.runtime import PrivateRedis, free_port, wait_until
+from tests.support.runtime import (
+    PrivateRedis,
+    free_port,
+    private_redis_servers,
+    start_private_redis,
+)
+from tests.support.shared import OWN, SHARED, SharedProcesses
 
 # The support modules whose fixtures tests use by name (hub_thread_db, leaders, browser):
 # registered once here, instead of imported where used for their side effect.
 pytest_plugins = ["tests.support.inprocess", "tests.support.leaders", "tests.support.browser"]
 
 
-def start_private_redis() -> PrivateRedis:
-    """A redis-server of the test's own on a free port, without persistence; answering."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is required (scripts/test installs it on a fresh machine)")
-    port = free_port()
-    argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly"]
-    argv += ["no", "--daemonize", "no"]
-    server = PrivateRedis(port, subprocess.Popen(argv, stdout=subprocess.DEVNULL), argv)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Within each module, the tests marked own_processes run after the others, so that
+    the processes the others share start once (tests/support/shared.py)."""
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first.setdefault(item.nodeid.split("::")[0], index)
 
-    def answers() -> bool:
-        try:
-            return bool(server.client().ping())
-        except redis.ConnectionError:
-            return False
+    def place(item: pytest.Item) -> tuple[int, bool]:
+        return first[item.nodeid.split("::")[0]], item.get_closest_marker(OWN) is not None
 
-    try:
-        wait_until(answers, what="private redis-server")
-    except BaseException:
-        server.stop()
-        raise
-    return server
+    items.sort(key=place)  # stable: the order within each group stays
 
 
 @pytest.fixture
@@ -52,14 +44,7 @@ def private_redis() -> Iterator[PrivateRedis]:
 @pytest.fixture
 def redis_shards() -> Iterator[list[PrivateRedis]]:
     """Two private redis-servers: the channel layer's shards (CHANNEL_REDIS_URLS)."""
-    servers: list[PrivateRedis] = []
-    try:
-        servers.append(start_private_redis())
-        servers.append(start_private_redis())
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()
+    yield from private_redis_servers(2)
 
 
 @pytest.fixture
@@ -94,9 +79,34 @@ def worker_env(transactional_db: None, live_env: dict[str, str]) -> dict[str, st
     return dict(live_env)
 
 
+@pytest.fixture(scope="session")
+def shared_processes(
+    request: pytest.FixtureRequest, live_env: dict[str, str]
+) -> Iterator[SharedProcesses]:
+    """Processes handed on from test to test (tests/support/shared.py). On live_env, so
+    they end before the test database is dropped."""
+    registry = request.config.stash[SHARED] = SharedProcesses()
+    yield registry
+    registry.end_all()
+    del request.config.stash[SHARED]
+
+
 @pytest.fixture(autouse=True)
-def _clean_outbox_for_transactional_tests(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Start and end transactional tests with an empty outbox and no dispatch lease.
+def _shared_processes_for_this_test(request: pytest.FixtureRequest) -> SharedProcesses | None:
+    """Before a test's own fixtures: end the shared processes that must not run behind it
+    (a test of the unit tier, too, without making the database for it)."""
+    registry = request.config.stash.get(SHARED, None)
+    if registry is not None:
+        registry.before_test(request)
+    return registry
+
+
+@pytest.fixture(autouse=True)
+def _clean_outbox_for_transactional_tests(
+    request: pytest.FixtureRequest, _shared_processes_for_this_test: SharedProcesses | None
+) -> Iterator[None]:
+    """Start and end transactional tests with an empty outbox and no dispatch lease
+    (but the lease of a worker shared with the next test: tests/support/shared.py).
 
     Django's flush only truncates tables it can see on the search_path, and the outbox
     lives in the messenger schema, so committed rows would otherwise leak between tests
@@ -108,8 +118,19 @@ def _clean_outbox_for_transactional_tests(request: pytest.FixtureRequest) -> Ite
         return
     request.getfixturevalue("django_db_setup")
     blocker: Any = request.getfixturevalue("django_db_blocker")
-    with blocker.unblock(), connection.cursor() as cur:
-        cur.execute("TRUNCATE messenger.realtime_outbox, messenger.realtime_dispatch_lease")
+
+    def clean() -> None:
+        registry = request.config.stash.get(SHARED, None)  # made by this test, maybe
+        kept = registry.lease_holders() if registry is not None else []
+        with blocker.unblock(), connection.cursor() as cur:
+            if not kept:
+                cur.execute("TRUNCATE messenger.realtime_outbox, messenger.realtime_dispatch_lease")
+                return
+            cur.execute("TRUNCATE messenger.realtime_outbox")
+            cur.execute(
+                "DELETE FROM messenger.realtime_dispatch_lease WHERE holder <> ALL(%s)", [kept]
+            )
+
+    clean()
     yield
-    with blocker.unblock(), connection.cursor() as cur:
-        cur.execute("TRUNCATE messenger.realtime_outbox, messenger.realtime_dispatch_lease")
+    clean()

@@ -7,6 +7,7 @@ import pytest
 
 from tests.support.hub_clients import Hub, HubClient, TwoHubs
 from tests.support.hub_helpers import token_for
+from tests.support.shared import env_key, shared
 
 
 @pytest.fixture
@@ -16,18 +17,16 @@ def hub_env(worker_env: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.fixture
-def hub(hub_env: dict[str, str]) -> Iterator[Hub]:
-    server = Hub(hub_env)
-    yield server
-    server.close()
+def hub(request: pytest.FixtureRequest, hub_env: dict[str, str]) -> Iterator[Hub]:
+    """Daphne and the worker: the test before's when it used them with the same settings
+    (tests/support/shared.py); a test marked own_processes gets its own."""
+    yield from shared(request, ("hub", env_key(hub_env)), lambda: Hub(hub_env))
 
 
 @pytest.fixture
-def hubs(worker_env: dict[str, str]) -> Iterator[TwoHubs]:
-    """The worker and two Daphne processes on the same database and Redis."""
-    pair = TwoHubs(worker_env)
-    yield pair
-    pair.close()
+def hubs(request: pytest.FixtureRequest, worker_env: dict[str, str]) -> Iterator[TwoHubs]:
+    """The worker and two Daphne processes on the same database and Redis; shared as `hub`."""
+    yield from shared(request, ("hubs", env_key(worker_env)), lambda: TwoHubs(worker_env))
 
 
 @pytest.fixture

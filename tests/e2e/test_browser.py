@@ -338,6 +338,7 @@ def test_the_demo_is_off_unless_enabled_and_only_for_demo_users(
         assert icon["Content-Type"].startswith("image/svg+xml")
 
 
+@pytest.mark.own_processes  # it kills Daphne and starts another
 def test_a_page_offline_for_a_minute_with_the_hub_restarted_catches_up_with_no_rest_read(
     hub: Hub, browser: Browser
 ) -> None:

@@ -61,6 +61,7 @@ def example(hub: Hub) -> Any:
         client.kill()
 
 
+@pytest.mark.own_processes  # it stops Daphne and starts another
 def test_the_example_prints_a_message_sent_over_rest_and_recovers_one_sent_while_away(
     hub: Hub, example: Any
 ) -> None:

@@ -2,6 +2,7 @@
 @microsoft/signalr client over JSON and over MessagePack in one chat, the real worker and
 Daphne; hostile hub frames over both protocols end only their sender's connection."""
 
+from collections.abc import Iterator
 from typing import Any
 
 import msgpack
@@ -18,10 +19,18 @@ from tests.support.factories import UserFactory
 from tests.support.hub_clients import Hub
 from tests.support.hub_helpers import token_for
 from tests.support.runtime import wait_until
+from tests.support.shared import env_key, shared
 from tests.support.wire import RS, hub_socket, joined, push_to_user, records, until_closed
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
 TOO_DEEP = "The maximum configured depth of 64 has been exceeded."
+
+
+@pytest.fixture
+def hub(request: pytest.FixtureRequest, hub_env: dict[str, str]) -> Iterator[Hub]:
+    """As tests/e2e/conftest.py's, with no connection of the test before still open: these
+    tests count the process's connections."""
+    yield from shared(request, ("hub", env_key(hub_env)), lambda: Hub(hub_env), settle=True)
 
 
 def received(client: Any, message_ids: list[str]) -> dict[str, dict[str, Any]]:

@@ -28,6 +28,7 @@ def client_for(hub: Hub, user: Any, transport: str, messagepack: bool, **kw: Any
     return client
 
 
+@pytest.mark.own_processes  # it restarts Daphne
 @pytest.mark.parametrize(("transport", "messagepack", "name"), CASES)
 def test_the_official_client_on_each_transport_receives_invokes_and_survives_a_restart(
     hub: Hub, transport: str, messagepack: bool, name: str

@@ -50,6 +50,7 @@ def test_client_receives_messages_and_reconnects_with_groups_rebuilt_when_droppe
     assert_receives(client, alice, chat, "again")
 
 
+@pytest.mark.own_processes  # it restarts Daphne
 def test_official_client_reconnects_across_a_server_restart(hub: Hub, clients: Any) -> None:
     # Only @microsoft/signalr retries through a window with no server at all: pysignalr
     # 1.3.3 and signalrcore 1.0.2 give up when a reconnect's negotiate is refused, so

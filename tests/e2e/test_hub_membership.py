@@ -15,16 +15,17 @@ from tests.support.factories import UserFactory
 from tests.support.hub_clients import HubClient
 from tests.support.hub_helpers import token_for
 from tests.support.runtime import wait_until
+from tests.support.shared import shared_in_module
 from tests.support.workers import DaphneProcess, WorkerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
 
 
 @pytest.fixture
-def daphne(worker_env: dict[str, str]) -> Iterator[DaphneProcess]:
-    server = DaphneProcess(worker_env)
-    yield server
-    server.kill()
+def daphne(request: pytest.FixtureRequest, worker_env: dict[str, str]) -> Iterator[DaphneProcess]:
+    """Handed on from test to test in this module (tests/support/shared.py): the tests
+    start and stop their workers, never Daphne."""
+    yield from shared_in_module(request, lambda: DaphneProcess(worker_env))
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from tests.support.factories import UserFactory
 from tests.support.helpers import layer, options
 from tests.support.hub_helpers import token_for
 from tests.support.runtime import run
+from tests.support.shared import shared_in_module
 from tests.support.wire import (
     RS,
     StuckClient,
@@ -322,12 +323,12 @@ def test_server_events_are_invocations_without_an_id_carrying_one_payload(
 
 
 @pytest.fixture
-def quick_daphne(live_env: dict[str, str]) -> Iterator[DaphneProcess]:
-    server = DaphneProcess(
-        live_env, keepalive_interval=0.3, client_timeout=1.5, handshake_timeout=1
-    )
-    yield server
-    server.kill()
+def quick_daphne(
+    request: pytest.FixtureRequest, live_env: dict[str, str]
+) -> Iterator[DaphneProcess]:
+    """Short timers (each connection's own), handed on from test to test in this module."""
+    timers = {"keepalive_interval": 0.3, "client_timeout": 1.5, "handshake_timeout": 1}
+    yield from shared_in_module(request, lambda: DaphneProcess(live_env, **timers))
 
 
 def test_idle_server_pings_and_drops_a_silent_client(quick_daphne: DaphneProcess) -> None:

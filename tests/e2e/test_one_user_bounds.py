@@ -21,6 +21,7 @@ from tests.support.api_client import Api
 from tests.support.factories import UserFactory
 from tests.support.hub_helpers import token_for
 from tests.support.runtime import wait_until
+from tests.support.shared import shared_in_module
 from tests.support.wire import RS, hub_socket, joined, negotiate, records
 from tests.support.workers import DaphneProcess
 
@@ -28,10 +29,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
 
 
 @pytest.fixture
-def daphne(live_env: dict[str, str]) -> Iterator[DaphneProcess]:
-    server = DaphneProcess(live_env)
-    yield server
-    server.kill()
+def daphne(request: pytest.FixtureRequest, live_env: dict[str, str]) -> Iterator[DaphneProcess]:
+    """Handed on from test to test in this module (tests/support/shared.py)."""
+    yield from shared_in_module(request, lambda: DaphneProcess(live_env))
 
 
 @pytest.mark.parametrize("offset", [2**63, 2**70, 10**30])
@@ -183,13 +183,17 @@ def test_one_recover_sends_at_most_its_bytes_and_resyncs_the_streams_past_them(
 
 
 @pytest.fixture
-def capped(live_env: dict[str, str]) -> Iterator[list[DaphneProcess]]:
-    """Two hub processes sharing Redis, with small per-user bounds."""
+def capped(
+    request: pytest.FixtureRequest, live_env: dict[str, str]
+) -> Iterator[list[DaphneProcess]]:
+    """Two hub processes sharing Redis, with small per-user bounds; handed on from test to
+    test in this module, with no connection of the test before still open."""
     bounds = {"max_connections_per_user": 3, "admission_per_user": 2, "admission_wait": 0}
-    servers = [DaphneProcess(live_env, admission_limit=6, **bounds) for _ in range(2)]
-    yield servers
-    for server in servers:
-        server.kill()
+
+    def start() -> list[DaphneProcess]:
+        return [DaphneProcess(live_env, admission_limit=6, **bounds) for _ in range(2)]
+
+    yield from shared_in_module(request, start)
 
 
 def open_negotiated(server: DaphneProcess, token: str, stack: contextlib.ExitStack) -> Any:

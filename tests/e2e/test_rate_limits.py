@@ -4,7 +4,7 @@ invocations answered with an error and a flooding connection closed; counted in 
 
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -13,6 +13,7 @@ from project.messenger.models import Message
 from tests.support.api_client import Api, http_get, sample
 from tests.support.factories import UserFactory
 from tests.support.hub_helpers import token_for
+from tests.support.shared import shared_in_module
 from tests.support.wire import invoke, joined, records, until_closed
 from tests.support.workers import DaphneProcess
 
@@ -21,11 +22,14 @@ LIMITS = {"rate_limit_writes": 5, "rate_limit_invocations": 3, "rate_limit_flood
 
 
 @pytest.fixture
-def two_daphnes(live_env: dict[str, str]) -> Iterator[list[DaphneProcess]]:
-    servers = [DaphneProcess(live_env, **LIMITS) for _ in range(2)]
-    yield servers
-    for server in servers:
-        server.kill()
+def two_daphnes(
+    request: pytest.FixtureRequest, live_env: dict[str, str]
+) -> Iterator[list[DaphneProcess]]:
+    """Handed on from test to test in this module (tests/support/shared.py): the limits
+    count per user (each test's own), the refusals metric is read as this test's delta."""
+    yield from shared_in_module(
+        request, lambda: [DaphneProcess(live_env, **LIMITS) for _ in range(2)]
+    )
 
 
 def refused(server: DaphneProcess, scope: str) -> float:
@@ -33,9 +37,16 @@ def refused(server: DaphneProcess, scope: str) -> float:
     return sample(text, "messenger_realtime_hub_rate_limited_total", scope=scope)
 
 
+def refused_since(servers: list[DaphneProcess], scope: str) -> Callable[[], list[float]]:
+    """The refusals each process counts from now on: call the result to read them."""
+    before = [refused(server, scope) for server in servers]
+    return lambda: [refused(s, scope) - b for s, b in zip(servers, before, strict=True)]
+
+
 def test_rest_writes_past_the_limit_are_429_across_processes(
     two_daphnes: list[DaphneProcess],
 ) -> None:
+    refusals = refused_since(two_daphnes, "rest")
     alice, bob = UserFactory(name="alice"), UserFactory(name="bob")
     chat = services.create_chat(alice.id, [bob.id])
     apis = [Api(server.http, token_for(alice.id)) for server in two_daphnes]
@@ -50,7 +61,7 @@ def test_rest_writes_past_the_limit_are_429_across_processes(
     # Reads are not writes; another user has a limit of their own.
     assert apis[0].call("GET", f"{path}?afterSeq=0")[0] == 200
     assert Api(two_daphnes[0].http, token_for(bob.id)).call("POST", path, {"body": "hi"})[0] == 201
-    assert refused(two_daphnes[0], "rest") == refused(two_daphnes[1], "rest") == 1
+    assert refusals() == [1, 1]
 
 
 def test_retry_after_says_when_the_window_ends(two_daphnes: list[DaphneProcess]) -> None:
@@ -74,6 +85,7 @@ def test_retry_after_says_when_the_window_ends(two_daphnes: list[DaphneProcess])
 def test_hub_invocations_past_the_limit_get_errors_then_the_connection_closes(
     two_daphnes: list[DaphneProcess],
 ) -> None:
+    refusals = refused_since(two_daphnes, "hub")
     user = UserFactory()
     with joined(two_daphnes[0], user) as first, joined(two_daphnes[1], user) as second:
         for n, ws in enumerate([first, second, first]):  # 3: the limit, over both
@@ -90,4 +102,4 @@ def test_hub_invocations_past_the_limit_get_errors_then_the_connection_closes(
         assert close["error"].startswith("Connection closed with an error. rate limit exceeded")
         invoke(first, "GetGroups", invocation_id="still")  # the other one is still open
         assert "rate limit exceeded" in records(first)[0]["error"]
-    assert (refused(two_daphnes[0], "hub"), refused(two_daphnes[1], "hub")) == (1, 3)
+    assert refusals() == [1, 3]

@@ -71,6 +71,7 @@ def test_a_client_back_on_the_other_daphne_gets_what_it_missed_edits_and_deletes
     assert got[3]["payload"]["messageId"] == str(three.id)
 
 
+@pytest.mark.own_processes  # it kills the worker and both Daphnes
 def test_recovery_serves_from_the_database_with_the_worker_stopped_and_both_hubs_restarted(
     hubs: TwoHubs,
 ) -> None:
@@ -117,6 +118,7 @@ def hub_env(worker_env: dict[str, str]) -> dict[str, str]:
     return dict(worker_env, MESSENGER_REALTIME_RECOVERY_MAX_EVENTS="3")
 
 
+@pytest.mark.own_processes  # hubs with another RECOVERY_MAX_EVENTS, started in the test
 def test_a_client_further_behind_than_recovery_max_events_is_told_to_resync(
     hub_env: dict[str, str],
 ) -> None:

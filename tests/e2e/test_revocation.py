@@ -19,6 +19,7 @@ from tests.support.factories import UserFactory
 from tests.support.hub_clients import Hub
 from tests.support.hub_helpers import token_for
 from tests.support.runtime import wait_until
+from tests.support.shared import env_key, shared_in_module
 from tests.support.wire import hub_socket, joined, negotiate, records, until_closed
 from tests.support.workers import DaphneProcess
 
@@ -27,10 +28,9 @@ REVOKED = {"type": 7, "error": "Connection closed with an error. credentials rev
 
 
 @pytest.fixture
-def second_daphne(hub: Hub) -> Iterator[DaphneProcess]:
-    server = DaphneProcess(hub.env)
-    yield server
-    server.kill()
+def second_daphne(request: pytest.FixtureRequest, hub: Hub) -> Iterator[DaphneProcess]:
+    """Another hub process beside the hub's, shared as the hub is (tests/support/shared.py)."""
+    yield from shared_in_module(request, lambda: DaphneProcess(hub.env), env_key(hub.env))
 
 
 def deactivate(user: Any) -> None:

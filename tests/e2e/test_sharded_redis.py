@@ -6,6 +6,7 @@ servers themselves), so the worker's pipelined push reads groups on both and ins
 the Daphne process's queue on its own server, which Daphne's batched receive reads.
 """
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,11 +14,17 @@ import pytest
 from project.messenger import services
 from tests.support.factories import UserFactory
 from tests.support.helpers import layer
-from tests.support.runtime import PrivateRedis
+from tests.support.runtime import PrivateRedis, private_redis_servers
 from tests.support.shards import group_key
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
 ATTEMPTS = 40  # chats created at most to find one on a wanted server (1 in 2 each)
+
+
+@pytest.fixture(scope="module")
+def redis_shards() -> Iterator[list[PrivateRedis]]:
+    """The module's two shards: its tests share them and, so, the hub (same settings)."""
+    yield from private_redis_servers(2)
 
 
 @pytest.fixture

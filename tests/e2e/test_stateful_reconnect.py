@@ -79,6 +79,7 @@ def test_a_cut_connection_resumes_and_every_event_arrives_once_in_order(
     assert client.groups() == [f"user:{bob.id}", f"chat:{chat.id}"]  # invocations resume too
 
 
+@pytest.mark.own_processes  # a hub with other settings, started in the test
 @pytest.mark.parametrize(
     ("setting", "value", "refusal"),
     [
@@ -140,6 +141,7 @@ def test_stateful_reconnect_is_granted_only_to_clients_that_ask(hub: Hub, proxy:
         plain.kill()
 
 
+@pytest.mark.own_processes  # it restarts Daphne
 def test_a_stateful_connection_held_by_a_stopped_daphne_reconnects_afresh(
     hub: Hub, stateful_client: Any
 ) -> None:

@@ -16,23 +16,19 @@ from messenger_realtime.dispatch.gate import PartitionGate
 from messenger_realtime.dispatch.lease import Leader
 from messenger_realtime.exceptions import LeadershipLost
 from tests.support.leaders import TTL, open_leader
-from tests.support.runtime import run
+from tests.support.runtime import await_until, run
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
 
 
-async def lock_waiters(conn: Any, count: int) -> None:
-    """Until `count` sessions wait for a lock in this database (polling pg_locks, a state)."""
-    for _ in range(1000):
-        cur = await conn.execute(
-            "SELECT count(*) FROM pg_locks WHERE NOT granted"
-            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-        )
-        row = await cur.fetchone()
-        if row is not None and row[0] >= count:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never {count} waiters")
+async def lock_waiters(conn: Any) -> int:
+    """How many sessions wait for a lock in this database (pg_locks: a state to poll)."""
+    cur = await conn.execute(
+        "SELECT count(*) FROM pg_locks WHERE NOT granted"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
+    row = await cur.fetchone()
+    return int(row[0]) if row is not None else 0
 
 
 async def lease_sql(statement: str) -> None:
@@ -113,7 +109,7 @@ def test_two_workers_of_different_counts_acquiring_at_once_never_both_lead(
         async with await db.connect() as blocker, blocker.transaction():
             await blocker.execute("LOCK TABLE messenger.realtime_dispatch_lease IN SHARE MODE")
             first = asyncio.ensure_future(two.try_acquire(2))
-            await lock_waiters(blocker, 1)
+            await await_until(lambda: lock_waiters(blocker), what="`two` waiting at the lock")
             # It cannot find `two` absent and lead beside it: it stands by, at once.
             meanwhile = await asyncio.wait_for(three.try_acquire(3), timeout=5)
         return meanwhile, await first

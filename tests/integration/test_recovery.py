@@ -34,7 +34,7 @@ from project.messenger import services
 from project.messenger.realtime_port import HostDomainPort
 from tests.support.factories import UserFactory
 from tests.support.inprocess import consumer_of
-from tests.support.runtime import run
+from tests.support.runtime import run, wait_until
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -167,7 +167,8 @@ def test_live_events_wait_for_the_recovery_and_no_offset_goes_out_twice() -> Non
         with psycopg.connect(db.conninfo()) as lock, psycopg.connect(db.conninfo()) as watch:
             lock.execute("LOCK TABLE messenger.realtime_stream IN ACCESS EXCLUSIVE MODE")
             recovering = asyncio.create_task(recover(connection, {stream: held}))
-            await asyncio.to_thread(wait_for_a_lock_wait, watch)
+            waiting = "the recovery's read waiting on the lock"
+            await asyncio.to_thread(wait_until, lambda: a_lock_wait(watch), what=waiting)
             # While the read waits: live events of the stream are held; another
             # stream's go out at once.
             for offset in (held + 3, last + 1, held + 1):
@@ -188,14 +189,15 @@ def test_live_events_wait_for_the_recovery_and_no_offset_goes_out_twice() -> Non
     assert sent_offsets(sent, stream) == [held + 2, held + 1, held + 3, last + 1, last + 2]
 
 
-def wait_for_a_lock_wait(watch: psycopg.Connection[Any]) -> None:
-    """Until a session of this database waits on a lock (the recovery's read)."""
+def a_lock_wait(watch: psycopg.Connection[Any]) -> bool:
+    """Whether a session of this database waits on a lock (the recovery's read)."""
     query = (
         "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
         " AND wait_event_type = 'Lock' AND query LIKE '%%realtime_stream%%'"
     )
-    while watch.execute(query).fetchone() is None:
-        watch.rollback()
+    found = watch.execute(query).fetchone() is not None
+    watch.rollback()
+    return found
 
 
 def test_the_notes_of_live_offsets_stop_at_their_bound() -> None:

@@ -1,17 +1,20 @@
 """Plain helpers for every tier: paths, free ports, waiting on state, private servers."""
 
 import asyncio
+import inspect
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,13 +52,18 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = 
         time.sleep(0.02)
 
 
+async def _awaited(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
 async def await_until(
     predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition"
 ) -> float:
     """wait_until for a coroutine: poll a condition other tasks bring about, without
-    blocking their loop; the seconds it took (a test failure past `timeout`, not a hang)."""
+    blocking their loop; the seconds it took (a test failure past `timeout`, not a hang).
+    The predicate may return an awaitable (a query on an async connection): awaited."""
     began = time.monotonic()
-    while not predicate():
+    while not await _awaited(predicate()):
         if time.monotonic() - began > timeout:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.005)
@@ -156,3 +164,39 @@ def project_settings(expression: str, **env: str) -> Any:
         check=True,
     ).stdout
     return json.loads(out)
+
+
+def start_private_redis() -> PrivateRedis:
+    """A redis-server of the test's own on a free port, without persistence; answering."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is required (scripts/test installs it on a fresh machine)")
+    port = free_port()
+    argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly"]
+    argv += ["no", "--daemonize", "no"]
+    server = PrivateRedis(port, subprocess.Popen(argv, stdout=subprocess.DEVNULL), argv)
+
+    def answers() -> bool:
+        try:
+            return bool(server.client().ping())
+        except redis.ConnectionError:
+            return False
+
+    try:
+        wait_until(answers, what="private redis-server")
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def private_redis_servers(count: int) -> Iterator[list[PrivateRedis]]:
+    """`count` private redis-servers for a fixture (`yield from`), stopped after it."""
+    servers: list[PrivateRedis] = []
+    try:
+        for _ in range(count):
+            servers.append(start_private_redis())
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()

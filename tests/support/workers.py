@@ -62,6 +62,16 @@ class LoggedProcess:
                     raise AssertionError(f"{why} before a line matching {what!r}:\n{self.log()}")
                 self._cond.wait(remaining)
 
+    def forget_lines(self, through: str | None = None, timeout: float = 20.0) -> None:
+        """Drop the lines so far (with `through`, a regex: up to the next line matching it,
+        waited for); wait_for() starts afresh. A process handed on to the next test
+        (tests/support/shared.py) shows that test only what it logs from then on."""
+        if through is not None:
+            self.wait_for(through, timeout)
+        with self._cond:
+            del self.lines[: self._cursor if through is not None else len(self.lines)]
+            self._cursor = 0
+
     def send_line(self, line: str) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(line + "\n")
