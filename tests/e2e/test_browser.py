@@ -271,6 +271,19 @@ def test_the_page_shows_who_is_online_and_when_the_others_were_last_seen(
     expect(alice.locator("#chats li.online", has_text="Bob")).to_have_count(0)
 
 
+def test_typing_shows_under_the_open_chat_of_the_other_members_and_fades(
+    pages: tuple[Page, Page],
+) -> None:
+    alice, bob = pages
+    typing = bob.locator("#typing")
+    expect(typing).to_be_hidden()
+    alice.type("#body", "hel")  # keystrokes: one Typing call, however many
+    expect(typing).to_have_text("Alice is typing…")
+    expect(alice.locator("#typing")).to_be_hidden()  # not shown to the typist
+    shot(bob, "typing")
+    expect(typing).to_be_hidden(timeout=10_000)  # its `until` passed: nobody types now
+
+
 def test_the_demo_page_loads_with_no_failed_request_and_a_favicon(
     hub: Hub, browser: Browser
 ) -> None:

@@ -50,6 +50,15 @@ client.addEventListener("read_receipt_updated", (e) => {
   else if (e.detail.chatId === current) renderMessages();
 });
 client.addEventListener("presence", () => renderPresence());
+// Who is typing, per chat: userId -> until (unix seconds), shown until then.
+const typists = new Map();
+let typingTimer = null;
+client.addEventListener("typing", (e) => {
+  const { chatId, userId, until } = e.detail;
+  if (!typists.has(chatId)) typists.set(chatId, new Map());
+  typists.get(chatId).set(userId, until);
+  renderTyping();
+});
 client.addEventListener("chat_updated", () => loadChats());
 client.addEventListener("forbidden", () => loadChats()); // removed while away
 client.addEventListener("call_invited", (e) => {
@@ -128,6 +137,19 @@ function renderBadges() {
   }
 }
 
+/** "Bob is typing…" under the open chat, until the last typist's `until`. */
+function renderTyping() {
+  clearTimeout(typingTimer);
+  const now = Date.now() / 1000;
+  const here = typists.get(current) ?? new Map();
+  for (const [userId, until] of here) if (until <= now) here.delete(userId);
+  const names = [...here.keys()].map(nameOf);
+  $("typing").hidden = names.length === 0;
+  $("typing").textContent =
+    names.length === 1 ? `${names[0]} is typing…` : `${names.join(", ")} are typing…`;
+  if (here.size) typingTimer = setTimeout(renderTyping, (Math.min(...here.values()) - now) * 1000 + 50);
+}
+
 /** A member as the header lists them: "you", "Bob (online)", "Carol (last seen 14:05)". */
 function memberText(p) {
   if (p.userId === me) return "you";
@@ -154,6 +176,7 @@ async function openChat(chatId) {
   $("chat-title").textContent = chat ? titleOf(chat) : "";
   $("chat-avatar").textContent = chat ? initials(titleOf(chat)) : "";
   renderPresence();
+  renderTyping();
   $("messages").replaceChildren();
   $("composer").hidden = false;
   for (const li of $("chats").children) li.classList.toggle("active", li.dataset.chatId === chatId);
@@ -222,7 +245,10 @@ function growComposer() {
   body.style.height = `${body.scrollHeight + 2}px`;
 }
 
-$("body").addEventListener("input", growComposer);
+$("body").addEventListener("input", () => {
+  growComposer();
+  if (current && $("body").value) client.typing(current); // throttled by the client
+});
 $("body").addEventListener("keydown", (event) => {
   // Enter sends; Shift+Enter is a new line; Enter that ends an IME composition is not a send.
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
