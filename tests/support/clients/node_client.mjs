@@ -8,7 +8,7 @@
 // (invoke GetGroups), "recover JSON" (invoke Recover with that object), "token JWT" (the token the next (re)connect uses), "transport"
 // (print the transport in use), "watch JSON" (invoke WatchPresence with that list of user
 // ids, and again after every reconnect, as a real client must: the watch is the
-// connection's), "drop" (destroy the WebSocket's TCP socket), "stop".
+// connection's), "typing CHAT_ID" (send Typing), "drop" (destroy the WebSocket's TCP socket), "stop".
 import * as signalR from "@microsoft/signalr";
 import * as readline from "node:readline";
 
@@ -50,7 +50,7 @@ const EVENTS = [
   "call_ended", "conference_invited", "conference_started", "conference_ended",
   "conference_participant_joined", "conference_participant_left", "recording_started",
   "recording_stopped", "recording_available", "recording_failed", "screen_share_started",
-  "screen_share_stopped", "blacklist_changed", "presence",
+  "screen_share_stopped", "blacklist_changed", "presence", "typing",
 ];
 for (const name of EVENTS) {
   connection.on(name, (payload) => {
@@ -99,6 +99,9 @@ for await (const line of commands) {
   } else if (line.startsWith("watch ")) {
     watched = JSON.parse(line.slice("watch ".length));
     await watch();
+  } else if (line.startsWith("typing ")) {
+    await connection.send("Typing", line.slice("typing ".length));
+    print({ typed: true });
   } else if (line.startsWith("token ")) {
     token = line.slice("token ".length);
     print({ token: "set" });
