@@ -21,17 +21,34 @@ from tests.support.shared import OWN, SHARED, SharedProcesses
 pytest_plugins = ["tests.support.inprocess", "tests.support.leaders", "tests.support.browser"]
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Within each module, the tests marked own_processes run after the others, so that
-    the processes the others share start once (tests/support/shared.py)."""
-    first: dict[str, int] = {}
-    for index, item in enumerate(items):
-        first.setdefault(item.nodeid.split("::")[0], index)
+    """Within each module, the tests marked own_processes run right after the module's
+    others, so that the processes the others share start once (tests/support/shared.py).
+    Everything else keeps its place: pytest-django has already put the tests that use
+    the database in the order it needs (transactional ones after the others)."""
 
-    def place(item: pytest.Item) -> tuple[int, bool]:
-        return first[item.nodeid.split("::")[0]], item.get_closest_marker(OWN) is not None
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
 
-    items.sort(key=place)  # stable: the order within each group stays
+    own: dict[str, list[pytest.Item]] = {}
+    rest: list[pytest.Item] = []
+    for item in items:
+        if item.get_closest_marker(OWN) is not None:
+            own.setdefault(module(item), []).append(item)
+        else:
+            rest.append(item)
+    if not own:
+        return
+    last = {module(item): n for n, item in enumerate(rest)}
+    ordered: list[pytest.Item] = []
+    for n, item in enumerate(rest):
+        ordered.append(item)
+        if last[module(item)] == n:
+            ordered.extend(own.pop(module(item), []))
+    for left in own.values():  # modules whose every test has its own processes
+        ordered.extend(left)
+    items[:] = ordered
 
 
 @pytest.fixture
@@ -113,7 +130,9 @@ def _clean_outbox_for_transactional_tests(
     (into a later test that counts rows in its own transaction, too).
     Tests without the database (the unit tier) never touch it.
     """
-    if "transactional_db" not in request.fixturenames:
+    marker = request.node.get_closest_marker("django_db")
+    marked = marker is not None and bool(marker.kwargs.get("transaction"))
+    if "transactional_db" not in request.fixturenames and not marked:
         yield
         return
     request.getfixturevalue("django_db_setup")
