@@ -56,6 +56,12 @@ SEED_SQL = [
     " FROM (SELECT id, row_number() OVER (ORDER BY title) - 1 AS k FROM messenger_chat) c"
     " JOIN (SELECT id, row_number() OVER (ORDER BY username) - 1 AS k FROM messenger_user) u"
     "   ON u.k / %(group)s = c.k",
+    # One big chat besides: its first %(big)s users (the typing burst's).
+    "INSERT INTO messenger_chat (id, kind, title, last_seq, created_at, updated_at)"
+    " VALUES (gen_random_uuid(), 'Group', 'pres big', 0, now(), now())",
+    "INSERT INTO messenger_participant (id, chat_id, user_id, is_active, last_read_seq, joined_at)"
+    " SELECT gen_random_uuid(), (SELECT id FROM messenger_chat WHERE title = 'pres big'), u.id,"
+    " true, 0, now() FROM (SELECT id FROM messenger_user ORDER BY username LIMIT %(big)s) u",
     "ANALYZE",
 ]
 
@@ -71,6 +77,7 @@ class Watchers:
         self.sockets: dict[str, Any] = {}  # token -> its open WebSocket
         self.watch_latencies: list[float] = []
         self.presence_events = 0
+        self.typing_events = 0
         self.tasks: dict[str, asyncio.Task[None]] = {}
 
     async def open(self, token: str, watch: list[str]) -> None:
@@ -102,6 +109,8 @@ class Watchers:
                 text = frame if isinstance(frame, str) else frame.decode()
                 if '"presence"' in text:
                     self.presence_events += text.count('"target":"presence"')
+                if '"typing"' in text:
+                    self.typing_events += text.count('"target":"typing"')
 
     async def close(self, tokens: list[str]) -> None:
         for token in tokens:
@@ -130,7 +139,17 @@ async def client_main() -> None:
     while line := await stdin.readline():
         command = json.loads(line)
         if command["cmd"] == "status":
-            reply({"presence_events": watchers.presence_events})
+            reply(
+                {
+                    "presence_events": watchers.presence_events,
+                    "typing_events": watchers.typing_events,
+                }
+            )
+        elif command["cmd"] == "type":  # Typing in a chat, as a send (no completion)
+            frame = json.dumps({"type": 1, "target": "Typing", "arguments": [command["chat"]]}) + RS
+            mine = [watchers.sockets[t] for t in command["tokens"] if t in watchers.sockets]
+            await asyncio.gather(*(ws.send(frame) for ws in mine))
+            reply({"typed": len(mine)})
         elif command["cmd"] == "leave":
             await watchers.close(command["tokens"])
             reply({"left": len(command["tokens"])})
@@ -228,7 +247,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         conn = await psycopg.AsyncConnection.connect(database_url, autocommit=True)
         stack.push_async_callback(conn.close)
         for statement in SEED_SQL:
-            await conn.execute(statement, {"users": args.users, "group": group})
+            await conn.execute(
+                statement, {"users": args.users, "group": group, "big": args.big_chat}
+            )
         users = [
             str(row[0])
             for row in await (
@@ -365,6 +386,51 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "daphne_cpu_ms_per_change": round((cpu_of(pid) - before_cpu) / changes * 1000, 2),
             }
         result["online"]["note"] = "includes each mover's connect and WatchPresence"
+
+        # A typing burst: T members of the big chat type at once; each typing is for the
+        # other members' connections, dropped first where one has something waiting.
+        big = (
+            await (
+                await conn.execute("SELECT id FROM messenger_chat WHERE title = 'pres big'")
+            ).fetchone()
+        )[0]
+        typists = {tokens[u] for u in users[: args.typists]}
+
+        async def typed() -> int:
+            counts = await asyncio.gather(*(c.ask({"cmd": "status"}) for c in clients))
+            return sum(c["typing_events"] for c in counts)
+
+        before_typed, before_cpu = await typed(), cpu_of(pid)
+        before_redis = redis_server.commands()
+        await asyncio.gather(
+            *(
+                c.ask(
+                    {"cmd": "type", "chat": str(big), "tokens": [t for t in share if t in typists]}
+                )
+                for c, share in zip(clients, shares, strict=True)
+            )
+        )
+        offered = len(typists) * (args.big_chat - 1)
+
+        async def settled(seen: list[int] = [-1]) -> bool:  # noqa: B006 (the last count)
+            now = await typed()
+            done = now == seen[0]
+            seen[0] = now
+            return done or now - before_typed >= offered
+
+        await asyncio.sleep(0.5)  # the burst under way (not synchronisation)
+        await until(settled, timeout=20)
+        shown = await typed() - before_typed
+        result["typing_burst"] = {
+            "chat_members": args.big_chat,
+            "typists": len(typists),
+            "offered_deliveries": offered,
+            "shown": shown,
+            "dropped_as_volatile": offered - shown,
+            "redis_commands": redis_server.commands() - before_redis,
+            "daphne_cpu_ms": round((cpu_of(pid) - before_cpu) * 1000, 1),
+            "daphne_cpu_ms_per_typist": round((cpu_of(pid) - before_cpu) * 1000 / len(typists), 2),
+        }
     result["host_load"] = os.getloadavg()[0]
     result["at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return result
@@ -378,6 +444,8 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=10_000)
     parser.add_argument("--watch", type=int, default=50, help="users each one watches")
     parser.add_argument("--changes", type=int, default=200, help="users who leave and return")
+    parser.add_argument("--big-chat", type=int, default=500, help="members of the typing chat")
+    parser.add_argument("--typists", type=int, default=50, help="who type in it at once")
     parser.add_argument("--procs", type=int, default=4, help="client processes")
     parser.add_argument("--concurrency", type=int, default=50, help="connects in flight each")
     parser.add_argument("--idle", type=float, default=20.0, help="s of idle measured")
@@ -385,6 +453,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.users, args.watch, args.changes, args.procs, args.idle = 204, 50, 8, 2, 3.0
+        args.big_chat, args.typists = 100, 10
     print(json.dumps(asyncio.run(run(args)), indent=2))
 
 

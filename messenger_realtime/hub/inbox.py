@@ -14,9 +14,11 @@ took nothing for a while with messages waiting (stalled: its delivery is stuck i
 domain read, say) until it takes again.
 
 A volatile message (VOLATILE in it: a typing indicator, hub/connection/composing.py) is
-the first thing dropped: it enters only an inbox that holds nothing and drains, so an
-inbox holds at most one, at its head, and a message that finds the inbox full pushes that
-one out rather than overrun it. A volatile flood never costs a real event.
+the first thing dropped: it enters only an inbox that drains and holds nothing else than
+volatile messages, fewer than VOLATILE_ROOM (several members typing at once all show,
+but never behind a real event), so an inbox's volatile messages are all at its head, and
+a message that finds the inbox full pushes the first of them out rather than overrun it.
+A volatile flood never costs a real event.
 
 An idle inbox holds nothing but its counters: no queue until a message comes, no event
 to wait on. Its connection is told (`wake`) when a message arrives while it drains, and
@@ -38,6 +40,7 @@ from messenger_realtime.ops import metrics
 
 OVERRUN_MESSAGE: dict[str, Any] = {"type": OVERRUN_EVENT}
 VOLATILE = "volatile"  # a message's key: true when dropping it loses nothing that matters
+VOLATILE_ROOM = 32  # volatile messages an inbox holds at most (with nothing else waiting)
 
 
 class Inbox:
@@ -65,13 +68,16 @@ class Inbox:
 
     def put(self, message: dict[str, Any]) -> None:
         queue = self._queue
-        if message.get(VOLATILE) and (queue or not self.draining):
-            return  # dropped first: never queued behind anything, nor before the handshake
+        if message.get(VOLATILE) and (
+            not self.draining
+            or (queue and (len(queue) >= VOLATILE_ROOM or not queue[-1].get(VOLATILE)))
+        ):
+            return  # dropped first: never queued behind a real one, nor before the handshake
         if queue is None:  # it was up to date until now: it is behind (stalls) from here
             queue = self._queue = collections.deque()
             self.last_take = time.monotonic()
         if len(queue) >= (self.stalled_capacity if self.stalled else self.capacity):
-            if queue[0].get(VOLATILE):  # the one volatile message it may hold gives way
+            if queue[0].get(VOLATILE):  # the volatile messages at its head give way first
                 queue.popleft()
                 queue.append(message)
             else:
