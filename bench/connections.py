@@ -493,7 +493,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         rss_after = rss_kib(pid)
         if traces is not None:
             await snapshot(pid, traces, 1)
-            result_memory = memory_by_site(traces, ready)
+            result_memory = memory_by_site(traces, ready, args.top)
         statuses = await asyncio.gather(*(c.ask({"cmd": "status"}) for c in clients))
         result.update(
             {
@@ -541,6 +541,7 @@ def main() -> None:
     parser.add_argument(
         "--tracemalloc", action="store_true", help="Daphne's memory per connection by site"
     )
+    parser.add_argument("--top", type=int, default=25, help="sites listed with --tracemalloc")
     args = parser.parse_args()
     if args.quick:
         args.clients, args.procs, args.idle = 40, 2, 3.0

@@ -96,7 +96,8 @@ def send_check() -> dict[str, float]:
     protocol = websocket_protocol.HubWebSocketProtocol.__new__(
         websocket_protocol.HubWebSocketProtocol
     )
-    protocol.transport, protocol.send_buffer_limit = transport, 1024 * 1024
+    protocol.transport, protocol.hub = transport, websocket_protocol.SocketSettings()
+    protocol.hub.limit = 1024 * 1024
     calls = 100_000
     started = time.perf_counter()
     for _ in range(calls):

@@ -12,6 +12,7 @@ from autobahn.websocket.protocol import WebSocketProtocol
 from messenger_realtime.hub.daphne.websocket_protocol import (
     PINGS,
     HubWebSocketProtocol,
+    SocketSettings,
     is_ping_frame,
     server_frame,
 )
@@ -66,7 +67,8 @@ def test_anything_else_is_left_to_autobahn(frame: bytes) -> None:
 
 def open_protocol(heard: Any) -> Any:
     protocol: Any = HubWebSocketProtocol.__new__(HubWebSocketProtocol)
-    protocol.hub_heard = heard
+    protocol.hub = SocketSettings()
+    protocol.hub.heard = heard
     protocol.state, protocol.data = protocol.STATE_OPEN, b""
     protocol.current_frame, protocol.inside_message = None, False
     return protocol

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from messenger_realtime.hub.daphne.web_request import HubWebRequest
 from messenger_realtime.hub.daphne.websocket_protocol import (
     HubWebSocketProtocol,
+    SocketSettings,
     socket_unacknowledged,
     twisted_unsent,
 )
@@ -19,10 +20,11 @@ from messenger_realtime.hub.protocols.base import Frame
 class DaphneSocket:
     """A hub WebSocket's controls under Daphne: frames go straight to its protocol."""
 
-    __slots__ = ("_protocol",)
+    __slots__ = ("_protocol", "_settings")
 
     def __init__(self, protocol: HubWebSocketProtocol) -> None:
         self._protocol = protocol
+        self._settings = protocol.hub = SocketSettings()  # what the socket reads from us
 
     def write_now(self, frame: Frame) -> bool:
         protocol = self._protocol
@@ -34,18 +36,17 @@ class DaphneSocket:
         return True
 
     def bound(self, limit: int, overflow: Callable[[int], None]) -> None:
-        self._protocol.send_buffer_limit = limit
-        self._protocol.hub_overflow = overflow
+        self._settings.limit, self._settings.overflow = limit, overflow
 
     def unsent(self) -> int:
         transport = self._protocol.transport
         return twisted_unsent(transport) + socket_unacknowledged(transport)
 
     def use_binary(self, binary: bool) -> None:
-        self._protocol.hub_binary = binary
+        self._settings.binary = binary
 
     def take_pings(self, heard: Callable[[], None]) -> bool:
-        self._protocol.hub_heard = heard
+        self._settings.heard = heard
         return True
 
     def close_after_writes(self) -> bool:

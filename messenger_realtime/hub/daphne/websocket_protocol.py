@@ -34,7 +34,7 @@ DaphneSocket), which set the `hub_` attributes below.
   consumer's same-origin check can compare schemes (see scheme()).
 - Keep-alive: a client's Ping (the exact record the clients send, JSON or MessagePack) is
   taken here once the connection says so (`take_pings`, once its delivery runs, sets
-  `hub_heard`): it only tells the connection the client is alive, so it need not cross
+  its `heard`): it only tells the connection the client is alive, so it need not cross
   Daphne's application queue, the consumer and the protocol parser; idle connections
   receive little else. Daphne's own WebSocket pings are not sent: the hub's keep-alive
   (a Ping every KEEPALIVE_INTERVAL, the client's CLIENT_TIMEOUT) is the liveness check,
@@ -164,6 +164,25 @@ def eager_writable(transport: Any) -> bool:
     )
 
 
+class SocketSettings:
+    """What the hub tells one socket through its controls (controls.py): the send bound
+    and what to call past it, the protocol's kind, what a Ping means. One object, set on
+    the protocol as its scope is made: the four as attributes of their own, set later on
+    Autobahn's large instance dict, grew it by about 3 KB a connection
+    (`bench/connections.py --tracemalloc`)."""
+
+    __slots__ = ("binary", "heard", "limit", "overflow")
+
+    def __init__(self) -> None:
+        self.limit = 0  # SEND_BUFFER_LIMIT's bytes (0: none yet)
+        self.overflow: Callable[[int], None] | None = None
+        self.binary = False
+        self.heard: Callable[[], None] | None = None
+
+
+_UNSET = SocketSettings()  # a socket's until its scope is made (read, never written)
+
+
 class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
     """One hub connection's WebSocket under Daphne."""
 
@@ -171,12 +190,8 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
     # per connection.
     maxFramePayloadSize: int
     maxMessagePayloadSize: int
-    # What the hub tells it, per connection, through its controls (controls.py): the
-    # send bound and what to call past it, the protocol's kind, what a Ping means.
-    send_buffer_limit = 0
-    hub_overflow: Callable[[int], None] | None = None
-    hub_binary = False
-    hub_heard: Callable[[], None] | None = None
+    # What the hub tells it, per connection, through its controls (controls.py).
+    hub: SocketSettings = _UNSET
     overflowed = False
     _written = 0  # bytes written since the socket was last asked (amortises the syscall)
     _settings_of: Any = None  # the factory whose settings the class holds
@@ -218,7 +233,7 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
         self.request = UpgradeRequest(self.request.path)
 
     def dataReceived(self, data: bytes) -> None:
-        heard = self.hub_heard
+        heard = self.hub.heard
         if (
             heard is not None
             and len(data) <= PING_FRAME_MAX
@@ -234,7 +249,7 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
         super().dataReceived(data)
 
     def onMessage(self, payload: bytes, isBinary: bool) -> None:
-        heard = self.hub_heard
+        heard = self.hub.heard
         if heard is not None and payload == PINGS[isBinary] and not self.muted:
             heard()  # a Ping: the client is alive, nothing more to do
             return
@@ -253,7 +268,7 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
         """The hub's Close message first, then a WebSocket close instead of a TCP drop."""
         if self.state == self.STATE_OPEN:
             too_big = message_too_big(self.max_message_size)
-            if self.hub_binary:
+            if self.hub.binary:
                 self._write(messagepack.close(too_big), True)
             else:
                 self._write(json_protocol.close(too_big).encode())
@@ -268,7 +283,7 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
         sync: bool = False,
         doNotCompress: bool = False,
     ) -> None:
-        if not self.overflowed and self.send_buffer_limit:
+        if not self.overflowed and self.hub.limit:
             self._check_send_buffer()
         if fragmentSize is None and not sync and self._frames_are_plain():
             self.sendData(server_frame(payload, isBinary))
@@ -319,13 +334,13 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
         """Cheap on the hot path: Twisted's buffer every time, the socket's queue (a
         syscall) once per eighth of the bound written."""
         unsent = twisted_unsent(self.transport)
-        if self._written >= self.send_buffer_limit // 8:
+        if self._written >= self.hub.limit // 8:
             self._written = 0
             unsent += socket_unacknowledged(self.transport)
-        if unsent > self.send_buffer_limit:
+        if unsent > self.hub.limit:
             self.overflowed = True
-            if self.hub_overflow is not None:
-                self.hub_overflow(unsent)
+            if self.hub.overflow is not None:
+                self.hub.overflow(unsent)
 
 
 def scheme(connection: Any) -> str:
