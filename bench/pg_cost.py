@@ -48,7 +48,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 from bench import e2e, hubclients  # noqa: E402
 from bench.private_postgres import PrivatePostgres  # noqa: E402
-from bench.recovery import postgres_cpu  # noqa: E402
+from bench.recovery import TICK, postgres_cpu  # noqa: E402
 from messenger_realtime.uuid7 import uuid7  # noqa: E402
 
 DATABASE_URL = os.environ.get("PGCOST_DATABASE_URL") or hubclients.sibling_url(
@@ -84,6 +84,21 @@ FROM pg_stat_user_indexes WHERE relid = 'messenger.realtime_outbox'::regclass
 ORDER BY indexrelname
 """
 WAL_DIFF = "SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)::bigint"
+# Who each of the server's processes is: a session's application_name (the worker's say
+# messenger-realtime-dispatch, the bench's pg_cost-owner), else its backend type.
+PROCESSES = """
+SELECT pid, coalesce(nullif(application_name, ''), backend_type) FROM pg_stat_activity
+"""
+
+
+async def cpu_by_process(conn: Any) -> dict[str, float]:
+    """CPU seconds so far of each of the server's processes (on this machine), by who it is."""
+    by: dict[str, float] = {}
+    for pid, who in await (await conn.execute(PROCESSES)).fetchall():
+        fields = hubclients.proc_stat(pid)
+        if fields is not None:
+            by[who] = by.get(who, 0.0) + (int(fields[11]) + int(fields[12])) / TICK
+    return by
 
 
 async def commit_all(conn: Any, statement: str, chats: list[Any], count: int, rate: float) -> None:
@@ -133,7 +148,9 @@ async def measure(
     n = args.messages
     result: dict[str, Any] = {"messages": n, "rate_per_s": args.rate}
     async with contextlib.AsyncExitStack() as stack:
-        conn = await psycopg.AsyncConnection.connect(database_url, autocommit=True)
+        conn = await psycopg.AsyncConnection.connect(
+            database_url, autocommit=True, application_name="pg_cost-owner"
+        )
         stack.push_async_callback(conn.close)
         chats = await e2e.seed(conn, 50, 2, 1)
         await conn.execute("VACUUM ANALYZE")
@@ -155,6 +172,7 @@ async def measure(
             await conn.execute("SELECT pg_stat_statements_reset()")
         indexes_before = {n: s for n, s, _ in await (await conn.execute(INDEX_STATS)).fetchall()}
         stats_before = await table_stats(conn)
+        processes_before = await cpu_by_process(conn)
         before = postgres_cpu()
         await commit_all(conn, e2e.SEND_SQL, chats, n, args.rate)
         while True:
@@ -163,7 +181,20 @@ async def measure(
                 break
             await asyncio.sleep(0.2)
         with_outbox = postgres_cpu() - before
+        processes = await cpu_by_process(conn)
         await worker.stop()
+        # Per message, each process's share (the worker's sessions together: claims and
+        # outcomes on one, the build's domain reads on another, the lease, LISTEN); what
+        # no live process accounts for ended within the phase (autovacuum workers).
+        shares = {
+            who: round((cpu - processes_before.get(who, 0.0)) / n * 1000, 3)
+            for who, cpu in sorted(processes.items())
+        }
+        shares["ended within the phase"] = round(
+            (with_outbox - sum(processes.values()) + sum(processes_before.values())) / n * 1000,
+            3,
+        )
+        result["with_outbox_cpu_ms_per_message_by_process"] = shares
         stats_after = await table_stats(conn)
         ins, upd, hot, dele, autovacuums = (
             b - a for a, b in zip(stats_before[:5], stats_after[:5], strict=True)
