@@ -76,6 +76,7 @@ from bench.chaos_report import (  # noqa: E402
     passed,
     plot,
 )
+from bench.private_postgres import PrivatePostgres  # noqa: E402
 
 LOCK_TTL = 6  # s: a stopped leader is replaced within this (the lease's heartbeat)
 DRAIN_LIMIT = 30.0  # s after the last fault's traffic for the outbox to drain
@@ -88,48 +89,6 @@ PARTITION = (5.0, 30.0)  # s a partition lasts before it heals
 LATENCY, LATENCY_FOR = 0.1, 60.0  # s added each way, for how long
 FLAPPING_FOR, FLAP = 30.0, (1.0, 4.0)  # s a link flaps; each phase down or up
 DEPENDENCIES = ("redis", "postgresql")
-
-
-def as_postgres(argv: list[str]) -> list[str]:
-    """initdb and pg_ctl refuse to run as root."""
-    return ["runuser", "-u", "postgres", "--", *argv] if os.getuid() == 0 else argv
-
-
-class PrivatePostgres:
-    """A PostgreSQL cluster of the run's own, in a temporary directory."""
-
-    def __init__(self, directory: Path, port: int) -> None:
-        bindirs = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
-        if not bindirs:
-            raise RuntimeError("no PostgreSQL server binaries under /usr/lib/postgresql")
-        self.bin, self.dir, self.port = bindirs[-1], directory, port
-        self.url = f"postgres://postgres@127.0.0.1:{port}/messenger"
-
-    def _ctl(self, *args: str) -> None:
-        argv = [str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), *args]
-        subprocess.run(as_postgres(argv), check=True, capture_output=True, timeout=120)
-
-    def start(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if os.getuid() == 0:
-            shutil.chown(self.dir, "postgres")
-        initdb = [str(self.bin / "initdb"), "-D", str(self.dir / "data"), "-U", "postgres"]
-        subprocess.run(
-            as_postgres([*initdb, "--auth=trust"]), check=True, capture_output=True, timeout=120
-        )
-        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
-        options += " -c max_connections=200 -c fsync=off"
-        self.options = options
-        self._ctl("-l", str(self.dir / "server.log"), "-w", "-o", options, "start")
-
-    def crash_restart(self) -> None:
-        """Immediate shutdown (no checkpoint: a crash, recovered from WAL) and start."""
-        self._ctl("-m", "immediate", "-w", "stop")
-        self._ctl("-l", str(self.dir / "server.log"), "-w", "-o", self.options, "start")
-
-    def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            self._ctl("-m", "immediate", "-w", "stop")
 
 
 class PrivateRedis:
@@ -665,7 +624,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     directory = Path(tempfile.mkdtemp(prefix="chaos-"))
     directory.chmod(0o755)  # the postgres user runs the private cluster below it
-    postgres = PrivatePostgres(directory / "pg", hubclients.free_port())
+    postgres = PrivatePostgres(
+        directory / "pg", hubclients.free_port(), {"max_connections": "200", "fsync": "off"}
+    )
     redis = PrivateRedis(hubclients.free_port())
     env = {**os.environ, "DATABASE_URL": postgres.url, "REDIS_URL": redis.url}
     env.update(

@@ -165,9 +165,9 @@ FROM walked LEFT JOIN claimed ON true;
 -- WALK_AND_CLAIM for one partition's leader (DISPATCH_PARTITIONS > 1, partitions.py),
 -- rendered with the partition's forms of IN_PARTITION, WALK_KEY and WALK_ORDER: the walk
 -- visits the partition's targets only, in (target_hash, target_key) order, each probe
--- one step of ix_rto_pending_partition (migration 0007) within [%(lo)s, %(hi)s]; and the
--- urgent probe keeps to the same range. The fair and topped probes need no filter: they
--- read the walked targets only.
+-- one step of ix_rto_pending_partition (PARTITION_INDEX_CREATE) within [%(lo)s, %(hi)s];
+-- and the urgent probe keeps to the same range. The fair and topped probes need no
+-- filter: they read the walked targets only.
 {{WALK_AND_CLAIM in partition}};
 
 
@@ -226,7 +226,8 @@ o.stream_offset
 -- fragment: TARGET_HASH(uuid)
 -- A target's partition hash (partitions.py): the first 32 bits of md5 of the uuid's
 -- text, as a signed int4. Textually ix_rto_pending_partition's expression (migration
--- 0007, over target_key): a probe rides that index only if it spells it the same.
+-- 0007 and PARTITION_INDEX_CREATE, over target_key): a probe rides that index only if it
+-- spells it the same.
 ('x' || left(md5(({{uuid}})::text), 8))::bit(32)::int4
 
 -- fragment: IN_PARTITION(uuid)
@@ -251,6 +252,41 @@ AND {{TARGET_HASH({{uuid}})}} BETWEEN %(lo)s::int4 AND %(hi)s::int4
 
 -- fragment: WALK_ORDER(uuid) in partition
 {{TARGET_HASH({{uuid}})}}, {{uuid}}
+
+
+-- name: PARTITION_INDEX_STATE
+-- Whether ix_rto_pending_partition exists (NULL: no) and is valid (false: a CONCURRENTLY
+-- build that failed or is under way). Only partitioned runners need it, so migration 0011
+-- dropped it where none ran: without partitions it cost an md5 and an index entry at
+-- every insert and every claim. A partitioned runner creates it as it starts
+-- (store.ensure_partition_index).
+SELECT (SELECT indisvalid FROM pg_index
+        WHERE indexrelid = to_regclass('messenger.ix_rto_pending_partition'));
+
+
+-- name: PARTITION_INDEX_CREATE
+-- The index partitioned runners walk (partitions.py): (target_hash, target_key, id) over
+-- the Pending rows, so a partition's walk over its targets is a loose index scan of one
+-- hash range. Built CONCURRENTLY: the owners' inserts never wait for it.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_rto_pending_partition
+    ON messenger.realtime_outbox (({{TARGET_HASH(target_key)}}), target_key, id)
+    WHERE status = 'Pending';
+
+
+-- name: PARTITION_INDEX_DROP
+-- An invalid ix_rto_pending_partition (a failed build): dropped before building again.
+DROP INDEX CONCURRENTLY IF EXISTS messenger.ix_rto_pending_partition;
+
+
+-- name: PARTITION_INDEX_TURN
+-- One worker builds the index at a time (session lock, tried, never waited for: a build
+-- waits for every older transaction, and a session waiting in pg_advisory_lock would be
+-- one of them). %(key)s: the LOCK_KEY's advisory key, plus one.
+SELECT pg_try_advisory_lock(%(key)s);
+
+
+-- name: PARTITION_INDEX_TURN_END
+SELECT pg_advisory_unlock(%(key)s);
 
 
 -- name: PARTITION_OF
@@ -353,7 +389,8 @@ EXPLAIN (FORMAT JSON) SELECT 1 FROM messenger.realtime_outbox WHERE status = 'Pe
 
 -- name: QUARANTINED_STATS
 -- Quarantined rows per kind, for the gauge the quarantine alert reads: they stay until
--- requeued, so the alert does too. ix_rto_due (status, next_attempt_at) finds them.
+-- requeued, so the alert does too. ix_rto_due (status, next_attempt_at; Pending and
+-- Quarantined rows since migration 0011) finds them.
 SELECT kind, count(*) FROM messenger.realtime_outbox WHERE status = 'Quarantined'
 GROUP BY kind;
 

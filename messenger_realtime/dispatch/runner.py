@@ -20,8 +20,11 @@ import psycopg
 from messenger_realtime.backplane.publisher import Publisher
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.contracts.port import DomainPort
+from messenger_realtime.dispatch import connections as db
+from messenger_realtime.dispatch import store
 from messenger_realtime.dispatch.dispatcher import Dispatcher
 from messenger_realtime.dispatch.gate import PartitionGate
+from messenger_realtime.dispatch.lease import advisory_key
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.exceptions import DatabaseUnusable, database_cause, describe_error
 from messenger_realtime.ops.health import Liveness, LivenessGroup
@@ -53,6 +56,8 @@ class PartitionedRunner:
         on_lock_busy: Callable[[], None] | None = None,
     ) -> None:
         self.stop = asyncio.Event()
+        self.alias = alias
+        self.index_turn = advisory_key(f"{options.lock_key}#partition-index")
         count = options.dispatch_partitions
         self.gate = PartitionGate(options.polling_interval, count)
         self.dispatchers = [
@@ -75,12 +80,42 @@ class PartitionedRunner:
     async def run(self, *, once: bool = False) -> None:
         """Every partition's Dispatcher until stopped; with once=True one pass each
         (the partitions another worker leads are skipped)."""
+        # The partitions' walk index is built beside the leaders, not before them: on a
+        # large outbox the build takes a while, and claims are correct without it.
+        index = asyncio.create_task(self.ensure_partition_index())
         results = await asyncio.gather(
             *(d.run(once=once) for d in self.dispatchers), return_exceptions=True
         )
+        if not index.done():
+            index.cancel()
+        await asyncio.gather(index, return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+
+    async def ensure_partition_index(self) -> None:
+        """ix_rto_pending_partition, which only partitioned runners need (migration 0011
+        dropped it where none ran): created if missing, on a connection of its own. A
+        failure is logged, never fatal: the walk then reads ix_rto_pending_target."""
+        try:
+            conn = await db.connect(self.alias)
+            try:
+                done = await store.ensure_partition_index(conn, self.index_turn)
+            finally:
+                await conn.close()
+        except (psycopg.Error, OSError) as exc:
+            logger.warning(
+                "partition index not ensured: %s",
+                describe_error(exc),
+                extra={"action": "partition_index", "outcome": "failed"},
+            )
+            return
+        if done != "valid":
+            logger.info(
+                "partition index %s",
+                done,
+                extra={"action": "partition_index", "outcome": done},
+            )
 
 
 def build_runner(

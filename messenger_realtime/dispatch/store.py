@@ -244,6 +244,30 @@ async def delete_done(conn: Conn, older_than: float, limit: int) -> int:
     return cur.rowcount
 
 
+async def ensure_partition_index(conn: Conn, key: int) -> str:
+    """Make ix_rto_pending_partition exist and be valid, for partitioned runners (queries.sql
+    PARTITION_INDEX_STATE says why only they have it); what was done: "valid" (it was),
+    "built", or "busy" (another worker holds the turn `key`: it is building it).
+
+    On an autocommit connection of its own (CREATE INDEX CONCURRENTLY runs outside any
+    transaction). An invalid index (a failed build) is dropped and built again."""
+    (valid,) = await (await conn.execute(sql.PARTITION_INDEX_STATE)).fetchone() or (None,)
+    if valid:
+        return "valid"
+    (turn,) = await (await conn.execute(sql.PARTITION_INDEX_TURN, {"key": key})).fetchone() or (
+        False,
+    )
+    if not turn:
+        return "busy"
+    try:
+        if valid is False:
+            await conn.execute(sql.PARTITION_INDEX_DROP)
+        await conn.execute(sql.PARTITION_INDEX_CREATE)
+    finally:
+        await conn.execute(sql.PARTITION_INDEX_TURN_END, {"key": key})
+    return "built"
+
+
 @contextlib.asynccontextmanager
 async def _no_transaction() -> AsyncIterator[None]:
     yield  # a single statement on an autocommit connection is its own transaction

@@ -13,6 +13,7 @@ from django.db import connection
 
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch import partitions, sql, store
+from messenger_realtime.dispatch.lease import advisory_key
 from messenger_realtime.dispatch.partitions import INT4_MIN, Partition
 from messenger_realtime.dispatch.store import NO_TARGET
 from tests.support.partitions import insert_invitations, insert_rows, partition_of
@@ -87,6 +88,28 @@ def test_each_row_is_claimed_by_its_targets_partition_only_and_every_row_once() 
     assert len(set(seen.values())) == count  # 80 targets spread over all three
 
 
+async def ensure_partition_index() -> str:
+    conn = await db.connect()
+    try:
+        return await store.ensure_partition_index(conn, advisory_key("tests#partition-index"))
+    finally:
+        await conn.close()
+
+
+def test_a_partitioned_runner_builds_the_partition_index_only_where_missing() -> None:
+    with connection.cursor() as cur:
+        cur.execute("DROP INDEX IF EXISTS messenger.ix_rto_pending_partition")
+    assert run(ensure_partition_index()) == "built"
+    assert run(ensure_partition_index()) == "valid"
+    with connection.cursor() as cur:  # as a failed CONCURRENTLY build leaves it
+        cur.execute(
+            "UPDATE pg_index SET indisvalid = false"
+            " WHERE indexrelid = 'messenger.ix_rto_pending_partition'::regclass"
+        )
+    assert run(ensure_partition_index()) == "built"
+    assert run(ensure_partition_index()) == "valid"
+
+
 def plan(statement: str, params: dict[str, Any]) -> str:
     with connection.cursor() as cur:
         cur.execute("SET enable_seqscan = off")  # a small table: ask for the index's plan
@@ -97,6 +120,7 @@ def plan(statement: str, params: dict[str, Any]) -> str:
 
 
 def test_the_partition_walk_probes_its_index_by_hash_range() -> None:
+    run(ensure_partition_index())  # what a partitioned runner does as it starts
     insert_rows([uuid.uuid4() for _ in range(50)], 20)
     with connection.cursor() as cur:
         cur.execute("ANALYZE messenger.realtime_outbox")
