@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -79,6 +80,7 @@ class Watchers:
         self.presence_events = 0
         self.typing_events = 0
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.pings: dict[str, asyncio.Task[None]] = {}
 
     async def open(self, token: str, watch: list[str]) -> None:
         from bench.connections import connect
@@ -100,6 +102,7 @@ class Watchers:
             self.watch_latencies.append(time.monotonic() - started)
             self.sockets[token] = ws
             self.tasks[token] = asyncio.create_task(self.listen(ws))
+            self.pings[token] = asyncio.create_task(self.keepalive(ws))
 
     async def listen(self, ws: Any) -> None:
         from websockets.exceptions import ConnectionClosed
@@ -112,9 +115,23 @@ class Watchers:
                 if '"typing"' in text:
                     self.typing_events += text.count('"target":"typing"')
 
+    async def keepalive(self, ws: Any) -> None:
+        """The official clients' Ping every 15 s: without it the hub ends a connection
+        it has not heard from for CLIENT_TIMEOUT."""
+        from websockets.exceptions import ConnectionClosed
+
+        from bench.connections import PING, PING_EVERY
+
+        await asyncio.sleep(random.uniform(0, PING_EVERY))  # spread the clients' pings
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                await ws.send(PING)
+                await asyncio.sleep(PING_EVERY)  # a period, not synchronisation
+
     async def close(self, tokens: list[str]) -> None:
         for token in tokens:
             self.tasks.pop(token).cancel()
+            self.pings.pop(token).cancel()
         await asyncio.gather(*(self.sockets.pop(t).close() for t in tokens))
 
 
@@ -148,8 +165,8 @@ async def client_main() -> None:
         elif command["cmd"] == "type":  # Typing in a chat, as a send (no completion)
             frame = json.dumps({"type": 1, "target": "Typing", "arguments": [command["chat"]]}) + RS
             mine = [watchers.sockets[t] for t in command["tokens"] if t in watchers.sockets]
-            await asyncio.gather(*(ws.send(frame) for ws in mine))
-            reply({"typed": len(mine)})
+            sent = await asyncio.gather(*(ws.send(frame) for ws in mine), return_exceptions=True)
+            reply({"typed": sum(x is None for x in sent)})
         elif command["cmd"] == "leave":
             await watchers.close(command["tokens"])
             reply({"left": len(command["tokens"])})
@@ -158,7 +175,7 @@ async def client_main() -> None:
                 *(watchers.open(t, lists[t]) for t in command["tokens"]), return_exceptions=True
             )
             reply({"back": sum(b is None for b in back)})
-    for task in watchers.tasks.values():
+    for task in [*watchers.tasks.values(), *watchers.pings.values()]:
         task.cancel()
     await asyncio.gather(*(ws.close() for ws in watchers.sockets.values()), return_exceptions=True)
 
