@@ -180,3 +180,23 @@ def test_after_redis_restarts_the_reconnected_clients_know_again_who_is_online(
             client.kill()
         for server in daphnes:
             server.kill()
+
+
+def test_presence_over_messagepack_with_the_official_client(
+    daphnes: list[DaphneProcess], live_env: dict[str, str]
+) -> None:
+    """The watch's answer and the presence event in the other hub protocol."""
+    alice, bob = UserFactory(), UserFactory()
+    services.create_chat(alice.id, [bob.id])
+    url = f"{daphnes[0].http}/hubs/messenger"
+    watcher = HubClient(
+        "@microsoft/signalr", url, token_for(alice.id), live_env, {"messagepack": True}
+    )
+    try:
+        watcher.next("state", "connected")
+        assert watcher.watch([bob])[str(bob.id)] == {"online": False, "lastSeen": None}
+        with joined(daphnes[1], bob):
+            change = watcher.next("event", "presence")["payload"]
+        assert change == {"userId": str(bob.id), "online": True, "lastSeen": None}
+    finally:
+        watcher.kill()
