@@ -6,7 +6,6 @@ a stand-in, and the membership read of one event is held on an Event (a slow dom
 read)."""
 
 import asyncio
-import functools
 import json
 import uuid
 from typing import Any
@@ -41,12 +40,7 @@ class SlowRead(Groups):
     here that read waits for `release`, and says `entered` when it starts."""
 
     def __init__(self, connection: HubConnection, expire_in_read: bool) -> None:
-        hub = connection.hub
-        super().__init__(
-            connection.user_id,
-            fanout=functools.partial(hub.fanout, connection.channel_layer),
-            rosters=hub.rosters,
-        )
+        super().__init__(connection.user_id, owner=connection)
         self.connection = connection
         self.entered, self.release = asyncio.Event(), asyncio.Event()
         self.expire_in_read = expire_in_read

@@ -25,6 +25,9 @@ class Clock:
     def __init__(self) -> None:
         self.now = 100.0
 
+    def time(self) -> float:
+        return self.now
+
     def __call__(self) -> float:
         return self.now
 
@@ -45,7 +48,7 @@ def test_calls_within_the_interval_publish_once_per_chat() -> None:
         reads.append((str(chat), blockers))
         return 3, [] if blockers else None
 
-    part = Composing(typist, now=clock, layer=layer, read=read)
+    part = Composing(typist, loop=clock, layer=layer, read=read)
 
     async def keystroke(chat: str) -> None:
         if part.due(chat):
@@ -78,7 +81,7 @@ def test_who_blocked_the_typist_is_read_again_after_a_minute() -> None:
     async def read(chat: uuid.UUID, user_id: uuid.UUID, blockers: bool) -> Any:
         return 1, answers.pop(0) if blockers else None
 
-    part = Composing(uuid.uuid4(), now=clock, layer=layer, read=read)
+    part = Composing(uuid.uuid4(), loop=clock, layer=layer, read=read)
     chat = str(uuid.uuid4())
 
     async def typing() -> None:

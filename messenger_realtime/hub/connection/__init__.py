@@ -19,9 +19,12 @@ through the connection's attribute of the same name:
 - `composing` (composing.py): its user's typing indicators: when it last published in
   each chat, and who blocked its user (read at most once a minute).
 
-A part never holds its connection: HubConnection hands each, when it makes it, the other
-parts it uses and, as one callable each, what it needs of the connection (the transport
-carrying it now, whether it is closing, how to end it, ...). What arrives from the
+A part never writes its connection: HubConnection hands each, when it makes it, the other
+parts it uses and, if it needs anything of the connection (the transport carrying it
+now, whether it is closing, how to end it, ...), the connection itself as one read-only
+reference typed by the `Owner` Protocol of the part's own module, which lists exactly
+what it reads and calls (mypy checks HubConnection against it): one reference per part,
+not a callable per need (an idle connection's memory: issue 48). What arrives from the
 channel layer (layer_messages.py) and the hub methods (methods/) are functions the connection is
 passed to; they keep no state of their own. What they use of it is declared in state.py
 (`Connection`), which imports none of them: no import cycle. Process-wide things (the

@@ -35,7 +35,7 @@ A receiver never shows its own user's typing, nor that of a typist its user bloc
 
 import time
 from collections.abc import Awaitable, Callable, Collection
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from messenger_realtime.backplane.group_names import layer_group
@@ -59,6 +59,12 @@ _PRUNE_AT = 64  # publish times kept before the stale ones are forgotten
 Read = Callable[[UUID, UUID, bool], Awaitable[tuple[int | None, Collection[UUID] | None]]]
 
 
+class Clock(Protocol):
+    """What tells its time: its connection's event loop (loop.time())."""
+
+    def time(self) -> float: ...
+
+
 @hub_read
 def read_for_publish(
     chat: UUID, user_id: UUID, blockers: bool
@@ -74,20 +80,21 @@ def read_for_publish(
 class Composing:
     """A connection's typing indicators: when it last published in each chat, and who
     blocked its user (as last read). A part of HubConnection; it is handed its user, the
-    loop's clock, the channel layer and the read it makes, never its connection."""
+    event loop (its clock), the channel layer and the read it makes, never its
+    connection."""
 
-    __slots__ = ("_blockers", "_layer", "_now", "_published", "_read", "_read_at", "user_id")
+    __slots__ = ("_blockers", "_layer", "_loop", "_published", "_read", "_read_at", "user_id")
 
     def __init__(
         self,
         user_id: UUID,
         *,
-        now: Callable[[], float],
+        loop: Clock,
         layer: Any,
         read: Read = read_for_publish,
     ) -> None:
         self.user_id = user_id
-        self._now, self._layer, self._read = now, layer, read  # now: the loop's time
+        self._loop, self._layer, self._read = loop, layer, read
         self._published: dict[str, float] = {}  # chat -> loop time of its last publish
         self._blockers: list[str] = []
         self._read_at: float | None = None  # loop time of the last read of blockers
@@ -95,7 +102,7 @@ class Composing:
     def due(self, chat: str) -> bool:
         """Whether a call for `chat` publishes now (and, if so, it counts as published):
         once per TYPING_INTERVAL; the calls in between cost this lookup only."""
-        now = self._now()
+        now = self._loop.time()
         last = self._published.get(chat)
         if last is not None and now - last < TYPING_INTERVAL:
             metrics.hub_typing.labels(outcome="collapsed").inc()
@@ -112,7 +119,7 @@ class Composing:
         user again when the last read of it is BLOCKERS_MAX_AGE old (a block made
         meanwhile hides the typing from then on, within that time). A connection runs
         its invocations one at a time, so two reads never overlap."""
-        now = self._now()
+        now = self._loop.time()
         stale = self._read_at is None or now - self._read_at >= BLOCKERS_MAX_AGE
         version, blockers = await self._read(UUID(chat), self.user_id, stale)
         if blockers is not None:

@@ -4,12 +4,14 @@ A part of HubConnection; the membership rules themselves are in membership.py, a
 process (not the connection) is the layer's group member (hub/fanout.py).
 
 Groups owns what it holds (its ChatMemberships), its inbox and whether it joined or left
-them; it knows its user and, of its process, only the fan-out and the rosters it is
-handed when made. It never reads its connection: a connection that ends leaves its
-groups (leave_all), and a join still running then sees that and leaves again.
+them; it knows its user and, of its connection, only its process's fan-out over its
+channel layer and its rosters (`Owner`, below: the one reference it is handed when
+made). It never reads its connection's state: a connection that ends leaves its groups
+(leave_all), and a join still running then sees that and leaves again.
 """
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
+from typing import Any, Protocol
 from uuid import UUID
 
 from messenger_realtime.backplane.group_names import layer_group, presence_group
@@ -26,14 +28,33 @@ from messenger_realtime.hub.reads import hub_read
 from messenger_realtime.hub.rosters import Rosters
 
 
+class Shared(Protocol):
+    """Its process (hub/process.HubProcess), as Groups uses it: what its event loop runs
+    for every connection."""
+
+    def fanout(self, layer: Any) -> Fanout: ...
+
+    def rosters(self) -> Rosters: ...
+
+
+class Owner(Protocol):
+    """Its connection (lifecycle.HubConnection), as Groups reads it: its process and its
+    channel layer, read-only here."""
+
+    @property
+    def hub(self) -> Shared: ...
+
+    @property
+    def channel_layer(self) -> Any: ...
+
+
 class Groups:
     """A connection's groups: what it holds (its ChatMemberships), the inbox the
     process's reader fills for it, and joining and leaving as the domain says."""
 
     __slots__ = (
-        "_fanout",
         "_inbox",
-        "_rosters",
+        "_owner",
         "admitted",
         "left",
         "memberships",
@@ -46,12 +67,11 @@ class Groups:
         self,
         user_id: UUID,
         *,
-        fanout: Callable[[], Fanout],
-        rosters: Callable[[], Rosters],
+        owner: Owner,
     ) -> None:
         self.user_id = user_id
         # Its process's, on its loop (HubProcess.fanout over its layer, HubProcess.rosters).
-        self._fanout, self._rosters = fanout, rosters
+        self._owner = owner
         self.memberships = ChatMemberships()
         self._inbox: Inbox | None = None
         self.admitted = False  # admit() read its memberships and joined its groups
@@ -61,7 +81,8 @@ class Groups:
 
     @property
     def fanout(self) -> Fanout:
-        return self._fanout()
+        owner = self._owner
+        return owner.hub.fanout(owner.channel_layer)
 
     @property
     def inbox(self) -> Inbox:
@@ -82,7 +103,7 @@ class Groups:
         if verdict is Verdict.RESYNC and version is not None and chat in self.memberships.held:
             # Held, at an older version: one roster read per process, not one per
             # connection, says whether this user is still in (hub/rosters.py).
-            roster = await self._rosters().at_least(UUID(chat), version)
+            roster = await self._owner.hub.rosters().at_least(UUID(chat), version)
             if roster is not None and self.user_id in roster.members:
                 self.memberships.advance(chat, roster.version)
                 return True

@@ -3,8 +3,9 @@ from the upgrade through the handshake to its end.
 
 The connection's own fields live here (`__slots__`), and it alone writes them; what each
 part owns is its own (see the package's docstring), and a part is handed, when made here,
-the other parts it uses and, as callables, what it needs of the connection: never the
-connection itself. A HubConnection authenticates once, speaks
+the other parts it uses and, if it needs anything of the connection, the connection as
+the read-only Protocol its own module declares (`Owner`: only what it reads and calls).
+A HubConnection authenticates once, speaks
 the handshake, joins the groups the user may receive (decided by its Groups from the
 domain port, never by the client) and ends exactly once, whichever way: the client's
 Close, a Close the server sends, the transport lost for good, a deadline passed. It can
@@ -14,7 +15,6 @@ outlive the physical connection: a stateful WebSocket that dropped waits for its
 
 import asyncio
 import contextlib
-import functools
 import logging
 from typing import Any
 from uuid import UUID
@@ -110,49 +110,31 @@ class HubConnection:
         )
         self.admission = Opening(None)  # counted from admit() on
         self.receiving: asyncio.Lock | None = None  # made at first use (long polling only)
-        # Its parts, each handed what it uses (see the package's docstring).
+        # Its parts, each handed what it uses (see the package's docstring): the other
+        # parts, and itself only as the read-only Protocol (`Owner`) its part declares.
         self.auth = Authentication(identity, token, self.loop)
-        self.groups = Groups(
-            self.user_id,
-            fanout=lambda: hub.fanout(self.channel_layer),
-            rosters=hub.rosters,
-        )
-        self.outbound = Outbound(
-            opened_at=opened_at,
-            now=self.loop.time,
-            transport=self._transport,
-            inbox=lambda: self.groups.inbox,
-            closing=self._closing,
-            end=self.end,
-            frame_of=functools.partial(event_frame, self),
-            act_on=functools.partial(dispatch, self),
-            pinged=self.pinged,
-            keep=hub.keep,
-            ids=self.ids,
-        )
+        self.groups = Groups(self.user_id, owner=self)
+        self.outbound = Outbound(owner=self, opened_at=opened_at)
         self.invocations = Invocations()
-        self.composing = Composing(self.user_id, now=self.loop.time, layer=channel_layer)
+        self.composing = Composing(self.user_id, loop=self.loop, layer=channel_layer)
         self.stateful: StatefulReconnect | None = None
         self.marks: StreamMarks | None = None
         self.timeouts = Timeouts(  # its deadlines, on the process's clock
             hub.clock(),
             options,
+            owner=self,
             opened_at=opened_at,
             auth=self.auth,
             outbound=self.outbound,
-            closing=self._closing,
-            handshaken=lambda: self.handshaken,
-            transport=self._transport,
-            protocol=lambda: self.protocol,
-            stateful=lambda: self.stateful,
-            end_soon=self.end_soon,
         )
 
-    def _transport(self) -> Transport | None:
-        return self.transport  # a resume swaps it, a loss clears it
+    async def frame_of(self, message: dict[str, Any]) -> Frame | None:
+        """The frame of an event of its inbox for it, None when not for it (Outbound)."""
+        return await event_frame(self, message)
 
-    def _closing(self) -> bool:
-        return self.closing
+    async def act_on(self, message: dict[str, Any]) -> None:
+        """Act on a control message of its inbox (Outbound)."""
+        await dispatch(self, message)
 
     def pinged(self) -> None:
         """A Ping the transport took itself (Outbound.take_pings): the client is alive,
@@ -254,12 +236,7 @@ class HubConnection:
                 disconnect_timeout=self.options.disconnect_timeout,
                 protocol=self.protocol,
                 outbound=self.outbound,
-                now=self.loop.time,
-                transport=self._transport,
-                closing=self._closing,
-                end=self.end,
-                moved=self.timeouts.moved,
-                log_ids={Field.CONNECTION_ID: self.connection_id, Field.USER_ID: self.user_id},
+                owner=self,
             )
             self.outbound.numbered_by(stateful.emit)
         # Joined before answering (admit() at the upgrade, or here), and forwarding

@@ -19,12 +19,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.backplane.publisher import EVENT_TYPE
 from messenger_realtime.hub.connection.ending import Ending
-from messenger_realtime.hub.inbox import Inbox
+from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.protocols.base import Frame, join_frames
 from messenger_realtime.hub.transports.base import Transport
 
@@ -41,55 +41,64 @@ QUIET_BYTES = 16 * 1024
 Numbered = Callable[..., Awaitable[None]]
 
 
+class Keeps(Protocol):
+    """Its process, as Outbound uses it (HubProcess.keep)."""
+
+    def keep(self, task: "asyncio.Future[None]") -> None: ...
+
+
+class Owner(Protocol):
+    """Its connection (lifecycle.HubConnection), as Outbound reads and calls it: all
+    read-only here (the connection writes its own fields)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...  # its time: loop.time()
+
+    @property
+    def transport(self) -> Transport | None: ...  # the one carrying it now (a resume swaps it)
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def groups(self) -> Groups: ...  # its inbox
+
+    @property
+    def hub(self) -> Keeps: ...  # holds a task nobody awaits till done
+
+    async def end(self, how: Ending) -> None: ...
+
+    async def frame_of(self, message: dict[str, Any]) -> Frame | None:
+        """An event's frame for it (None: not for it): layer_messages.py."""
+
+    async def act_on(self, message: dict[str, Any]) -> None:
+        """A control message of its inbox acted on: layer_messages.py."""
+
+    def pinged(self) -> None:
+        """A Ping the transport took itself (take_pings)."""
+
+    def ids(self) -> dict[str, Any]: ...
+
+
 class Outbound:
     """A connection's writes, and the task that forwards its inbox while it runs.
 
     It owns when it last wrote (`last_sent`: the keep-alive counts from there), the
     frames of the batch in hand (`unsent`) and its delivery task. What it needs of its
-    connection it is handed when made, each as one callable: the transport carrying it
-    now (a resume swaps it), whether it is closing, how to end it, what an event or a
-    control message of its inbox does to it (layer_messages.py), and the rest named below."""
+    connection it reads through the one reference it is handed when made, typed `Owner`
+    (above): read-only, so it never writes the connection's fields."""
 
     __slots__ = (
-        "_act_on",
-        "_closing",
-        "_end",
-        "_frame_of",
-        "_ids",
-        "_inbox",
-        "_keep",
-        "_now",
         "_numbered",
-        "_pinged",
-        "_transport",
+        "_owner",
         "delivering",
         "last_sent",
         "task",
         "unsent",
     )
 
-    def __init__(
-        self,
-        *,
-        opened_at: float,
-        now: Callable[[], float],
-        transport: Callable[[], Transport | None],
-        inbox: Callable[[], Inbox],
-        closing: Callable[[], bool],
-        end: Callable[[Ending], Awaitable[None]],
-        frame_of: Callable[[dict[str, Any]], Awaitable[Frame | None]],
-        act_on: Callable[[dict[str, Any]], Awaitable[None]],
-        pinged: Callable[[], None],
-        keep: Callable[["asyncio.Future[None]"], None],
-        ids: Callable[[], dict[str, Any]],
-    ) -> None:
-        self._now, self._transport, self._inbox = now, transport, inbox  # the loop's time
-        self._closing, self._end, self._ids = closing, end, ids
-        # layer_messages.py's, for its connection: an event's frame (None: not for it), a
-        # control message acted on.
-        self._frame_of, self._act_on = frame_of, act_on
-        self._pinged = pinged  # a Ping the transport took itself (take_pings)
-        self._keep = keep  # its process's: holds a task nobody awaits till done
+    def __init__(self, owner: Owner, *, opened_at: float) -> None:
+        self._owner = owner
         self._numbered: Numbered | None = None  # stateful reconnect's, once granted
         self.last_sent = opened_at  # loop time of its last write (none yet: its opening)
         self.delivering = False  # its inbox's messages go out (handshake answered)
@@ -103,15 +112,15 @@ class Outbound:
 
     def sent(self, now: float | None = None) -> None:
         """Something went out to the client now (the keep-alive counts from here)."""
-        self.last_sent = self._now() if now is None else now
+        self.last_sent = self._owner.loop.time() if now is None else now
 
     def start(self) -> None:
         """From now on, what arrives in its inbox goes out (after the handshake; for a
         stateful connection, after the client's first message)."""
-        if self.delivering or self._closing():
+        if self.delivering or self._owner.closing:
             return
         self.delivering = True
-        self._inbox().start_draining(self._wake)
+        self._owner.groups.inbox.start_draining(self._wake)
         self.take_pings()
 
     def stop(self) -> None:
@@ -123,7 +132,7 @@ class Outbound:
     def _wake(self) -> None:
         """Something arrived in its inbox: a delivery task, unless one runs (it takes
         whatever arrives while it runs, and ends when the inbox is empty)."""
-        if self.task is None and not self._closing():
+        if self.task is None and not self._owner.closing:
             self.task = asyncio.create_task(self._deliver())
 
     def backlogged(self) -> bool:
@@ -131,33 +140,36 @@ class Outbound:
         the batch in hand, over QUIET_BYTES the client has not taken, or no transport
         (a stateful connection between sockets). A volatile message (a typing
         indicator) goes out only when not: it is the first thing dropped."""
-        if self.unsent or len(self._inbox()):
+        owner = self._owner
+        if self.unsent or len(owner.groups.inbox):
             return True
-        transport = self._transport()
+        transport = owner.transport
         return transport is None or transport.unsent() > QUIET_BYTES
 
     def take_pings(self) -> None:
         """Let the transport take the client's Pings itself, where it can (a WebSocket
         under Daphne: daphne/websocket_protocol.py), now that a Ping means nothing but
         `pinged`."""
-        transport = self._transport()
+        owner = self._owner
+        transport = owner.transport
         if transport is not None:
-            transport.take_pings(self._pinged)
+            transport.take_pings(owner.pinged)
 
     async def _deliver(self) -> None:
         """Forward what the process's reader put in this connection's inbox, until it is
         empty: the events waiting at once in one frame, control messages in their turn."""
-        closing, inbox = self._closing, self._inbox()
+        owner = self._owner
+        inbox = owner.groups.inbox
         try:
-            while not closing():
+            while not owner.closing:
                 size = 0
                 messages = inbox.take_now(FRAME_RECORDS)
                 if not messages:
                     break  # no await since: nothing can arrive before this task is gone
                 for message in messages:
                     if message["type"] == EVENT_TYPE:
-                        frame = await self._frame_of(message)
-                        if closing():  # closed meanwhile: its Close sent `unsent` first
+                        frame = await owner.frame_of(message)
+                        if owner.closing:  # closed meanwhile: its Close sent `unsent` first
                             return
                         if frame is not None:
                             self.unsent.append(frame)
@@ -168,15 +180,15 @@ class Outbound:
                     else:
                         await self.flush()
                         size = 0
-                        await self._act_on(message)
-                        if closing():
+                        await owner.act_on(message)
+                        if owner.closing:
                             return
                 await self.flush()
         except asyncio.CancelledError:
             raise
         except Exception:
-            logger.exception("hub connection failed", extra=self._ids())
-            await self._end(ending.SHUTDOWN)
+            logger.exception("hub connection failed", extra=owner.ids())
+            await owner.end(ending.SHUTDOWN)
         finally:
             if self.task is asyncio.current_task():
                 self.task = None
@@ -196,7 +208,7 @@ class Outbound:
     async def send(self, frame: Frame) -> None:
         """A message outside the sequence (handshake, ping, Close, Ack, Sequence)."""
         self.sent()
-        transport = self._transport()
+        transport = self._owner.transport
         if transport is not None:
             await transport.send(frame)
 
@@ -204,11 +216,11 @@ class Outbound:
         """As send, from code that cannot wait (the clock's pings and Acks): at once
         where the transport writes without waiting (a WebSocket), else in a task."""
         self.sent()
-        transport = self._transport()
+        transport = self._owner.transport
         if transport is None:
             return
         if not transport.send_now(frame):
-            self._keep(asyncio.ensure_future(transport.send(frame)))
+            self._owner.hub.keep(asyncio.ensure_future(transport.send(frame)))
 
     async def emit(self, frame: Frame) -> None:
         """A hub invocation message (an event, a completion): numbered and kept for a
@@ -217,7 +229,7 @@ class Outbound:
         if self._numbered is not None:
             await self._numbered(frame)
             return
-        transport = self._transport()
+        transport = self._owner.transport
         if transport is not None:
             await transport.send(frame)
 
@@ -232,6 +244,6 @@ class Outbound:
         if self._numbered is not None:
             await self._numbered(*frames)
             return
-        transport = self._transport()
+        transport = self._owner.transport
         if transport is not None:
             await transport.send(join_frames(frames))

@@ -7,8 +7,8 @@ connection as the functions of it see it.
   the channel layer brings it (layer_messages.py), what its client invokes (invocations.py) and
   the hub methods (methods/). HubConnection calls those functions, so they cannot import
   it; this declares only what they read and call, its parts typed by their own classes.
-  The parts themselves never see it: each is handed what it needs when made
-  (lifecycle.py).
+  The parts see it only through the read-only `Owner` Protocol of their own module
+  (lifecycle.py hands it when it makes them).
 
 Nothing here imports lifecycle.py, layer_messages.py, invocations.py or methods/: no import
 cycle, not even one of annotations (mypy checks HubConnection against `Connection`

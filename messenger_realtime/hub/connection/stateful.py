@@ -15,9 +15,10 @@ client attempts after it is refused), the buffer over its bound while detached, 
 resume window passing. A refused resume makes the official client start afresh.
 """
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
+from uuid import UUID
 
 import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.hub.connection.ending import REPLAY_OVERFLOW, Ending
@@ -31,9 +32,41 @@ from messenger_realtime.hub.protocols.base import (
     join_frames,
 )
 from messenger_realtime.hub.transports.base import Transport
+from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
 ACK_INTERVAL = 1.0  # seconds between Acks at most, as ASP.NET and the official client
+
+
+class Moves(Protocol):
+    """Its connection's deadlines (timeouts.Timeouts), as StatefulReconnect uses them."""
+
+    def moved(self, when: float) -> None: ...
+
+
+class Owner(Protocol):
+    """Its connection (lifecycle.HubConnection), as StatefulReconnect reads and calls it:
+    all read-only here (the connection writes its own fields)."""
+
+    @property
+    def connection_id(self) -> str: ...
+
+    @property
+    def user_id(self) -> UUID: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...  # its time: loop.time()
+
+    @property
+    def transport(self) -> Transport | None: ...  # the one carrying it now (a resume swaps it)
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def timeouts(self) -> Moves: ...  # an Ack or the resume window falling due
+
+    async def end(self, how: Ending) -> None: ...
 
 
 class StatefulReconnect:
@@ -42,17 +75,13 @@ class StatefulReconnect:
     It owns the numbering both ways, the buffer, when its next Ack is due and since when
     it is detached. Made at the handshake, it is handed its connection's protocol (chosen
     then, for good), its Outbound (the writes outside the sequence, the client's Pings
-    taken), and as callables what it needs of its connection: the transport carrying it
-    now, whether it is closing, how to end it, and its deadlines' `moved` (timeouts.py).
+    taken), and one reference to its connection, typed `Owner` (above), for the rest:
+    the transport carrying it now, whether it is closing, how to end it, its deadlines'
+    `moved` (timeouts.py).
     """
 
     __slots__ = (
-        "_closing",
-        "_end",
-        "_log_ids",
-        "_moved",
-        "_now",
-        "_transport",
+        "_owner",
         "ack_at",
         "buffer",
         "detached_at",
@@ -70,18 +99,11 @@ class StatefulReconnect:
         disconnect_timeout: float,
         protocol: HubProtocol,
         outbound: Outbound,
-        now: Callable[[], float],
-        transport: Callable[[], Transport | None],
-        closing: Callable[[], bool],
-        end: Callable[[Ending], Awaitable[None]],
-        moved: Callable[[float], None],
-        log_ids: dict[str, Any],
+        owner: Owner,
     ) -> None:
         self.protocol, self.outbound = protocol, outbound
         self.disconnect_timeout = disconnect_timeout  # how long a detached one waits
-        self._now, self._transport, self._closing = now, transport, closing  # the loop's time
-        self._end, self._moved = end, moved
-        self._log_ids = log_ids  # what its log lines name it by
+        self._owner = owner
         self.buffer = ReplayBuffer(buffer_size)
         self.inbound = InboundSequence()
         self.ack_at: float | None = None  # loop time of the next Ack, when one is due
@@ -103,14 +125,14 @@ class StatefulReconnect:
         if not self.inbound.accept():
             return False
         if self.ack_at is None:
-            self.ack_at = self._now() + ACK_INTERVAL
-            self._moved(self.ack_at)  # the clock sends it (timeouts.py)
+            self.ack_at = self._owner.loop.time() + ACK_INTERVAL
+            self._owner.timeouts.moved(self.ack_at)  # the clock sends it (timeouts.py)
         return True
 
     def send_ack_now(self) -> None:
         """The Ack that is due, unless the client cannot hear it now (then later)."""
-        if self._transport() is None or self.resuming:
-            self.ack_at = self._now() + ACK_INTERVAL
+        if self._owner.transport is None or self.resuming:
+            self.ack_at = self._owner.loop.time() + ACK_INTERVAL
             return
         self.ack_at = None
         sequence_id = self.inbound.ack_due()
@@ -122,15 +144,15 @@ class StatefulReconnect:
         buffer = self.buffer
         was_resumable = buffer.resumable
         kept = all([buffer.add(frame) for frame in frames])
-        transport = self._transport()
+        transport = self._owner.transport
         if transport is None or self.resuming:  # not on the wire: only the buffer has it
             if not kept:
-                await self._end(ending.dropped(REPLAY_OVERFLOW))
+                await self._owner.end(ending.dropped(REPLAY_OVERFLOW))
             return
         if was_resumable and not buffer.resumable:
             # The client acks too slowly for the bound: it stays connected, but a drop
             # from now on means a fresh start (its resume is refused).
-            logger.info("hub stateful reconnect given up", extra=self._log_ids)
+            logger.info("hub stateful reconnect given up", extra=self._log_ids())
         await transport.send(join_frames(list(frames)))
 
     def resumable(self) -> bool:
@@ -140,10 +162,10 @@ class StatefulReconnect:
 
     def detach(self) -> None:
         """The WebSocket dropped: keep everything for DISCONNECT_TIMEOUT (timeouts.py)."""
-        self.detached_at = self._now()
+        self.detached_at = self._owner.loop.time()
         self.protocol.reset()  # a message cut in half is resent whole after the resume
-        logger.info("hub connection detached", extra=self._log_ids)
-        self._moved(self.detached_at + self.disconnect_timeout)
+        logger.info("hub connection detached", extra=self._log_ids())
+        self._owner.timeouts.moved(self.detached_at + self.disconnect_timeout)
 
     def attach(self) -> None:
         """A new WebSocket carries it (HubConnection.resume): live sends wait in the
@@ -167,9 +189,14 @@ class StatefulReconnect:
         # Messages added while these are written join the end of the buffer; the loop
         # ends when nothing is left unsent, and live sends follow from then on.
         replayed = 0
-        while not self._closing() and (pending := buffer.frames_after(sent)):
+        while not self._owner.closing and (pending := buffer.frames_after(sent)):
             for message_id, frame in pending:
                 await transport.send(frame)
                 sent, replayed = message_id, replayed + 1
         self.resuming = False
-        logger.info("hub connection resumed", extra={**self._log_ids, "replayed": replayed})
+        logger.info("hub connection resumed", extra={**self._log_ids(), "replayed": replayed})
+
+    def _log_ids(self) -> dict[str, Any]:
+        """What its log lines name it by."""
+        owner = self._owner
+        return {Field.CONNECTION_ID: owner.connection_id, Field.USER_ID: owner.user_id}

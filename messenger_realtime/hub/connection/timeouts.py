@@ -13,11 +13,11 @@ Timeouts owns its clock entry and the times its deadlines count from: when the
 connection was opened (the handshake timeout) and when the client was last heard
 (`heard`: the client timeout). When it last wrote is its Outbound's (`last_sent`: the
 keep-alive), its credentials' expiry its Authentication's, an Ack's time and a detached
-WebSocket's its StatefulReconnect's; what else it needs of its connection it is handed
-as callables when made.
+WebSocket's its StatefulReconnect's; what else it needs of its connection it reads
+through the one reference it is handed when made, typed `Owner` (below): read-only.
 """
 
-from collections.abc import Callable
+from typing import Protocol
 
 import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.conf.settings import HubOptions
@@ -33,16 +33,34 @@ LONGEST_NAP = 3600.0  # every connection is looked at least this often (none is 
 SLACK = 0.01  # s after a deadline: its comparison with the clock must find it passed
 
 
+class Owner(Protocol):
+    """Its connection (lifecycle.HubConnection), as Timeouts reads and calls it when a
+    deadline passes: all read-only here (a resume swaps the transport; the handshake
+    chooses the protocol and may grant stateful reconnect)."""
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def handshaken(self) -> bool: ...
+
+    @property
+    def transport(self) -> Transport | None: ...
+
+    @property
+    def protocol(self) -> HubProtocol | None: ...
+
+    @property
+    def stateful(self) -> StatefulReconnect | None: ...
+
+    def end_soon(self, how: Ending) -> None: ...
+
+
 class Timeouts:
     """The deadlines of one connection, kept by the process's clock."""
 
     __slots__ = (
-        "_closing",
-        "_end_soon",
-        "_handshaken",
-        "_protocol",
-        "_stateful",
-        "_transport",
+        "_owner",
         "auth",
         "clock",
         "entry",
@@ -57,24 +75,15 @@ class Timeouts:
         clock: Clock,
         options: HubOptions,
         *,
+        owner: Owner,
         opened_at: float,
         auth: Authentication,
         outbound: Outbound,
-        closing: Callable[[], bool],
-        handshaken: Callable[[], bool],
-        transport: Callable[[], Transport | None],
-        protocol: Callable[[], HubProtocol | None],
-        stateful: Callable[[], StatefulReconnect | None],
-        end_soon: Callable[[Ending], None],
     ) -> None:
         self.clock = clock  # its process's, on its loop (HubProcess.clock)
         self.options = options
         self.auth, self.outbound = auth, outbound
-        # Of its connection, read when a deadline passes (a resume swaps the transport;
-        # the handshake chooses the protocol and may grant stateful reconnect).
-        self._closing, self._handshaken = closing, handshaken
-        self._transport, self._protocol, self._stateful = transport, protocol, stateful
-        self._end_soon = end_soon
+        self._owner = owner  # its connection, read when a deadline passes
         self.opened_at = self.last_received = opened_at  # loop times
         self.entry: Entry | None = None
 
@@ -96,24 +105,27 @@ class Timeouts:
 
     def pings(self) -> bool:
         """Keep-alive both ways: after the handshake, on transports without their own."""
-        transport = self._transport()
-        return self._handshaken() and transport is not None and not transport.inherent_keepalive
+        owner = self._owner
+        transport = owner.transport
+        return owner.handshaken and transport is not None and not transport.inherent_keepalive
 
     def unreachable_since(self) -> float | None:
         """Since when no transport can reach the client: a dropped stateful WebSocket,
         or a long-polling connection with no poll pending."""
-        stateful = self._stateful()
+        owner = self._owner
+        stateful = owner.stateful
         if stateful is not None and stateful.detached_at is not None:
             return stateful.detached_at
-        transport = self._transport()
+        transport = owner.transport
         return transport.idle_since() if transport is not None else None
 
     def fire(self, now: float) -> None:
         """Act on whichever deadline passed, then schedule the next one."""
         self.entry = None
-        if self._closing():
+        owner = self._owner
+        if owner.closing:
             return
-        o, end_soon, handshaken = self.options, self._end_soon, self._handshaken()
+        o, end_soon, handshaken = self.options, owner.end_soon, owner.handshaken
         if not handshaken and now - self.opened_at >= o.handshake_timeout:
             end_soon(ending.handshake_refused("Handshake was canceled."))
             return
@@ -121,7 +133,7 @@ class Timeouts:
         if now >= auth.expires_at:
             end_soon(ending.dropped(auth.expiry_reason))
             return
-        stateful = self._stateful()
+        stateful = owner.stateful
         idle = self.unreachable_since()
         if idle is not None and now - idle >= o.disconnect_timeout:
             # Nothing reached the client for DISCONNECT_TIMEOUT: end without a resume.
@@ -135,7 +147,7 @@ class Timeouts:
             end_soon(ending.error(CLIENT_TIMEOUT, allow_reconnect=True))
             return
         if keepalive and now - last_sent >= o.keepalive_interval:
-            protocol = self._protocol()
+            protocol = owner.protocol
             assert protocol is not None
             self.outbound.write_now(protocol.ping())
         if stateful is not None and stateful.ack_at is not None and now >= stateful.ack_at:
