@@ -50,7 +50,7 @@ from messenger_realtime.hub.admission import Admission
 from messenger_realtime.hub.clock import Clock
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.fanout import Fanout
-from messenger_realtime.hub.presence.changes import announce
+from messenger_realtime.hub.presence.changes import Announcer
 from messenger_realtime.hub.presence.last_seen import save_forever
 from messenger_realtime.hub.presence.sweep import sweep_forever
 from messenger_realtime.hub.reads import hub_read
@@ -72,13 +72,14 @@ _record_last_seen: Callable[[Mapping[UUID, float]], Awaitable[None]] = database_
 class _LoopParts:
     """What one event loop runs for the process."""
 
-    __slots__ = ("clock", "fanout", "renewing", "rosters")
+    __slots__ = ("announcer", "clock", "fanout", "renewing", "rosters")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.clock = Clock(loop)
         self.fanout: Fanout | None = None  # made at first use, over the layer asked for
         self.rosters = Rosters(read_roster)
         self.renewing: asyncio.Task[None] | None = None  # places' renewal, once one is taken
+        self.announcer: Announcer | None = None  # presence changes, made at the first
 
 
 class HubProcess:
@@ -123,6 +124,13 @@ class HubProcess:
         if fanout is None or fanout.layer is not layer:
             fanout = parts.fanout = Fanout(layer)
         return fanout
+
+    def announcer(self) -> Announcer:
+        """This event loop's presence changes, sent in batches (hub/presence/changes.py)."""
+        parts = self._for_loop()
+        if parts.announcer is None:
+            parts.announcer = Announcer(get_channel_layer())
+        return parts.announcer
 
     def rosters(self) -> Rosters:
         """This event loop's chat rosters (hub/rosters.py)."""
@@ -174,7 +182,7 @@ class HubProcess:
             parts.renewing = asyncio.ensure_future(self._keep_places(options))
         taken = await user_connections.take(user_id, connection_id, options)
         if taken.came_online:
-            self.keep(asyncio.ensure_future(announce(get_channel_layer(), user_id, True)))
+            self.announcer().announce(user_id, True)
         return taken.granted
 
     def give_back_place(self, user_id: UUID, connection_id: str, options: HubOptions) -> None:
@@ -185,7 +193,7 @@ class HubProcess:
     async def _give_back(self, user_id: UUID, connection_id: str, options: HubOptions) -> None:
         offline_at = await user_connections.give_back(user_id, connection_id, options)
         if offline_at is not None:
-            await announce(get_channel_layer(), user_id, False, offline_at)
+            self.announcer().announce(user_id, False, offline_at)
 
     async def _keep_places(self, options: HubOptions) -> None:
         """What a process holding places runs for as long as it lives."""

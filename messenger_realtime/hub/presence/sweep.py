@@ -8,8 +8,8 @@ script takes the users whose latest place has lapsed (the LAPSES index, scored b
 each user's latest place lapses) and, for each left with no place, writes its last-seen
 time (its last renewal: the lapse minus LEASE) and returns it. The script runs whole on
 the server, so each such user is taken by exactly one process's sweep, which announces
-the change. At most SWEEP_BATCH users per sweep: a sweep never blocks Redis for long,
-and what is left goes in the next.
+the changes it found in one batch (changes.announce_many). At most SWEEP_BATCH users
+per sweep: a sweep never blocks Redis for long, and what is left goes in the next.
 """
 
 import asyncio
@@ -19,16 +19,18 @@ from uuid import UUID
 
 import redis
 
+from messenger_realtime.backplane.pipeline import ScoreClock
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.hub import ratelimit
-from messenger_realtime.hub.presence.changes import announce
+from messenger_realtime.hub.presence.changes import announce_many
 from messenger_realtime.hub.user_connections import KEY, LAPSES, LAST_SEEN, LEASE, UNSAVED
 from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
 SWEEP_EVERY = 5.0  # seconds between two sweeps of a process
 SWEEP_BATCH = 500  # users a sweep takes at most
+_CLOCK = ScoreClock()  # the sweeps' message scores (strictly rising, as channels-redis')
 
 # KEYS[1]: LAPSES, KEYS[2]: LAST_SEEN, KEYS[3]: UNSAVED; ARGV[1]: the batch, ARGV[2]: the
 # users' set key with "{user}" for the id, ARGV[3]: the lease in µs. Returns a flat list
@@ -66,8 +68,8 @@ async def sweep(layer: Any, options: HubOptions) -> list[tuple[UUID, float]]:
         (UUID(user.decode() if isinstance(user, bytes) else user), float(seen))
         for user, seen in zip(flat[::2], flat[1::2], strict=True)
     ]
-    for user_id, seen in gone:
-        await announce(layer, user_id, False, seen)
+    if gone:
+        await announce_many(layer, [(user, False, seen) for user, seen in gone], _CLOCK)
     return gone
 
 
