@@ -199,7 +199,7 @@ class HubProcess:
         """What a process holding places runs for as long as it lives."""
         chores = [
             user_connections.renew_forever(self.live),
-            sweep_forever(get_channel_layer(), options),
+            sweep_forever(get_channel_layer(), options, self.announcer().clock),
         ]
         if get_domain_port().provides("record_last_seen"):
             chores.append(save_forever(options, _record_last_seen))

@@ -1,12 +1,14 @@
 """Fixtures of the end-to-end tier: the hub (Daphne + worker) and real clients."""
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.hub_clients import Hub, HubClient, TwoHubs
 from tests.support.hub_helpers import token_for
+from tests.support.served import Served
 from tests.support.shared import env_key, shared
 
 
@@ -44,3 +46,13 @@ def clients(hub: Hub) -> Iterator[Any]:
     yield connect
     for client in started:
         client.kill()
+
+
+@pytest.fixture
+def served(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
+    """`scripts/serve --hubs 2` (two Daphnes behind nginx, the worker) on the test database."""
+    server = Served(worker_env, tmp_path / "local")
+    try:
+        yield server
+    finally:
+        server.kill()

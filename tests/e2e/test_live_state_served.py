@@ -2,23 +2,11 @@
 processes behind Debian's nginx, the worker), the official @microsoft/signalr client.
 A watcher on one process hears a friend on the other come online, type and go offline."""
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from project.messenger import services
 from tests.support.factories import UserFactory
 from tests.support.served import Reader, Served, connect_on
-
-
-@pytest.fixture
-def served(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
-    server = Served(worker_env, tmp_path / "local")
-    try:
-        yield server
-    finally:
-        server.kill()
 
 
 @pytest.mark.slow

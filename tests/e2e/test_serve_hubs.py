@@ -12,7 +12,6 @@ import re
 import shutil
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +23,6 @@ from tests.support.factories import UserFactory
 from tests.support.hub_helpers import token_for
 from tests.support.runtime import ROOT, listen_backlog, somaxconn, wait_until
 from tests.support.served import HUBS, Reader, Served, connect_on
-
-
-@pytest.fixture
-def served(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
-    server = Served(worker_env, tmp_path / "local")
-    try:
-        yield server
-    finally:
-        server.kill()
 
 
 @pytest.mark.slow

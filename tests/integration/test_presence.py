@@ -13,6 +13,7 @@ from uuid import UUID
 import pytest
 
 from messenger_realtime.backplane.group_names import presence_group
+from messenger_realtime.backplane.pipeline import ScoreClock
 from messenger_realtime.conf.settings import HubOptions, load_hub_options
 from messenger_realtime.hub import ratelimit, user_connections
 from messenger_realtime.hub.presence import last_seen, sweep
@@ -97,7 +98,7 @@ def test_a_sweep_finds_the_users_whose_places_lapsed_and_tells_their_watchers(
         found: list[tuple[UUID, float]] = []
 
         async def swept() -> bool:
-            found.extend(await sweep.sweep(watchers, options))
+            found.extend(await sweep.sweep(watchers, options, ScoreClock()))
             return bool(found)
 
         deadline = time.monotonic() + 10

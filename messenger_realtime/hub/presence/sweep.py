@@ -30,7 +30,6 @@ from messenger_realtime.ops.logging import Field
 logger = logging.getLogger(__name__)
 SWEEP_EVERY = 5.0  # seconds between two sweeps of a process
 SWEEP_BATCH = 500  # users a sweep takes at most
-_CLOCK = ScoreClock()  # the sweeps' message scores (strictly rising, as channels-redis')
 
 # KEYS[1]: LAPSES, KEYS[2]: LAST_SEEN, KEYS[3]: UNSAVED; ARGV[1]: the batch, ARGV[2]: the
 # users' set key with "{user}" for the id, ARGV[3]: the lease in µs. Returns a flat list
@@ -60,8 +59,9 @@ return gone
 """
 
 
-async def sweep(layer: Any, options: HubOptions) -> list[tuple[UUID, float]]:
-    """One sweep: the users found gone offline (each announced), with their last seen."""
+async def sweep(layer: Any, options: HubOptions, clock: ScoreClock) -> list[tuple[UUID, float]]:
+    """One sweep: the users found gone offline (each announced, with message scores from
+    `clock`, its process's), with their last seen."""
     script = ratelimit.registered_script(options.rate_limit_redis_url, SWEEP)
     flat = await script([LAPSES, LAST_SEEN, UNSAVED], [SWEEP_BATCH, KEY, round(LEASE * 1_000_000)])
     gone = [
@@ -69,18 +69,18 @@ async def sweep(layer: Any, options: HubOptions) -> list[tuple[UUID, float]]:
         for user, seen in zip(flat[::2], flat[1::2], strict=True)
     ]
     if gone:
-        await announce_many(layer, [(user, False, seen) for user, seen in gone], _CLOCK)
+        await announce_many(layer, [(user, False, seen) for user, seen in gone], clock)
     return gone
 
 
-async def sweep_forever(layer: Any, options: HubOptions) -> None:
+async def sweep_forever(layer: Any, options: HubOptions, clock: ScoreClock) -> None:
     """Every SWEEP_EVERY seconds, a sweep (run by the HubProcess, hub/process.py)."""
     if not options.rate_limit_redis_url:
         return
     while True:
         await asyncio.sleep(SWEEP_EVERY)  # a period, not synchronisation
         try:
-            await sweep(layer, options)
+            await sweep(layer, options, clock)
         except (redis.RedisError, OSError) as exc:  # tried again next period
             logger.warning(
                 "presence sweep failed",
