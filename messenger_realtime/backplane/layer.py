@@ -41,6 +41,7 @@ import time
 from typing import Any
 
 import redis
+import redis.asyncio
 from channels_redis.core import RedisChannelLayer
 
 from messenger_realtime.backplane import pipeline, shards
@@ -54,6 +55,14 @@ from messenger_realtime.ops.network import REDIS, WAITS
 logger = logging.getLogger(__name__)
 
 RECEIVE_BATCH = 100
+
+# The most connections a process's layer opens to one Redis server, unless its host entry
+# sets "max_connections". channels-redis' pool has no maximum and keeps every connection
+# it opened: a reconnect storm's concurrent joins left one Daphne holding 121 (a soak's
+# flapping link), a bigger storm would hold thousands of file descriptors in the process
+# and in Redis. Past it a command waits for a free connection, at most NETWORK_TIMEOUT.
+# 64 lets ~300 commands a second through even at 200 ms a round trip.
+POOL_SIZE = 64
 OVERRUN_EVENT = "realtime.overrun"  # handled by hub/connection/layer_messages.py (HANDLERS)
 
 # KEYS[1]: the channel key, KEYS[2]: its backup key, KEYS[3]: its overrun set, ARGV[1]:
@@ -139,6 +148,22 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
             functools.partial(OverrunQueue, self.capacity)
         )
         self._scores = pipeline.ScoreClock()
+
+    def create_pool(self, index: int) -> redis.asyncio.ConnectionPool:
+        """channels-redis' pool for the host at `index`, bounded: POOL_SIZE connections
+        (or the host entry's "max_connections"), a command waiting for one at most the
+        network timeout ("No connection available" then, a ConnectionError like any
+        other Redis failure). Sentinel hosts keep channels-redis' pool."""
+        host = dict(self.hosts[index])
+        if "master_name" in host:
+            pool: redis.asyncio.ConnectionPool = super().create_pool(index)
+            return pool
+        bound = {"max_connections": host.pop("max_connections", POOL_SIZE)}
+        bound["timeout"] = self.network_timeout
+        pools = redis.asyncio.BlockingConnectionPool
+        if "address" in host:
+            return pools.from_url(host.pop("address"), **host, **bound)
+        return pools(**host, **bound)
 
     def consistent_hash(self, value: str) -> int:
         """A process channel's host by its non-local part, where its receive reads and

@@ -11,10 +11,10 @@ import redis.asyncio
 from prometheus_client import REGISTRY
 
 from messenger_realtime.backplane import pipeline
-from messenger_realtime.backplane.layer import OVERRUN_EVENT, RECEIVE_BATCH
+from messenger_realtime.backplane.layer import OVERRUN_EVENT, POOL_SIZE, RECEIVE_BATCH
 from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
-from tests.support.helpers import layer
+from tests.support.helpers import end_layers, layer
 from tests.support.runtime import PrivateRedis, run
 
 
@@ -208,3 +208,43 @@ def test_an_undecodable_message_is_dropped_alone(private_redis: PrivateRedis) ->
         return got
 
     assert run(scenario()) == [1, 2]
+
+
+def test_a_burst_of_commands_shares_a_bounded_set_of_connections(
+    private_redis: PrivateRedis,
+) -> None:
+    """A reconnect storm joins groups concurrently: each command borrowed a connection of
+    its own, and channels-redis' pool (no maximum) kept every one it ever opened (121
+    connections from one Daphne after a soak's flapping link). Past POOL_SIZE a command
+    waits for a connection (within NETWORK_TIMEOUT) instead of opening one."""
+    burst = 3 * POOL_SIZE
+
+    async def scenario() -> tuple[int, int]:
+        used = layer(private_redis.url)
+        await asyncio.gather(
+            *(used.group_add(f"burst.{n % 7}", f"test.{uuid.uuid4().hex}") for n in range(burst))
+        )
+        admin = redis.asyncio.Redis.from_url(private_redis.url)
+        clients = (await admin.info("clients"))["connected_clients"] - 1  # not this one
+        joined = sum([await admin.zcard(f"{used.prefix}:group:burst.{n}") for n in range(7)])
+        await admin.aclose()
+        await end_layers(used)
+        return clients, joined
+
+    clients, joined = run(scenario())
+    assert joined == burst  # every command went through, some after a wait
+    assert 1 <= clients <= POOL_SIZE
+
+
+def test_a_host_entry_sets_its_own_pool_size(private_redis: PrivateRedis) -> None:
+    async def scenario() -> int:
+        used = layer(private_redis.url)
+        used.hosts = [{**host, "max_connections": 3} for host in used.hosts]
+        await asyncio.gather(*(used.group_add("sized", f"test.{n}") for n in range(30)))
+        admin = redis.asyncio.Redis.from_url(private_redis.url)
+        clients = (await admin.info("clients"))["connected_clients"] - 1
+        await admin.aclose()
+        await end_layers(used)
+        return clients
+
+    assert run(scenario()) <= 3
