@@ -445,6 +445,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if traces is not None:  # bench/tracemalloc_hook/sitecustomize.py snapshots Daphne
             daphne_env["PYTHONPATH"] = f"{ROOT / 'bench' / 'tracemalloc_hook'}:{repo}"
             daphne_env["BENCH_TRACEMALLOC"] = str(traces)
+        collector = Path(tempfile.mkdtemp(prefix="bench-gc-")) if args.gc else None
+        if collector is not None:  # bench/gc_hook/sitecustomize.py counts the collections
+            daphne_env["PYTHONPATH"] = f"{ROOT / 'bench' / 'gc_hook'}:{daphne_env['PYTHONPATH']}"
+            daphne_env["HUB_GC_STATS"] = str(collector)
         daphne = await hubclients.Service.start(
             "daphne", argv, daphne_env, "Listening on TCP address", cwd=repo
         )
@@ -462,10 +466,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if traces is not None:
             await snapshot(pid, traces, 0)
         rss_before, cpu_before = rss_kib(pid), cpu_of(pid)
+        gc_before = await collections_so_far(collector, pid)
         clients, answers = await connect_all(
             http, [tokens[u] for u in users[warm:]], args.procs, args.concurrency, stack
         )
         cpu_open = cpu_of(pid) - cpu_before
+        gc_open = await collections_so_far(collector, pid)
         ready = sum(a["ready"] for a in answers)
         wall = max(a["finished"] for a in answers) - min(a["started"] for a in answers)
         latencies = [x for a in answers for x in a["latencies"]]
@@ -484,6 +490,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "connect_latency_p50_ms": round(quantile(latencies, 0.5) * 1000, 1),
             "connect_latency_p95_ms": round(quantile(latencies, 0.95) * 1000, 1),
         }
+        if collector is not None:  # the collector's share of the open phase, by generation
+            result["open_gc"] = {
+                generation: {
+                    "collections": gc_open[generation][0] - gc_before[generation][0],
+                    "cpu_ms_per_connection": round(
+                        (gc_open[generation][1] - gc_before[generation][1]) / max(ready, 1) * 1000,
+                        3,
+                    ),
+                }
+                for generation in gc_open
+            }
         await asyncio.sleep(5)  # past the connect phase's tail (not synchronisation)
         cpu_idle_start = cpu_of(pid)
         idle_start = time.monotonic()
@@ -519,6 +536,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+async def collections_so_far(folder: Path | None, pid: int) -> dict[str, list[float]]:
+    """Daphne's collections and their CPU seconds so far, by generation, as its gc hook
+    wrote them last; read after the hook's next write (it writes every 2 s)."""
+    if folder is None:
+        return {}
+    path = folder / f"gc-{pid}.json"
+    seen = path.stat().st_mtime_ns if path.exists() else 0
+    for _ in range(100):
+        if path.exists() and path.stat().st_mtime_ns != seen:
+            return dict(json.loads(path.read_text())["collections"])
+        await asyncio.sleep(0.05)
+    raise RuntimeError("Daphne's gc hook wrote nothing (bench/gc_hook)")
+
+
 def main() -> None:
     if "--client" in sys.argv:
         asyncio.run(client_main())
@@ -540,6 +571,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a small run (the CI smoke)")
     parser.add_argument(
         "--tracemalloc", action="store_true", help="Daphne's memory per connection by site"
+    )
+    parser.add_argument(
+        "--gc", action="store_true", help="the collector's CPU in the open phase (bench/gc_hook)"
     )
     parser.add_argument("--top", type=int, default=25, help="sites listed with --tracemalloc")
     args = parser.parse_args()
