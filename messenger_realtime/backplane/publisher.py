@@ -160,7 +160,8 @@ def layer_message(event: OutgoingEvent) -> dict[str, Any]:
 
     `chat` names the chat of a chat-group event and `membership_version` the version of
     its memberships the worker read (the consumer re-checks membership with both); both
-    are absent for a user event; `per_recipient` asks for media credentials.
+    are absent for a user event; `per_recipient` asks for media credentials;
+    `committed_at` is when the row was committed (the hub's delivery latency).
     """
     message: dict[str, Any] = {"type": EVENT_TYPE, "event": event.name, "payload": event.payload}
     if event.target.kind == "chat":
@@ -169,4 +170,6 @@ def layer_message(event: OutgoingEvent) -> dict[str, Any]:
             message["membership_version"] = event.membership_version
     if event.per_recipient:
         message["per_recipient"] = True
+    if event.committed_at is not None:
+        message["committed_at"] = event.committed_at
     return message

@@ -91,4 +91,12 @@ def _build(
         contract.per_recipient,
         membership_version=versions.get(target.id) if target.kind == "chat" else None,
         joins=contract.joins(row, view) if contract.joins is not None else None,
+        committed_at=_committed_at(row),
     )
+
+
+def _committed_at(row: OutboxRow) -> float | None:
+    """A claimed row's created_at (dispatch/rows.py) in unix seconds; None for a row a
+    Recover reads (hub/recovery.py): only live pushes are measured at the client."""
+    created_at = getattr(row, "created_at", None)
+    return created_at.timestamp() if created_at is not None else None

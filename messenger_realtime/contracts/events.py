@@ -44,6 +44,9 @@ class OutgoingEvent:
     joins: for a user-group event, a chat the user has just joined: before this event is
     pushed, the user's connections join that chat's group, so every chat event pushed
     after it reaches them even when the owner's fast path failed.
+    committed_at: when its row was committed (created_at, unix seconds by the database's
+    clock), for a live push: the hub measures delivery from it to the client's
+    acknowledgement (hub/connection/acknowledgements.py). Never part of the payload.
     """
 
     target: HubTarget
@@ -52,6 +55,7 @@ class OutgoingEvent:
     per_recipient: bool = False
     membership_version: int | None = None
     joins: UUID | None = None
+    committed_at: float | None = None
 
 
 class OutboxRow(Protocol):

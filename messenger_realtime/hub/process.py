@@ -25,7 +25,8 @@ What it owns, and who else writes it (nobody):
   at a time per user: hub/connection/methods/recover.py).
 - per event loop: the `clock` every connection's deadlines are kept on (hub/clock.py),
   the `fanout` over the channel layer (hub/fanout.py: the process is the layer's group
-  member) and the chat `rosters` it has read (hub/rosters.py).
+  member), the chat `rosters` it has read (hub/rosters.py) and the `database_clock`
+  (hub/database_clock.py: its offset from the database's, for delivery latencies).
 
 Per event loop. Daphne serves a process from one event loop, so in production each of
 these is one per process. Tests run several event loops in one process (one per test)
@@ -49,6 +50,7 @@ from messenger_realtime.hub import user_connections
 from messenger_realtime.hub.admission import Admission
 from messenger_realtime.hub.clock import Clock
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.database_clock import DatabaseClock
 from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.presence.changes import Announcer
 from messenger_realtime.hub.presence.last_seen import save_forever
@@ -72,13 +74,14 @@ _record_last_seen: Callable[[Mapping[UUID, float]], Awaitable[None]] = database_
 class _LoopParts:
     """What one event loop runs for the process."""
 
-    __slots__ = ("announcer", "clock", "fanout", "renewing", "rosters")
+    __slots__ = ("announcer", "clock", "database_clock", "fanout", "renewing", "rosters")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.clock = Clock(loop)
         self.fanout: Fanout | None = None  # made at first use, over the layer asked for
         self.rosters = Rosters(read_roster)
         self.renewing: asyncio.Task[None] | None = None  # places' renewal, once one is taken
+        self.database_clock: DatabaseClock | None = None  # measured from the first ask
         self.announcer: Announcer | None = None  # presence changes, made at the first
 
 
@@ -115,6 +118,15 @@ class HubProcess:
     def clock(self) -> Clock:
         """This event loop's clock: every connection's deadlines (hub/clock.py)."""
         return self._for_loop().clock
+
+    def database_clock(self) -> DatabaseClock:
+        """The database's time as this loop sees it (hub/database_clock.py), measured
+        from the first connection that acknowledges its deliveries on."""
+        parts = self._for_loop()
+        if parts.database_clock is None:
+            parts.database_clock = DatabaseClock()
+            parts.database_clock.start()
+        return parts.database_clock
 
     def fanout(self, layer: Any) -> Fanout:
         """This event loop's fan-out over `layer` (a new one if the layer changed: tests

@@ -14,6 +14,7 @@ from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus
 from project.messenger import services
 from project.messenger.models import Chat, User
+from tests.support.api_client import client_deliveries
 from tests.support.balancer import Balancer
 from tests.support.browser import off_loop, shot
 from tests.support.hub_clients import Hub
@@ -386,3 +387,20 @@ def test_a_page_offline_for_a_minute_with_the_hub_restarted_catches_up_with_no_r
     assert any(m == "POST" and "/hubs/messenger/negotiate" in u for m, u in requests)
     hub.daphne.wait_for("recovered.*streams_recovered")
     shot(bob, "offline-minute-recovered")
+
+
+def test_the_page_acknowledges_what_it_received_and_daphne_measures_it(
+    hub: Hub, pages: tuple[Page, Page]
+) -> None:
+    """The web client module's `Acknowledge`: Daphne measures each live message from its
+    commit to the page (messenger_realtime_client_delivery_seconds)."""
+    before, before_sum = client_deliveries(hub.daphne.http)
+    for n in range(3):
+        post("carol", team(), f"measured {n}")
+        for page in pages:  # one at a time: each page acknowledges it at once, being quiet
+            page.wait_for_selector(f"#messages li >> text=measured {n}")
+    # Both pages had all three: six deliveries, each acknowledged within the second.
+    wait_until(lambda: client_deliveries(hub.daphne.http)[0] >= before + 6, what="six measured")
+    count, total = client_deliveries(hub.daphne.http)
+    assert count == before + 6
+    assert 0 < total - before_sum < 6 * 1.0  # each under the spec's SLO here

@@ -54,7 +54,10 @@ test("gaps are detected from the contiguous Seq", () => {
 class FakeConnection {
   constructor() {
     this.handlers = {};
+    this.state = "Connected";
+    this.sent = []; // [method, argument] of each send()
   }
+  async send(method, argument) { this.sent.push([method, argument]); }
   on(name, handler) { this.handlers[name] = handler; }
   onreconnecting(handler) { this.reconnecting = handler; }
   onreconnected(handler) { this.reconnected = handler; }
@@ -68,7 +71,11 @@ function fakeSignalR(connection) {
     withUrl: () => builder, withAutomaticReconnect: () => builder,
     configureLogging: () => builder, build: () => connection,
   };
-  return { HubConnectionBuilder: function () { return builder; }, LogLevel: { Warning: 3 } };
+  return {
+    HubConnectionBuilder: function () { return builder; },
+    LogLevel: { Warning: 3 },
+    HubConnectionState: { Connected: "Connected" },
+  };
 }
 
 function server(messages, offset = 0) {
@@ -264,7 +271,11 @@ function renewingSignalR(connection) {
     withAutomaticReconnect: () => builder, configureLogging: () => builder, build: () => connection,
   };
   connection.start = async () => { connection.presented = await connection.factory(); };
-  return { HubConnectionBuilder: function () { return builder; }, LogLevel: { Warning: 3 } };
+  return {
+    HubConnectionBuilder: function () { return builder; },
+    LogLevel: { Warning: 3 },
+    HubConnectionState: { Connected: "Connected" },
+  };
 }
 
 const flush = () => new Promise((resolve) => setImmediate(resolve));
@@ -371,7 +382,8 @@ test("typing() tells the hub at most once per chat per interval; the hub's typin
   t.mock.timers.enable({ apis: ["setTimeout", "Date"], now: NOW * 1000 });
   const connection = new FakeConnection();
   const sent = [];
-  connection.send = async (name, ...args) => { sent.push([name, ...args]); };
+  // What typing() sends (each (re)connect's Acknowledge is another test's).
+  connection.send = async (name, ...args) => { if (name !== "Acknowledge") sent.push([name, ...args]); };
   const { fetchImpl } = server([]);
   const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", rest: restCallbacks({ getToken: () => "t", fetchImpl }) });
   assert.equal(client.typing(CHAT), false); // not connected yet: nothing to tell
@@ -403,4 +415,28 @@ test("a refused or lost typing call is dropped quietly", async () => {
   await client.start();
   assert.equal(client.typing(CHAT), true);
   await new Promise((resolve) => setImmediate(resolve)); // an unhandled rejection fails the run
+});
+
+test("received offsets are acknowledged at once when quiet, else once a second, moved streams only", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout", "Date"], now: NOW * 1000 });
+  const connection = new FakeConnection();
+  const { fetchImpl } = server([]);
+  const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", rest: restCallbacks({ getToken: () => "t", fetchImpl }) });
+  await client.start();
+  assert.deepEqual(connection.sent, [["Acknowledge", {}]]); // measure this connection from now
+  const stream = `chat:${CHAT}`;
+  connection.handlers.message_received({ ...msg(1), stream, offset: 1 });
+  assert.deepEqual(connection.sent.at(-1), ["Acknowledge", { [stream]: 1 }]); // quiet: at once
+  connection.handlers.message_received({ ...msg(2), stream, offset: 2 });
+  connection.handlers.read_receipt_updated({ chatId: CHAT, stream: "user:u1", offset: 7 });
+  assert.equal(connection.sent.length, 2); // within the interval: batched
+  t.mock.timers.tick(999);
+  assert.equal(connection.sent.length, 2);
+  t.mock.timers.tick(1);
+  assert.deepEqual(connection.sent.at(-1), ["Acknowledge", { [stream]: 2, "user:u1": 7 }]);
+  t.mock.timers.tick(5000);
+  assert.equal(connection.sent.length, 3); // nothing new: nothing sent
+  connection.handlers.message_received({ ...msg(3), stream, offset: 3 });
+  assert.deepEqual(connection.sent.at(-1), ["Acknowledge", { [stream]: 3 }]); // the one that moved
+  await client.stop();
 });

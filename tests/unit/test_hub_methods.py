@@ -18,6 +18,7 @@ from messenger_realtime.hub.recovery import RecoverError
 def test_every_module_of_the_methods_package_declares_its_method_by_name() -> None:
     found = methods.discover()
     assert {name: m.arity for name, m in found.items()} == {
+        "Acknowledge": 1,
         "GetGroups": 0,
         "Recover": 1,
         "RenewToken": 1,
@@ -27,8 +28,9 @@ def test_every_module_of_the_methods_package_declares_its_method_by_name() -> No
     assert invocations.HUB_METHODS.keys() == found.keys()
 
 
-def test_only_typing_is_spared_the_invocation_rate_limit() -> None:
-    assert {name for name, m in methods.discover().items() if not m.charged} == {"Typing"}
+def test_only_typing_and_acknowledge_are_spared_the_invocation_rate_limit() -> None:
+    spared = {name for name, m in methods.discover().items() if not m.charged}
+    assert spared == {"Acknowledge", "Typing"}
 
 
 def test_a_method_declared_twice_is_refused() -> None:

@@ -30,6 +30,7 @@ from messenger_realtime.exceptions import (
 )
 from messenger_realtime.hub import protocols
 from messenger_realtime.hub.admission import Opening
+from messenger_realtime.hub.connection.acknowledgements import Acknowledgements
 from messenger_realtime.hub.connection.authentication import Authentication
 from messenger_realtime.hub.connection.composing import Composing
 from messenger_realtime.hub.connection.ending import SEND_BUFFER_OVER, UNEXPECTED, Ending
@@ -43,7 +44,7 @@ from messenger_realtime.hub.connection.stateful import StatefulReconnect
 from messenger_realtime.hub.connection.timeouts import Timeouts
 from messenger_realtime.hub.credentials.tokens import Identity
 from messenger_realtime.hub.protocols import handshake
-from messenger_realtime.hub.protocols.base import Frame, HubProtocol
+from messenger_realtime.hub.protocols.base import Frame, HubProtocol, MessageType
 from messenger_realtime.hub.transports.base import WEBSOCKETS, Transport
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field
@@ -57,8 +58,9 @@ class HubConnection:
 
     __slots__ = (
         "__weakref__",
-        "admission",  # a connect in progress from admit() to the handshake (hub/admission.py)
         # Its parts.
+        "acks",  # None but for a client that acknowledges (acknowledgements.py)
+        "admission",  # a connect in progress from admit() to the handshake (hub/admission.py)
         "auth",
         "channel_layer",
         "closing",  # no more events; a Close may be on its way
@@ -118,6 +120,7 @@ class HubConnection:
         self.invocations = Invocations()
         self.composing = Composing(self.user_id, loop=self.loop, layer=channel_layer)
         self.stateful: StatefulReconnect | None = None
+        self.acks: Acknowledgements | None = None
         self.marks: StreamMarks | None = None
         self.timeouts = Timeouts(  # its deadlines, on the process's clock
             hub.clock(),
@@ -127,6 +130,16 @@ class HubConnection:
             auth=self.auth,
             outbound=self.outbound,
         )
+
+    def acknowledging(self) -> Acknowledgements:
+        """Its acknowledgements part, made at its client's first `Acknowledge`."""
+        if self.acks is None:
+            self.acks = Acknowledgements(self, self.hub.database_clock())
+        return self.acks
+
+    def next_sequence_id(self) -> int | None:
+        """The sequence id its next emitted message takes (None: not stateful)."""
+        return self.stateful.buffer.next_id if self.stateful is not None else None
 
     async def frame_of(self, message: dict[str, Any]) -> Frame | None:
         """The frame of an event of its inbox for it, None when not for it (Outbound)."""
@@ -211,6 +224,8 @@ class HubConnection:
         """Act on one message; False once the connection was closed."""
         stateful = self.stateful
         if stateful is not None and not stateful.sequenced_in(message):
+            if self.acks is not None and message["type"] == MessageType.ACK:
+                self.acks.acked(message["sequenceId"])
             return True  # an Ack, a Sequence or a duplicate: nothing more to do
         self.outbound.start()  # stateful: the client's first message after the handshake
         return await self.invocations.handle(self, message)
@@ -239,6 +254,7 @@ class HubConnection:
                 owner=self,
             )
             self.outbound.numbered_by(stateful.emit)
+            self.acks = Acknowledgements(self, self.hub.database_clock())
         # Joined before answering (admit() at the upgrade, or here), and forwarding
         # starts only after: the client never sees an event before its handshake
         # response.

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.backplane.publisher import EVENT_TYPE
+from messenger_realtime.hub.connection.acknowledgements import Acknowledgements
 from messenger_realtime.hub.connection.ending import Ending
 from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.protocols.base import Frame, join_frames
@@ -65,6 +66,9 @@ class Owner(Protocol):
 
     @property
     def hub(self) -> Keeps: ...  # holds a task nobody awaits till done
+
+    @property
+    def acks(self) -> Acknowledgements | None: ...  # when its client acknowledges
 
     async def end(self, how: Ending) -> None: ...
 
@@ -172,6 +176,8 @@ class Outbound:
                         if owner.closing:  # closed meanwhile: its Close sent `unsent` first
                             return
                         if frame is not None:
+                            if owner.acks is not None:
+                                owner.acks.built(len(self.unsent), message)
                             self.unsent.append(frame)
                             size += len(frame)
                         if size >= FRAME_BYTES:
@@ -196,6 +202,8 @@ class Outbound:
     async def flush(self) -> None:
         """Send the event frames built and not sent yet (a recovery sends them first)."""
         frames, self.unsent = self.unsent, []  # taken first: a Close meanwhile sends none twice
+        if self._owner.acks is not None:
+            self._owner.acks.emitting()  # nothing awaited before emit_many numbers them
         await self.emit_many(frames)
 
     async def send_close(self, close: Frame) -> None:

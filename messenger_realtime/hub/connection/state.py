@@ -22,12 +22,14 @@ from uuid import UUID
 
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.hub.clock import Clock
+from messenger_realtime.hub.connection.acknowledgements import Acknowledgements
 from messenger_realtime.hub.connection.authentication import Authentication
 from messenger_realtime.hub.connection.composing import Composing
 from messenger_realtime.hub.connection.ending import Ending
 from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.outbound import Outbound
+from messenger_realtime.hub.database_clock import DatabaseClock
 from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.protocols.base import HubProtocol
 from messenger_realtime.hub.recovery import StreamRecovery
@@ -40,6 +42,7 @@ class Process(Protocol):
     for every connection (the clock, the fan-out, the rosters)."""
 
     def clock(self) -> Clock: ...
+    def database_clock(self) -> DatabaseClock: ...
 
     def fanout(self, layer: Any) -> Fanout: ...
 
@@ -93,6 +96,7 @@ class Connection(Protocol):
     def composing(self) -> Composing: ...
 
     def stream_marks(self) -> StreamMarks: ...
+    def acknowledging(self) -> Acknowledgements: ...
 
     def ids(self) -> dict[str, Any]: ...
 

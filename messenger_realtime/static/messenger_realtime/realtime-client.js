@@ -41,6 +41,14 @@ const RENEW_RETRY_S = 5;
 // userId, until } says who types where, until when (unix seconds): show it until then.
 // Typing is never recovered: after a reconnect nobody is shown typing until they type.
 const TYPING_INTERVAL_S = 3;
+// Delivery latency (docs/hub.md, "Delivery latency"): the client tells the hub how far it
+// holds its streams (`Acknowledge`, no answer awaited), so the hub can measure each live
+// event from its commit to here. At once when none went out for ACKNOWLEDGE_INTERVAL_MS
+// (a quiet chat's every event is measured exactly), else at the interval's end with the
+// streams that moved (under traffic an event may be counted up to the interval late).
+// An empty Acknowledge right after each (re)connect asks the hub to start measuring.
+const ACKNOWLEDGE_INTERVAL_MS = 1000;
+const ACKNOWLEDGE_STREAMS = 256; // the most streams one Acknowledge names (the hub's bound)
 
 /** A JWT's `exp` (unix seconds), read without checking it (only to schedule); null if none. */
 export function tokenExpiry(token) {
@@ -208,6 +216,40 @@ export class RealtimeClient extends EventTarget {
     this.watched = []; // the users whose presence we watch (asked again after a reconnect)
     this.presence = new Map(); // userId -> { online, lastSeen }
     this.typingSent = new Map(); // chatId -> when typing() last told the hub (ms)
+    this.acknowledged = new Map(); // stream -> the offset last acknowledged to the hub
+    this.acknowledging = null; // the timer of the next Acknowledge
+    this.acknowledgedAt = -Infinity; // when the last Acknowledge went out (ms)
+  }
+
+  /** An event of a stream arrived: noted, and acknowledged to the hub soon. */
+  noteEvent(stream, offset) {
+    this.offsets.note(stream, offset);
+    if (this.acknowledging !== null || this.state !== "connected") return;
+    const wait = this.acknowledgedAt + ACKNOWLEDGE_INTERVAL_MS - Date.now();
+    if (wait <= 0) this.acknowledge();
+    else this.acknowledging = setTimeout(() => this.acknowledge(), wait);
+  }
+
+  /** Tell the hub the offsets held on the streams that moved since the last time. */
+  acknowledge() {
+    this.acknowledging = null;
+    const moved = {};
+    let count = 0;
+    for (const [stream, offset] of this.offsets.held) {
+      if (this.acknowledged.get(stream) === offset || count === ACKNOWLEDGE_STREAMS) continue;
+      moved[stream] = offset;
+      count += 1;
+    }
+    if (count === 0 || this.connection?.state !== this.signalR.HubConnectionState.Connected) return;
+    for (const [stream, offset] of Object.entries(moved)) this.acknowledged.set(stream, offset);
+    this.acknowledgedAt = Date.now();
+    this.connection.send("Acknowledge", moved).catch(() => {}); // a measurement, never needed
+  }
+
+  /** After a (re)connect: the hub measures this connection's deliveries from now on. */
+  startAcknowledging() {
+    this.acknowledged = new Map(this.offsets.held); // held before now: nothing to measure
+    this.connection.send("Acknowledge", {}).catch(() => {}); // a hub without it: no harm
   }
 
   /**
@@ -277,7 +319,7 @@ export class RealtimeClient extends EventTarget {
     for (const name of MESSAGE_EVENTS) {
       this.connection.on(name, (payload) => {
         this.receive(payload);
-        this.offsets.note(payload.stream, payload.offset);
+        this.noteEvent(payload.stream, payload.offset);
       });
     }
     this.connection.on("presence", (change) => {
@@ -286,7 +328,7 @@ export class RealtimeClient extends EventTarget {
     for (const name of OTHER_EVENTS) {
       this.connection.on(name, (payload) => {
         this.emit(name, payload);
-        this.offsets.note(payload.stream, payload.offset);
+        this.noteEvent(payload.stream, payload.offset);
       });
     }
     this.connection.on("typing", (payload) => this.emit("typing", payload)); // no offset
@@ -297,6 +339,7 @@ export class RealtimeClient extends EventTarget {
     });
     this.connection.onreconnected(async () => {
       this.setState("connected");
+      this.startAcknowledging();
       this.scheduleRenewal(); // the token the reconnect presented
       await this.recover(); // groups are rebuilt server-side; what we missed comes now
       // The watch was the old connection's: ask again (the state now, then changes).
@@ -304,12 +347,15 @@ export class RealtimeClient extends EventTarget {
     });
     this.connection.onclose(() => {
       clearTimeout(this.renewal);
+      clearTimeout(this.acknowledging);
+      this.acknowledging = null;
       this.setState("disconnected");
     });
     this.setState("connecting");
     this.recovering = true;
     await this.connection.start();
     this.setState("connected");
+    this.startAcknowledging();
     this.scheduleRenewal();
     await this.recover();
   }
@@ -360,6 +406,8 @@ export class RealtimeClient extends EventTarget {
 
   async stop() {
     clearTimeout(this.renewal);
+    clearTimeout(this.acknowledging);
+    this.acknowledging = null;
     if (this.connection) await this.connection.stop();
   }
 

@@ -1,0 +1,131 @@
+"""Delivery latency from the client's side: a part of HubConnection, made only for a
+connection whose client acknowledges what it received.
+
+Two kinds of client acknowledge (docs/hub.md, "Delivery latency"):
+- a stateful reconnect connection: every hub invocation message it is sent is numbered,
+  and the client's Acks are cumulative (sequence ids);
+- a client that calls `Acknowledge` with the offsets its streams have reached (the web
+  client module, about once a second): cumulative per stream.
+
+For each live event sent (an event whose channel-layer message carries `committed_at`,
+its row's created_at by the database's clock: backplane/publisher.py) it keeps when it
+was committed, when it was sent, its name and where it sits (its sequence id, or its
+stream and offset) until acknowledged; then observes, per event and transport,
+messenger_realtime_client_delivery_seconds = when the client had it - committed_at, both
+by the database's clock (the process's corrected by hub/database_clock.py):
+
+- `Acknowledge`: when it arrives (the web client module sends one at once when it sent
+  none for a second, so a quiet connection's events are measured exactly; in a burst an
+  event may be counted up to that second late: an upper bound);
+- a stateful Ack: the official clients (JS, .NET, Java) send one STATEFUL_ACK_DELAY after
+  the first message they received since their last, acking every one since. So the
+  window's first message reached the client that long before the Ack, and each later one
+  as much later as it was sent after the first (never before it was sent).
+
+At most KEPT events wait: a client that stops acknowledging costs a bounded list and its
+oldest entries go unobserved. Events a Recover sends carry no `committed_at`: the
+histogram is of live delivery.
+"""
+
+import collections
+from typing import Any, NamedTuple, Protocol
+
+from messenger_realtime.hub.transports.base import Transport
+from messenger_realtime.ops import metrics
+
+KEPT = 256  # sent events waiting for their acknowledgement, at most
+# After the first message received since its last Ack, the official clients' Ack comes
+# this late (their MessageBuffer's timer; stateful.ACK_INTERVAL is the server's own).
+STATEFUL_ACK_DELAY = 1.0
+
+
+class Sent(NamedTuple):
+    """A live event on its way to the client, until acknowledged."""
+
+    committed_at: float  # unix seconds, the database's clock
+    sent_at: float  # when it was emitted to the client, the same clock
+    event: str  # the hub event's name, e.g. message_received
+    stream: str | None  # its stream (None: keyed by its sequence id)
+    position: int  # its offset in `stream`, or its sequence id
+
+
+class DatabaseTime(Protocol):
+    """hub/database_clock.DatabaseClock, as this part reads it."""
+
+    def now(self) -> float: ...
+
+
+class Owner(Protocol):
+    """Its connection (lifecycle.HubConnection), as this part reads it: read-only."""
+
+    @property
+    def transport(self) -> Transport | None: ...  # the one carrying it now
+
+    def next_sequence_id(self) -> int | None: ...  # what the next emit is numbered (stateful)
+
+
+class Acknowledgements:
+    """The live events sent to one connection and not acknowledged yet."""
+
+    __slots__ = ("_built", "_clock", "_owner", "_sent")
+
+    def __init__(self, owner: Owner, clock: DatabaseTime) -> None:
+        self._owner, self._clock = owner, clock
+        self._sent: collections.deque[Sent] = collections.deque(maxlen=KEPT)
+        # Events whose frames wait in the batch in hand (Outbound.unsent), by their
+        # index there: a frame's sequence id is known once the batch is emitted.
+        self._built: list[tuple[int, dict[str, Any]]] = []
+
+    def built(self, index: int, message: dict[str, Any]) -> None:
+        """An event's frame is the batch's `index`th (Outbound): kept if live."""
+        if message.get("committed_at") is not None:
+            self._built.append((index, message))
+
+    def emitting(self) -> None:
+        """The batch's frames are about to be emitted, in order (Outbound.flush): with
+        stateful reconnect the first takes the next sequence id and each the one after."""
+        built, self._built = self._built, []
+        first = self._owner.next_sequence_id()
+        now = self._clock.now()
+        for index, message in built:
+            payload = message["payload"]
+            if first is not None:
+                stream, position = None, first + index
+            elif "offset" in payload:
+                stream, position = payload["stream"], payload["offset"]
+            else:
+                continue  # no stream, no sequence: nothing the client can acknowledge
+            committed_at, event = message["committed_at"], message["event"]
+            self._sent.append(Sent(committed_at, now, event, stream, position))
+
+    def acked(self, sequence_id: int) -> None:
+        """Stateful reconnect's Ack: the client has every message up to `sequence_id`."""
+        sent = self._sent
+        if not sent or sent[0].stream is not None or sent[0].position > sequence_id:
+            return
+        now = self._clock.now()
+        first_had = now - STATEFUL_ACK_DELAY
+        first_sent = sent[0].sent_at
+        while sent and sent[0].stream is None and sent[0].position <= sequence_id:
+            entry = sent.popleft()
+            had = max(entry.sent_at, first_had + (entry.sent_at - first_sent))
+            self._observe(entry, min(had, now))
+
+    def acknowledged(self, offsets: dict[str, int]) -> None:
+        """`Acknowledge`: the client holds each of these streams up to its offset."""
+        waiting: collections.deque[Sent] = collections.deque(maxlen=KEPT)
+        now = self._clock.now()
+        for entry in self._sent:
+            reached = offsets.get(entry.stream) if entry.stream is not None else None
+            if reached is not None and entry.position <= reached:
+                self._observe(entry, now)
+            else:
+                waiting.append(entry)
+        self._sent = waiting
+
+    def _observe(self, entry: Sent, had: float) -> None:
+        """The client had `entry` at `had` (the database's clock)."""
+        transport = self._owner.transport
+        metrics.client_delivery.labels(
+            kind=entry.event, transport=transport.name if transport is not None else "detached"
+        ).observe(max(0.0, had - entry.committed_at))

@@ -1,0 +1,39 @@
+"""The `Acknowledge` hub method: the client holds its streams up to these offsets, so
+the hub can measure how long each live event took from its commit to the client
+(hub/connection/acknowledgements.py, messenger_realtime_client_delivery_seconds).
+
+The web client module calls it about once a second with the streams that moved (a
+client without stateful reconnect has no other way to tell). The first call makes the
+connection's acknowledgements part: events sent from then on are measured. Nothing is
+returned and nothing changes for delivery or recovery (`Recover` still takes its own
+offsets).
+
+Not charged to the user's invocation rate limit (a client acknowledging once a second
+would spend most of it): every call is local and bounded (at most ACKNOWLEDGED streams,
+each compared with at most acknowledgements.KEPT waiting events), and no I/O.
+"""
+
+from typing import Any
+
+from messenger_realtime.exceptions import HubError
+from messenger_realtime.hub.connection.methods import hub_method
+from messenger_realtime.hub.connection.state import Connection
+
+ACKNOWLEDGED = 256  # streams one call may name
+NOT_OFFSETS = (
+    "Acknowledge takes an object of stream -> offset (a stream's name, a whole number >= 0)"
+)
+TOO_MANY = f"Acknowledge names at most {ACKNOWLEDGED} streams a call"
+
+
+@hub_method("Acknowledge", charged=False)
+async def acknowledge(connection: Connection, offsets: Any) -> None:
+    """The client holds each of these streams up to its offset (nothing to return)."""
+    if not isinstance(offsets, dict):
+        raise HubError(NOT_OFFSETS)
+    if len(offsets) > ACKNOWLEDGED:
+        raise HubError(TOO_MANY)
+    for stream, offset in offsets.items():
+        if not isinstance(stream, str) or type(offset) is not int or offset < 0:
+            raise HubError(NOT_OFFSETS)
+    connection.acknowledging().acknowledged(offsets)

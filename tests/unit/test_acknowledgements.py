@@ -1,0 +1,127 @@
+"""Delivery latency from acknowledgements (hub/connection/acknowledgements.py): what is
+kept for each live event, when the client is taken to have had it, and the bound; and
+`Acknowledge`'s refusals (hub/connection/methods/acknowledge.py)."""
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from messenger_realtime.exceptions import HubError
+from messenger_realtime.hub.connection import acknowledgements
+from messenger_realtime.hub.connection.acknowledgements import (
+    KEPT,
+    STATEFUL_ACK_DELAY,
+    Acknowledgements,
+)
+from messenger_realtime.hub.connection.methods.acknowledge import acknowledge
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.at = 1000.0
+
+    def now(self) -> float:
+        return self.at
+
+
+class Owner:
+    def __init__(self, next_id: int | None) -> None:
+        self.transport = SimpleNamespace(name="WebSockets")
+        self.next_id = next_id
+
+    def next_sequence_id(self) -> int | None:
+        return self.next_id
+
+
+@pytest.fixture
+def observed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float]]:
+    seen: list[tuple[str, float]] = []
+
+    class Histogram:
+        def labels(self, kind: str, transport: str) -> Any:
+            return SimpleNamespace(observe=lambda value: seen.append((kind, round(value, 6))))
+
+    monkeypatch.setattr(acknowledgements.metrics, "client_delivery", Histogram())
+    return seen
+
+
+def event(committed_at: float | None, offset: int | None = None) -> dict[str, Any]:
+    payload: dict[str, Any] = {} if offset is None else {"stream": "chat:c", "offset": offset}
+    message: dict[str, Any] = {"event": "message_received", "payload": payload}
+    if committed_at is not None:
+        message["committed_at"] = committed_at
+    return message
+
+
+def test_a_stateful_ack_takes_off_the_clients_ack_delay(observed: list[Any]) -> None:
+    clock, owner = Clock(), Owner(next_id=7)
+    acks = Acknowledgements(owner, clock)
+    acks.built(0, event(999.95))
+    acks.built(1, event(None))  # a recovered event: not live, not measured
+    acks.built(2, event(999.96))
+    acks.emitting()  # sequence ids 7, 8, 9 at 1000.0
+    clock.at = 1000.3
+    owner.next_id = 10
+    acks.built(0, event(1000.25))
+    acks.emitting()  # id 10 at 1000.3
+    clock.at = 1000.0 + 0.02 + STATEFUL_ACK_DELAY  # the client had 7 at 1000.02
+    acks.acked(10)
+    # 7 and 9 had at 1000.02 (sent together), 10 at 1000.32 (sent 0.3 s after 7).
+    assert observed == [
+        ("message_received", 0.07),
+        ("message_received", 0.06),
+        ("message_received", 0.07),
+    ]
+
+
+def test_an_event_is_never_taken_as_had_before_it_was_sent(observed: list[Any]) -> None:
+    clock, owner = Clock(), Owner(next_id=1)
+    acks = Acknowledgements(owner, clock)
+    acks.built(0, event(999.9))
+    acks.emitting()
+    clock.at = 1000.1  # a client that acks at once, not a second later
+    acks.acked(1)
+    assert observed == [("message_received", 0.1)]  # from its commit to its send, at least
+
+
+def test_acknowledged_offsets_measure_their_streams_events_up_to_them(
+    observed: list[Any],
+) -> None:
+    clock, owner = Clock(), Owner(next_id=None)
+    acks = Acknowledgements(owner, clock)
+    for offset in (1, 2, 3):
+        acks.built(offset - 1, event(999.5 + offset / 10, offset))
+    acks.built(3, event(999.9))  # no stream: nothing to acknowledge it by
+    acks.emitting()
+    clock.at = 1000.2
+    acks.acknowledged({"chat:c": 2, "chat:other": 9})
+    assert observed == [("message_received", 0.6), ("message_received", 0.5)]
+    acks.acknowledged({"chat:c": 3})
+    assert observed[-1] == ("message_received", 0.4)
+
+
+def test_a_client_that_never_acknowledges_holds_at_most_kept_events(observed: list[Any]) -> None:
+    acks = Acknowledgements(Owner(next_id=None), Clock())
+    for offset in range(KEPT * 3):
+        acks.built(0, event(999.0, offset))
+        acks.emitting()
+    acks.acknowledged({"chat:c": KEPT * 3})
+    assert len(observed) == KEPT  # the newest; the older ones went unobserved
+
+
+@pytest.mark.parametrize(
+    ("argument", "reason"),
+    [
+        (["chat:c", 1], "takes an object of stream -> offset"),
+        ({"chat:c": "1"}, "takes an object of stream -> offset"),
+        ({"chat:c": -1}, "takes an object of stream -> offset"),
+        ({"chat:c": True}, "takes an object of stream -> offset"),
+        ({f"chat:{n}": 1 for n in range(257)}, "at most 256 streams"),
+    ],
+)
+def test_acknowledge_refuses_what_is_not_offsets_by_stream(argument: Any, reason: str) -> None:
+    connection = SimpleNamespace(acknowledging=lambda: pytest.fail("nothing acknowledged"))
+    with pytest.raises(HubError, match=reason):
+        asyncio.run(acknowledge(connection, argument))
