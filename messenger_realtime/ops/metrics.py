@@ -153,23 +153,23 @@ hub_recovered_events = Counter(
     "Events a Recover invocation sent from the database (missed while away).",
 )
 client_delivery = Histogram(
-    "messenger_realtime_client_delivery_seconds",
+    "messenger_realtime_hub_client_delivery_seconds",
     "From an event's commit (its row's created_at, the database's clock) to the client's "
     "acknowledgement of it, for live events to clients that acknowledge (stateful "
     "reconnect's Acks, the web client's Acknowledge), by event and transport; the hub's "
     "clock is corrected by its measured offset from the database's "
-    "(messenger_realtime_database_clock_offset_seconds). The spec's SLO reads it.",
+    "(messenger_realtime_hub_database_clock_offset_seconds). The spec's SLO reads it.",
     ["kind", "transport"],
     buckets=LAG_BUCKETS,
 )
 database_clock_offset = Gauge(
-    "messenger_realtime_database_clock_offset_seconds",
+    "messenger_realtime_hub_database_clock_offset_seconds",
     "The database's clock minus this hub process's, as last measured (a SELECT of "
     "clock_timestamp() between two readings of the process's clock, the round trip "
     "halved); client delivery latencies are corrected by it.",
 )
 database_clock_uncertainty = Gauge(
-    "messenger_realtime_database_clock_uncertainty_seconds",
+    "messenger_realtime_hub_database_clock_uncertainty_seconds",
     "How far the measured database clock offset may be off: half the round trip of the "
     "measurement that gave it.",
 )

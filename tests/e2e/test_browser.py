@@ -393,7 +393,7 @@ def test_the_page_acknowledges_what_it_received_and_daphne_measures_it(
     hub: Hub, pages: tuple[Page, Page]
 ) -> None:
     """The web client module's `Acknowledge`: Daphne measures each live message from its
-    commit to the page (messenger_realtime_client_delivery_seconds)."""
+    commit to the page (messenger_realtime_hub_client_delivery_seconds)."""
     before, before_sum = client_deliveries(hub.daphne.http)
     for n in range(3):
         post("carol", team(), f"measured {n}")

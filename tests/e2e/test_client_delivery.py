@@ -16,7 +16,7 @@ from tests.support.hub_clients import Hub
 from tests.support.runtime import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
-FAMILY = "messenger_realtime_client_delivery_seconds"
+FAMILY = "messenger_realtime_hub_client_delivery_seconds"
 
 
 def scrape(hub: Hub) -> dict[str, float]:
@@ -67,8 +67,8 @@ def test_a_stateful_clients_acks_measure_each_live_event_from_its_commit(
     # longer than the whole exchange. The clocks' offset is measured and corrected.
     assert 0 < total - before_sum < 5 * min(elapsed, 0.5)
     samples = scrape(hub)
-    assert samples["messenger_realtime_database_clock_uncertainty_seconds{}"] < 0.05
-    assert abs(samples["messenger_realtime_database_clock_offset_seconds{}"]) < 0.05
+    assert samples["messenger_realtime_hub_database_clock_uncertainty_seconds{}"] < 0.05
+    assert abs(samples["messenger_realtime_hub_database_clock_offset_seconds{}"]) < 0.05
 
 
 def test_a_client_that_does_not_acknowledge_is_not_measured(hub: Hub, clients: Any) -> None:

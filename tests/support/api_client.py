@@ -61,10 +61,10 @@ def client_deliveries(
     base_url: str, kind: str = "message_received", transport: str = "WebSockets"
 ) -> tuple[float, float]:
     """(how many `kind` deliveries a Daphne measured to acknowledging clients, their total
-    seconds): messenger_realtime_client_delivery_seconds, from its /metrics."""
+    seconds): messenger_realtime_hub_client_delivery_seconds, from its /metrics."""
     status, text = http_get(f"{base_url}/metrics", timeout=5)
     assert status == 200, status
-    name = "messenger_realtime_client_delivery_seconds"
+    name = "messenger_realtime_hub_client_delivery_seconds"
     return (
         sample(text, f"{name}_count", kind=kind, transport=transport),
         sample(text, f"{name}_sum", kind=kind, transport=transport),

@@ -11,7 +11,7 @@ For each live event sent (an event whose channel-layer message carries `committe
 its row's created_at by the database's clock: backplane/publisher.py) it keeps when it
 was committed, when it was sent, its name and where it sits (its sequence id, or its
 stream and offset) until acknowledged; then observes, per event and transport,
-messenger_realtime_client_delivery_seconds = when the client had it - committed_at, both
+messenger_realtime_hub_client_delivery_seconds = when the client had it - committed_at, both
 by the database's clock (the process's corrected by hub/database_clock.py):
 
 - `Acknowledge`: when it arrives (the web client module sends one at once when it sent

@@ -1,6 +1,6 @@
 """The `Acknowledge` hub method: the client holds its streams up to these offsets, so
 the hub can measure how long each live event took from its commit to the client
-(hub/connection/acknowledgements.py, messenger_realtime_client_delivery_seconds).
+(hub/connection/acknowledgements.py, messenger_realtime_hub_client_delivery_seconds).
 
 The web client module calls it about once a second with the streams that moved (a
 client without stateful reconnect has no other way to tell). The first call makes the
