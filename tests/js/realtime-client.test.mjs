@@ -57,7 +57,7 @@ class FakeConnection {
     this.state = "Connected";
     this.sent = []; // [method, argument] of each send()
   }
-  async send(method, argument) { this.sent.push([method, argument]); }
+  async send(method, ...args) { this.sent.push([method, ...args]); }
   on(name, handler) { this.handlers[name] = handler; }
   onreconnecting(handler) { this.reconnecting = handler; }
   onreconnected(handler) { this.reconnected = handler; }
@@ -423,20 +423,23 @@ test("received offsets are acknowledged at once when quiet, else once a second, 
   const { fetchImpl } = server([]);
   const client = new RealtimeClient({ signalR: fakeSignalR(connection), getToken: () => "t", rest: restCallbacks({ getToken: () => "t", fetchImpl }) });
   await client.start();
-  assert.deepEqual(connection.sent, [["Acknowledge", {}]]); // measure this connection from now
+  assert.deepEqual(connection.sent, [["Acknowledge", {}, 0]]); // measure this connection from now
   const stream = `chat:${CHAT}`;
   connection.handlers.message_received({ ...msg(1), stream, offset: 1 });
-  assert.deepEqual(connection.sent.at(-1), ["Acknowledge", { [stream]: 1 }]); // quiet: at once
+  assert.deepEqual(connection.sent.at(-1), ["Acknowledge", { [stream]: 1 }, 0]); // quiet: at once
+  t.mock.timers.tick(300);
   connection.handlers.message_received({ ...msg(2), stream, offset: 2 });
+  t.mock.timers.tick(100);
   connection.handlers.read_receipt_updated({ chatId: CHAT, stream: "user:u1", offset: 7 });
   assert.equal(connection.sent.length, 2); // within the interval: batched
-  t.mock.timers.tick(999);
+  t.mock.timers.tick(599);
   assert.equal(connection.sent.length, 2);
   t.mock.timers.tick(1);
-  assert.deepEqual(connection.sent.at(-1), ["Acknowledge", { [stream]: 2, "user:u1": 7 }]);
+  // With how long ago it had the first of them: 700 ms (at 300 ms into the interval).
+  assert.deepEqual(connection.sent.at(-1), ["Acknowledge", { [stream]: 2, "user:u1": 7 }, 700]);
   t.mock.timers.tick(5000);
   assert.equal(connection.sent.length, 3); // nothing new: nothing sent
   connection.handlers.message_received({ ...msg(3), stream, offset: 3 });
-  assert.deepEqual(connection.sent.at(-1), ["Acknowledge", { [stream]: 3 }]); // the one that moved
+  assert.deepEqual(connection.sent.at(-1), ["Acknowledge", { [stream]: 3 }, 0]); // the one that moved
   await client.stop();
 });

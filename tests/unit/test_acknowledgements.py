@@ -96,10 +96,25 @@ def test_acknowledged_offsets_measure_their_streams_events_up_to_them(
     acks.built(3, event(999.9))  # no stream: nothing to acknowledge it by
     acks.emitting()
     clock.at = 1000.2
-    acks.acknowledged({"chat:c": 2, "chat:other": 9})
-    assert observed == [("message_received", 0.6), ("message_received", 0.5)]
-    acks.acknowledged({"chat:c": 3})
+    acks.acknowledged({"chat:c": 2, "chat:other": 9}, 0.15)  # had at 1000.05
+    assert observed == [("message_received", 0.45), ("message_received", 0.35)]
+    acks.acknowledged({"chat:c": 3}, 0.0)
     assert observed[-1] == ("message_received", 0.4)
+
+
+def test_an_acknowledgements_later_events_count_from_when_they_were_sent(
+    observed: list[Any],
+) -> None:
+    clock, owner = Clock(), Owner(next_id=None)
+    acks = Acknowledgements(owner, clock)
+    acks.built(0, event(999.9, 1))
+    acks.emitting()  # sent at 1000.0
+    clock.at = 1000.4
+    acks.built(0, event(1000.35, 2))
+    acks.emitting()  # sent at 1000.4
+    clock.at = 1001.0
+    acks.acknowledged({"chat:c": 2}, 0.9)  # the first had at 1000.1, the second 0.4 s later
+    assert observed == [("message_received", 0.2), ("message_received", 0.15)]
 
 
 def test_a_client_that_never_acknowledges_holds_at_most_kept_events(observed: list[Any]) -> None:
@@ -107,21 +122,26 @@ def test_a_client_that_never_acknowledges_holds_at_most_kept_events(observed: li
     for offset in range(KEPT * 3):
         acks.built(0, event(999.0, offset))
         acks.emitting()
-    acks.acknowledged({"chat:c": KEPT * 3})
+    acks.acknowledged({"chat:c": KEPT * 3}, 0.0)
     assert len(observed) == KEPT  # the newest; the older ones went unobserved
 
 
 @pytest.mark.parametrize(
-    ("argument", "reason"),
+    ("offsets", "waited", "reason"),
     [
-        (["chat:c", 1], "takes an object of stream -> offset"),
-        ({"chat:c": "1"}, "takes an object of stream -> offset"),
-        ({"chat:c": -1}, "takes an object of stream -> offset"),
-        ({"chat:c": True}, "takes an object of stream -> offset"),
-        ({f"chat:{n}": 1 for n in range(257)}, "at most 256 streams"),
+        (["chat:c", 1], 0, "takes an object of stream -> offset"),
+        ({"chat:c": "1"}, 0, "takes an object of stream -> offset"),
+        ({"chat:c": -1}, 0, "takes an object of stream -> offset"),
+        ({"chat:c": True}, 0, "takes an object of stream -> offset"),
+        ({f"chat:{n}": 1 for n in range(257)}, 0, "at most 256 streams"),
+        ({"chat:c": 1}, -1, "ms since the client had the first event"),
+        ({"chat:c": 1}, 60_001, "ms since the client had the first event"),
+        ({"chat:c": 1}, 0.5, "ms since the client had the first event"),
     ],
 )
-def test_acknowledge_refuses_what_is_not_offsets_by_stream(argument: Any, reason: str) -> None:
+def test_acknowledge_refuses_what_is_not_offsets_and_a_wait(
+    offsets: Any, waited: Any, reason: str
+) -> None:
     connection = SimpleNamespace(acknowledging=lambda: pytest.fail("nothing acknowledged"))
     with pytest.raises(HubError, match=reason):
-        asyncio.run(acknowledge(connection, argument))
+        asyncio.run(acknowledge(connection, offsets, waited))

@@ -18,7 +18,7 @@ from messenger_realtime.hub.recovery import RecoverError
 def test_every_module_of_the_methods_package_declares_its_method_by_name() -> None:
     found = methods.discover()
     assert {name: m.arity for name, m in found.items()} == {
-        "Acknowledge": 1,
+        "Acknowledge": 2,
         "GetGroups": 0,
         "Recover": 1,
         "RenewToken": 1,

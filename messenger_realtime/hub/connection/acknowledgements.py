@@ -14,13 +14,14 @@ stream and offset) until acknowledged; then observes, per event and transport,
 messenger_realtime_hub_client_delivery_seconds = when the client had it - committed_at, both
 by the database's clock (the process's corrected by hub/database_clock.py):
 
-- `Acknowledge`: when it arrives (the web client module sends one at once when it sent
-  none for a second, so a quiet connection's events are measured exactly; in a burst an
-  event may be counted up to that second late: an upper bound);
 - a stateful Ack: the official clients (JS, .NET, Java) send one STATEFUL_ACK_DELAY after
-  the first message they received since their last, acking every one since. So the
-  window's first message reached the client that long before the Ack, and each later one
-  as much later as it was sent after the first (never before it was sent).
+  the first message they received since their last, acking every one since;
+- `Acknowledge(offsets, waited)`: the client says how long ago it had the first of the
+  events it acknowledges (the web client module: at once when it sent none for a
+  second, else at that second's end).
+Either way the first event of the acknowledged window reached the client that long
+before the acknowledgement arrived, and each later one as much later as it was sent
+after the first (never before it was sent, never after the acknowledgement).
 
 At most KEPT events wait: a client that stops acknowledging costs a bounded list and its
 oldest entries go unobserved. Events a Recover sends carry no `committed_at`: the
@@ -103,29 +104,36 @@ class Acknowledgements:
         sent = self._sent
         if not sent or sent[0].stream is not None or sent[0].position > sequence_id:
             return
-        now = self._clock.now()
-        first_had = now - STATEFUL_ACK_DELAY
-        first_sent = sent[0].sent_at
+        window = []
         while sent and sent[0].stream is None and sent[0].position <= sequence_id:
-            entry = sent.popleft()
-            had = max(entry.sent_at, first_had + (entry.sent_at - first_sent))
-            self._observe(entry, min(had, now))
+            window.append(sent.popleft())
+        self._observe(window, STATEFUL_ACK_DELAY)
 
-    def acknowledged(self, offsets: dict[str, int]) -> None:
-        """`Acknowledge`: the client holds each of these streams up to its offset."""
-        waiting: collections.deque[Sent] = collections.deque(maxlen=KEPT)
-        now = self._clock.now()
+    def acknowledged(self, offsets: dict[str, int], waited: float) -> None:
+        """`Acknowledge`: the client holds each of these streams up to its offset, and
+        had the first of the events it acknowledges now `waited` seconds ago."""
+        window, left = [], collections.deque[Sent](maxlen=KEPT)
         for entry in self._sent:
             reached = offsets.get(entry.stream) if entry.stream is not None else None
             if reached is not None and entry.position <= reached:
-                self._observe(entry, now)
+                window.append(entry)
             else:
-                waiting.append(entry)
-        self._sent = waiting
+                left.append(entry)
+        self._sent = left
+        self._observe(window, waited)
 
-    def _observe(self, entry: Sent, had: float) -> None:
-        """The client had `entry` at `had` (the database's clock)."""
+    def _observe(self, window: list[Sent], waited: float) -> None:
+        """The events of one acknowledgement, in the order they were sent: the client had
+        the first `waited` seconds before now, each later one as much later as it was
+        sent after the first, but none before it was sent nor after now."""
+        if not window:
+            return
+        now = self._clock.now()
+        first_had, first_sent = now - waited, window[0].sent_at
         transport = self._owner.transport
-        metrics.client_delivery.labels(
-            kind=entry.event, transport=transport.name if transport is not None else "detached"
-        ).observe(max(0.0, had - entry.committed_at))
+        name = transport.name if transport is not None else "detached"
+        for entry in window:
+            had = min(now, max(entry.sent_at, first_had + (entry.sent_at - first_sent)))
+            metrics.client_delivery.labels(kind=entry.event, transport=name).observe(
+                max(0.0, had - entry.committed_at)
+            )

@@ -42,11 +42,11 @@ const RENEW_RETRY_S = 5;
 // Typing is never recovered: after a reconnect nobody is shown typing until they type.
 const TYPING_INTERVAL_S = 3;
 // Delivery latency (docs/hub.md, "Delivery latency"): the client tells the hub how far it
-// holds its streams (`Acknowledge`, no answer awaited), so the hub can measure each live
-// event from its commit to here. At once when none went out for ACKNOWLEDGE_INTERVAL_MS
-// (a quiet chat's every event is measured exactly), else at the interval's end with the
-// streams that moved (under traffic an event may be counted up to the interval late).
-// An empty Acknowledge right after each (re)connect asks the hub to start measuring.
+// holds its streams and how long ago it had the first event it acknowledges
+// (`Acknowledge`, no answer awaited), so the hub can measure each live event from its
+// commit to here: at once when none went out for ACKNOWLEDGE_INTERVAL_MS, else at the
+// interval's end with the streams that moved. An empty Acknowledge right after each
+// (re)connect asks the hub to start measuring.
 const ACKNOWLEDGE_INTERVAL_MS = 1000;
 const ACKNOWLEDGE_STREAMS = 256; // the most streams one Acknowledge names (the hub's bound)
 
@@ -219,11 +219,13 @@ export class RealtimeClient extends EventTarget {
     this.acknowledged = new Map(); // stream -> the offset last acknowledged to the hub
     this.acknowledging = null; // the timer of the next Acknowledge
     this.acknowledgedAt = -Infinity; // when the last Acknowledge went out (ms)
+    this.firstUnacknowledged = null; // when the first event since it arrived (ms)
   }
 
   /** An event of a stream arrived: noted, and acknowledged to the hub soon. */
   noteEvent(stream, offset) {
     this.offsets.note(stream, offset);
+    this.firstUnacknowledged ??= Date.now();
     if (this.acknowledging !== null || this.state !== "connected") return;
     const wait = this.acknowledgedAt + ACKNOWLEDGE_INTERVAL_MS - Date.now();
     if (wait <= 0) this.acknowledge();
@@ -242,14 +244,18 @@ export class RealtimeClient extends EventTarget {
     }
     if (count === 0 || this.connection?.state !== this.signalR.HubConnectionState.Connected) return;
     for (const [stream, offset] of Object.entries(moved)) this.acknowledged.set(stream, offset);
-    this.acknowledgedAt = Date.now();
-    this.connection.send("Acknowledge", moved).catch(() => {}); // a measurement, never needed
+    const now = Date.now();
+    const waited = Math.min(Math.max(0, now - (this.firstUnacknowledged ?? now)), 60_000);
+    this.acknowledgedAt = now;
+    this.firstUnacknowledged = null;
+    this.connection.send("Acknowledge", moved, waited).catch(() => {}); // a measurement only
   }
 
   /** After a (re)connect: the hub measures this connection's deliveries from now on. */
   startAcknowledging() {
     this.acknowledged = new Map(this.offsets.held); // held before now: nothing to measure
-    this.connection.send("Acknowledge", {}).catch(() => {}); // a hub without it: no harm
+    this.firstUnacknowledged = null;
+    this.connection.send("Acknowledge", {}, 0).catch(() => {}); // a hub without it: no harm
   }
 
   /**

@@ -2,11 +2,12 @@
 the hub can measure how long each live event took from its commit to the client
 (hub/connection/acknowledgements.py, messenger_realtime_hub_client_delivery_seconds).
 
-The web client module calls it about once a second with the streams that moved (a
-client without stateful reconnect has no other way to tell). The first call makes the
-connection's acknowledgements part: events sent from then on are measured. Nothing is
-returned and nothing changes for delivery or recovery (`Recover` still takes its own
-offsets).
+The web client module calls it with the streams that moved and how long ago it had the
+first event it acknowledges, at once when it sent none for a second, else at that
+second's end (a client without stateful reconnect has no other way to tell). The first
+call makes the connection's acknowledgements part: events sent from then on are
+measured. Nothing is returned and nothing changes for delivery or recovery (`Recover`
+still takes its own offsets).
 
 Not charged to the user's invocation rate limit (a client acknowledging once a second
 would spend most of it): every call is local and bounded (at most ACKNOWLEDGED streams,
@@ -20,15 +21,21 @@ from messenger_realtime.hub.connection.methods import hub_method
 from messenger_realtime.hub.connection.state import Connection
 
 ACKNOWLEDGED = 256  # streams one call may name
+LONGEST_WAIT_MS = 60_000  # the most `waited` may say
 NOT_OFFSETS = (
     "Acknowledge takes an object of stream -> offset (a stream's name, a whole number >= 0)"
 )
 TOO_MANY = f"Acknowledge names at most {ACKNOWLEDGED} streams a call"
+NOT_WAITED = (
+    f"Acknowledge's second argument is the ms since the client had the first event it"
+    f" acknowledges (a whole number from 0 to {LONGEST_WAIT_MS})"
+)
 
 
 @hub_method("Acknowledge", charged=False)
-async def acknowledge(connection: Connection, offsets: Any) -> None:
-    """The client holds each of these streams up to its offset (nothing to return)."""
+async def acknowledge(connection: Connection, offsets: Any, waited: Any) -> None:
+    """The client holds each of these streams up to its offset, and had the first of the
+    events they acknowledge `waited` ms ago (nothing to return)."""
     if not isinstance(offsets, dict):
         raise HubError(NOT_OFFSETS)
     if len(offsets) > ACKNOWLEDGED:
@@ -36,4 +43,6 @@ async def acknowledge(connection: Connection, offsets: Any) -> None:
     for stream, offset in offsets.items():
         if not isinstance(stream, str) or type(offset) is not int or offset < 0:
             raise HubError(NOT_OFFSETS)
-    connection.acknowledging().acknowledged(offsets)
+    if type(waited) is not int or not 0 <= waited <= LONGEST_WAIT_MS:
+        raise HubError(NOT_WAITED)
+    connection.acknowledging().acknowledged(offsets, waited / 1000)
