@@ -9,8 +9,11 @@ clients (bench/hubclients.py) are connected through a real Daphne and a real
 
 Lag = client receipt - planned send time (no coordinated omission) in an HDR histogram per
 rate, plus lost / duplicated deliveries, channel-layer overruns, the idle wake and CPU
-seconds per 1,000 messages of each process. Own database and Redis db (E2E_DATABASE_URL,
-E2E_REDIS_URL), so it runs beside the other benchmarks.
+seconds per 1,000 messages of each process. `--acknowledge`: the clients acknowledge what
+they receive as the web client module does, and each step also reads what Daphne
+measured of them (messenger_realtime_hub_client_delivery_seconds, commit -> client) beside
+the clients' own figures from the commit's return (`hub_measured`). Own database and Redis
+db (E2E_DATABASE_URL, E2E_REDIS_URL), so it runs beside the other benchmarks.
 """
 
 import argparse
@@ -23,6 +26,7 @@ import signal
 import statistics
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,7 @@ from uuid import UUID
 import psycopg
 import redis
 from hdrh.histogram import HdrHistogram  # type: ignore[import-untyped]
+from prometheus_client.parser import text_string_to_metric_families
 from psycopg.conninfo import conninfo_to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,6 +122,34 @@ def poisson_plan(rate: float, duration: float, chats: int, start: float) -> list
     return plan
 
 
+def bucket_quantile(q: float, buckets: dict[float, float]) -> float:
+    """Prometheus' histogram_quantile over cumulative buckets: linear within the bucket
+    the rank falls in (the +Inf bucket answers its lower bound)."""
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]]
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound in bounds:
+        if buckets[bound] >= rank:
+            if bound == float("inf"):
+                return lower
+            inside = buckets[bound] - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = bound, buckets[bound]
+    return lower
+
+
+def hub_measured(buckets: dict[float, float]) -> dict[str, float]:
+    """What Daphne measured of a step's acknowledged deliveries (commit -> client)."""
+    count = buckets.get(float("inf"), 0.0)
+    if not count:
+        return {"deliveries": 0}
+    return {
+        "deliveries": count,
+        "p50_ms": round(bucket_quantile(0.5, buckets) * 1000, 1),
+        "p95_ms": round(bucket_quantile(0.95, buckets) * 1000, 1),
+    }
+
+
 def micros(seconds: float) -> int:
     return min(max(int(seconds * 1e6), 1), 60_000_000)
 
@@ -138,6 +171,28 @@ class Bench:
     pids: dict[str, list[int]]  # worker, daphne, redis, clients, producer
     postmaster: int
     metrics_port: int
+    daphne_urls: list[str]  # each Daphne's own, for its /metrics
+    acknowledge: bool = False  # the clients acknowledge: read what Daphne measured
+
+    def delivery_buckets(self) -> dict[float, float]:
+        """Every Daphne's messenger_realtime_hub_client_delivery_seconds buckets of
+        message_received, summed: upper bound -> cumulative count ({} unless the clients
+        acknowledge)."""
+        buckets: dict[float, float] = {}
+        if not self.acknowledge:
+            return buckets
+        for url in self.daphne_urls:
+            text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+            for family in text_string_to_metric_families(text):
+                if family.name != "messenger_realtime_hub_client_delivery_seconds":
+                    continue
+                for sample in family.samples:
+                    if sample.name.endswith("_bucket") and (
+                        sample.labels.get("kind") == "message_received"
+                    ):
+                        bound = float(sample.labels["le"])
+                        buckets[bound] = buckets.get(bound, 0.0) + sample.value
+        return buckets
 
     def sample(self) -> tuple[float, float, dict[str, dict[tuple[int, str], float]], float]:
         dbname = str(conninfo_to_dict(DATABASE_URL)["dbname"])
@@ -185,6 +240,7 @@ class Bench:
         await self.conns[0].execute(VACUUM_SQL)
         began, host_before, cpu_before, overruns_before = self.sample()
         claims_before = self.claims()
+        measured_before = self.delivery_buckets()
         start = time.time() + 0.2
         plan = poisson_plan(rate, duration, len(self.chats), start)
         await self.produce(plan)
@@ -196,6 +252,12 @@ class Bench:
         await self.ask_all([{**drain, "unique": n} for n in expected])
         ended, host_after, cpu_after, overruns_after = self.sample()
         claims = self.claims() - claims_before
+        if self.acknowledge:  # the last acknowledgements' interval (not synchronisation)
+            await asyncio.sleep(1.5)
+        measured = {
+            bound: count - measured_before.get(bound, 0.0)
+            for bound, count in self.delivery_buckets().items()
+        }
         sends = {s.message_id: s for s in plan}
         lag, fresh, commit = histogram(), histogram(), histogram()
         seen: set[tuple[str, tuple[int, int]]] = set()
@@ -229,6 +291,7 @@ class Bench:
             **percentiles(lag),
             "commit_p95_ms": commit.get_value_at_percentile(95) / 1000,
             **percentiles(fresh, "from_commit_"),
+            **({"hub_measured": hub_measured(measured)} if measured else {}),
             "cpu_s_per_1000": {k: round(v / n * 1000, 3) for k, v in used.items()},
             # Claims (fair batches and suspect probes) per 1,000 messages: how many passes
             # the wake-ups cost, a figure the box's noise does not move much.
@@ -286,6 +349,7 @@ async def run(
     idle_samples: int,
     procs: int,
     hub_count: int = 1,
+    acknowledge: bool = False,
 ) -> dict[str, Any]:
     if clients < chats or clients % chats:
         raise ValueError("clients must be a multiple of chats (members per chat)")
@@ -323,7 +387,9 @@ async def run(
         hub_clients: list[hubclients.HubClients] = []
         for i in range(procs):
             mine = [tokens[u] for c in chat_list if c.process == i for u in c.members]
-            hub_clients.append(await hubclients.HubClients.start(f"http://127.0.0.1:{port}", mine))
+            hub_clients.append(
+                await hubclients.HubClients.start(f"http://127.0.0.1:{port}", mine, acknowledge)
+            )
             stack.push_async_callback(hub_clients[-1].stop)
         pids = {
             "worker": [worker.proc.pid],
@@ -333,7 +399,11 @@ async def run(
             "clients": [c.proc.pid for c in hub_clients],
             "producer": [os.getpid()],
         }
-        bench = Bench(conns, chat_list, hub_clients, pids, postmaster, metrics_port)
+        daphne_ports = [port] if hub_count == 1 else [port + i for i in range(1, hub_count + 1)]
+        daphne_urls = [f"http://127.0.0.1:{p}" for p in daphne_ports]
+        bench = Bench(
+            conns, chat_list, hub_clients, pids, postmaster, metrics_port, daphne_urls, acknowledge
+        )
         await bench.step(min(rates), 1.0)  # warm-up: connections, prepared statements, caches
         steps = [await bench.step(rate, duration) for rate in rates]
         idle = await bench.idle_wake(idle_samples)
@@ -357,10 +427,11 @@ def run_e2e(
     idle_samples: int = 30,
     client_processes: int = 2,
     hub_count: int = 1,
+    acknowledge: bool = False,
 ) -> dict[str, Any]:
     """Run every rate step (after a 1 s warm-up), then the idle wake; JSON-able results."""
     return asyncio.run(
-        run(rates, duration, clients, chats, idle_samples, client_processes, hub_count)
+        run(rates, duration, clients, chats, idle_samples, client_processes, hub_count, acknowledge)
     )
 
 
@@ -373,6 +444,9 @@ def main() -> None:
     options = (("--clients", 500), ("--chats", 250), ("--client-processes", 2), ("--hubs", 1))
     for option, default in options:
         parser.add_argument(option, type=int, default=default)
+    parser.add_argument(
+        "--acknowledge", action="store_true", help="clients acknowledge; Daphne's figure too"
+    )
     args = parser.parse_args()
     try:
         results = run_e2e(
@@ -385,6 +459,7 @@ def main() -> None:
             else args.idle_samples,
             client_processes=args.client_processes,
             hub_count=args.hubs,
+            acknowledge=args.acknowledge,
         )
     except (KeyboardInterrupt, asyncio.CancelledError):
         sys.exit("interrupted; servers and clients stopped")

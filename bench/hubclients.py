@@ -9,7 +9,9 @@ read apart. Driven by JSON lines: the first stdin line is {"http": base URL, "to
   {"cmd": "until", "unique": N, "idle": S, "limit": L}  wait for N (client, message)
       receipts, S seconds without a new one, or L seconds in all -> {"unique": n}
   {"cmd": "collect"}  receipts since the last collect -> {"receipts": [[id, client, t]...]}
-End of stdin closes every connection and ends the process.
+End of stdin closes every connection and ends the process. With "acknowledge": true in
+the first line, each client acknowledges what it received as the web client module does
+(`Acknowledge`, Acker below), so Daphne measures its deliveries.
 """
 
 import asyncio
@@ -37,6 +39,8 @@ HANDSHAKE = json.dumps({"protocol": "json", "version": 1}) + RS
 PING = json.dumps({"type": 6}) + RS
 PING_EVERY = 10.0  # the hub drops clients silent for CLIENT_TIMEOUT (30 s)
 CONNECT_CONCURRENCY = 25  # 500 simultaneous handshakes would only time out on 2 cores
+ACKNOWLEDGE_EVERY = 1.0  # s, as the web client module (realtime-client.js)
+ACKNOWLEDGE_START = json.dumps({"type": 1, "target": "Acknowledge", "arguments": [{}, 0]}) + RS
 PIPE = asyncio.subprocess.PIPE
 TICK = os.sysconf("SC_CLK_TCK")  # /proc CPU times are in clock ticks
 
@@ -110,16 +114,70 @@ async def connect_once(http: str, token: str, gate: asyncio.Semaphore) -> Client
         return ws
 
 
-async def listen(ws: ClientConnection, client: int, receipts: Receipts) -> None:
-    """Stamp every message_received with the time its frame was read. A dropped
-    connection just ends (collect counts it; its missing receipts count as lost)."""
+class Acker:
+    """Acknowledges a connection's events as the web client module does: the offsets held
+    per stream and the ms since it had the first event it acknowledges, at once when it
+    sent none for ACKNOWLEDGE_EVERY, else at that interval's end."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.held: dict[str, int] = {}
+        self.acknowledged: dict[str, int] = {}
+        self.first: float | None = None  # when the first event since the last one came
+        self.last = float("-inf")  # when the last one went out
+        self.timer: asyncio.TimerHandle | None = None
+        self.writing: set[asyncio.Future[None]] = set()  # kept until written
+
+    def note(self, stream: Any, offset: Any, at: float) -> None:
+        if not isinstance(stream, str) or not isinstance(offset, int):
+            return
+        self.held[stream] = max(offset, self.held.get(stream, offset))
+        self.first = at if self.first is None else self.first
+        if self.timer is not None:
+            return
+        wait = self.last + ACKNOWLEDGE_EVERY - time.time()
+        if wait <= 0:
+            self.send()
+        else:
+            self.timer = asyncio.get_running_loop().call_later(wait, self.send)
+
+    def send(self) -> None:
+        self.timer = None
+        moved = {s: o for s, o in self.held.items() if self.acknowledged.get(s) != o}
+        if not moved:
+            return
+        now = time.time()
+        waited = min(60_000, int(max(0.0, now - (self.first or now)) * 1000))
+        self.acknowledged.update(moved)
+        self.first, self.last = None, now
+        record = {"type": 1, "target": "Acknowledge", "arguments": [moved, waited]}
+        writing = asyncio.ensure_future(self._write(json.dumps(record) + RS))
+        self.writing.add(writing)
+        writing.add_done_callback(self.writing.discard)
+
+    async def _write(self, text: str) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            await self.ws.send(text)
+
+
+async def listen(
+    ws: ClientConnection, client: int, receipts: Receipts, acker: Acker | None = None
+) -> None:
+    """Stamp every message_received with the time its frame was read (and acknowledge it
+    with `acker`). A dropped connection just ends (collect counts it; its missing
+    receipts count as lost)."""
     with contextlib.suppress(ConnectionClosed):
+        if acker is not None:
+            await ws.send(ACKNOWLEDGE_START)
         async for frame in ws:
             at = time.time()
             text = frame if isinstance(frame, str) else frame.decode()
             for record in text.split(RS)[:-1]:
                 if '"message_received"' in record:  # not pings or other events
-                    receipts.add(json.loads(record)["arguments"][0]["messageId"], client, at)
+                    event = json.loads(record)["arguments"][0]
+                    receipts.add(event["messageId"], client, at)
+                    if acker is not None:
+                        acker.note(event.get("stream"), event.get("offset"), at)
 
 
 async def keepalive(ws: ClientConnection) -> None:
@@ -146,7 +204,11 @@ async def main() -> None:
         return_exceptions=True,
     )
     sockets = {i: ws for i, ws in enumerate(opened) if isinstance(ws, ClientConnection)}
-    tasks = [asyncio.create_task(listen(ws, i, receipts)) for i, ws in sockets.items()]
+    acknowledge = bool(config.get("acknowledge"))
+    tasks = [
+        asyncio.create_task(listen(ws, i, receipts, Acker(ws) if acknowledge else None))
+        for i, ws in sockets.items()
+    ]
     tasks += [asyncio.create_task(keepalive(ws)) for ws in sockets.values()]
     errors = sorted({repr(e) for e in opened if isinstance(e, BaseException)})
     reply({"ready": len(sockets), "errors": errors[:5]})
@@ -173,13 +235,13 @@ class HubClients:
         self.proc = proc
 
     @classmethod
-    async def start(cls, http: str, tokens: list[str]) -> "HubClients":
+    async def start(cls, http: str, tokens: list[str], acknowledge: bool = False) -> "HubClients":
         argv = [sys.executable, str(Path(__file__).resolve())]
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=ROOT, stdin=PIPE, stdout=PIPE, limit=2**28
         )
         clients = cls(proc)
-        ready = await clients.ask({"http": http, "tokens": tokens})
+        ready = await clients.ask({"http": http, "tokens": tokens, "acknowledge": acknowledge})
         if ready["ready"] != len(tokens):
             await clients.stop()
             raise RuntimeError(f"only {ready['ready']}/{len(tokens)} clients connected: {ready}")
