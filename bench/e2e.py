@@ -253,7 +253,7 @@ class Bench:
         ended, host_after, cpu_after, overruns_after = self.sample()
         claims = self.claims() - claims_before
         if self.acknowledge:  # the last acknowledgements' interval (not synchronisation)
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(hubclients.ACKNOWLEDGE_EVERY + 0.5)
         measured = {
             bound: count - measured_before.get(bound, 0.0)
             for bound, count in self.delivery_buckets().items()

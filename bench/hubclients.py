@@ -39,7 +39,8 @@ HANDSHAKE = json.dumps({"protocol": "json", "version": 1}) + RS
 PING = json.dumps({"type": 6}) + RS
 PING_EVERY = 10.0  # the hub drops clients silent for CLIENT_TIMEOUT (30 s)
 CONNECT_CONCURRENCY = 25  # 500 simultaneous handshakes would only time out on 2 cores
-ACKNOWLEDGE_EVERY = 1.0  # s, as the web client module (realtime-client.js)
+ACKNOWLEDGE_EVERY = 5.0  # s after the first event, as the web client module's
+
 ACKNOWLEDGE_START = json.dumps({"type": 1, "target": "Acknowledge", "arguments": [{}, 0]}) + RS
 PIPE = asyncio.subprocess.PIPE
 TICK = os.sysconf("SC_CLK_TCK")  # /proc CPU times are in clock ticks
@@ -116,15 +117,14 @@ async def connect_once(http: str, token: str, gate: asyncio.Semaphore) -> Client
 
 class Acker:
     """Acknowledges a connection's events as the web client module does: the offsets held
-    per stream and the ms since it had the first event it acknowledges, at once when it
-    sent none for ACKNOWLEDGE_EVERY, else at that interval's end."""
+    per stream and the ms since it had the first event it acknowledges, ACKNOWLEDGE_EVERY
+    after that first event."""
 
     def __init__(self, ws: ClientConnection) -> None:
         self.ws = ws
         self.held: dict[str, int] = {}
         self.acknowledged: dict[str, int] = {}
         self.first: float | None = None  # when the first event since the last one came
-        self.last = float("-inf")  # when the last one went out
         self.timer: asyncio.TimerHandle | None = None
         self.writing: set[asyncio.Future[None]] = set()  # kept until written
 
@@ -133,13 +133,8 @@ class Acker:
             return
         self.held[stream] = max(offset, self.held.get(stream, offset))
         self.first = at if self.first is None else self.first
-        if self.timer is not None:
-            return
-        wait = self.last + ACKNOWLEDGE_EVERY - time.time()
-        if wait <= 0:
-            self.send()
-        else:
-            self.timer = asyncio.get_running_loop().call_later(wait, self.send)
+        if self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(ACKNOWLEDGE_EVERY, self.send)
 
     def send(self) -> None:
         self.timer = None
@@ -149,7 +144,7 @@ class Acker:
         now = time.time()
         waited = min(60_000, int(max(0.0, now - (self.first or now)) * 1000))
         self.acknowledged.update(moved)
-        self.first, self.last = None, now
+        self.first = None
         record = {"type": 1, "target": "Acknowledge", "arguments": [moved, waited]}
         writing = asyncio.ensure_future(self._write(json.dumps(record) + RS))
         self.writing.add(writing)

@@ -17,8 +17,7 @@ by the database's clock (the process's corrected by hub/database_clock.py):
 - a stateful Ack: the official clients (JS, .NET, Java) send one STATEFUL_ACK_DELAY after
   the first message they received since their last, acking every one since;
 - `Acknowledge(offsets, waited)`: the client says how long ago it had the first of the
-  events it acknowledges (the web client module: at once when it sent none for a
-  second, else at that second's end).
+  events it acknowledges (the web client module: five seconds after that first one).
 Either way the first event of the acknowledged window reached the client that long
 before the acknowledgement arrived, and each later one as much later as it was sent
 after the first (never before it was sent, never after the acknowledgement).

@@ -44,10 +44,11 @@ const TYPING_INTERVAL_S = 3;
 // Delivery latency (docs/hub.md, "Delivery latency"): the client tells the hub how far it
 // holds its streams and how long ago it had the first event it acknowledges
 // (`Acknowledge`, no answer awaited), so the hub can measure each live event from its
-// commit to here: at once when none went out for ACKNOWLEDGE_INTERVAL_MS, else at the
-// interval's end with the streams that moved. An empty Acknowledge right after each
-// (re)connect asks the hub to start measuring.
-const ACKNOWLEDGE_INTERVAL_MS = 1000;
+// commit to here. One call ACKNOWLEDGE_INTERVAL_MS after the first event since the last,
+// with the streams that moved: the wait it reports is taken off, so batching costs no
+// precision, and a call per few seconds at most costs the hub little. An empty
+// Acknowledge right after each (re)connect asks the hub to start measuring.
+const ACKNOWLEDGE_INTERVAL_MS = 5000;
 const ACKNOWLEDGE_STREAMS = 256; // the most streams one Acknowledge names (the hub's bound)
 
 /** A JWT's `exp` (unix seconds), read without checking it (only to schedule); null if none. */
@@ -218,8 +219,7 @@ export class RealtimeClient extends EventTarget {
     this.typingSent = new Map(); // chatId -> when typing() last told the hub (ms)
     this.acknowledged = new Map(); // stream -> the offset last acknowledged to the hub
     this.acknowledging = null; // the timer of the next Acknowledge
-    this.acknowledgedAt = -Infinity; // when the last Acknowledge went out (ms)
-    this.firstUnacknowledged = null; // when the first event since it arrived (ms)
+    this.firstUnacknowledged = null; // when the first event since the last one arrived (ms)
   }
 
   /** An event of a stream arrived: noted, and acknowledged to the hub soon. */
@@ -227,9 +227,7 @@ export class RealtimeClient extends EventTarget {
     this.offsets.note(stream, offset);
     this.firstUnacknowledged ??= Date.now();
     if (this.acknowledging !== null || this.state !== "connected") return;
-    const wait = this.acknowledgedAt + ACKNOWLEDGE_INTERVAL_MS - Date.now();
-    if (wait <= 0) this.acknowledge();
-    else this.acknowledging = setTimeout(() => this.acknowledge(), wait);
+    this.acknowledging = setTimeout(() => this.acknowledge(), ACKNOWLEDGE_INTERVAL_MS);
   }
 
   /** Tell the hub the offsets held on the streams that moved since the last time. */
@@ -246,7 +244,6 @@ export class RealtimeClient extends EventTarget {
     for (const [stream, offset] of Object.entries(moved)) this.acknowledged.set(stream, offset);
     const now = Date.now();
     const waited = Math.min(Math.max(0, now - (this.firstUnacknowledged ?? now)), 60_000);
-    this.acknowledgedAt = now;
     this.firstUnacknowledged = null;
     this.connection.send("Acknowledge", moved, waited).catch(() => {}); // a measurement only
   }

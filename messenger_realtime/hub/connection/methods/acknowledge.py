@@ -3,14 +3,14 @@ the hub can measure how long each live event took from its commit to the client
 (hub/connection/acknowledgements.py, messenger_realtime_hub_client_delivery_seconds).
 
 The web client module calls it with the streams that moved and how long ago it had the
-first event it acknowledges, at once when it sent none for a second, else at that
-second's end (a client without stateful reconnect has no other way to tell). The first
+first event it acknowledges, five seconds after that first event (a client without
+stateful reconnect has no other way to tell). The first
 call makes the connection's acknowledgements part: events sent from then on are
 measured. Nothing is returned and nothing changes for delivery or recovery (`Recover`
 still takes its own offsets).
 
-Not charged to the user's invocation rate limit (a client acknowledging once a second
-would spend most of it): every call is local and bounded (at most ACKNOWLEDGED streams,
+Not charged to the user's invocation rate limit (a client acknowledging every few
+seconds would spend a good part of it): every call is local and bounded (at most ACKNOWLEDGED streams,
 each compared with at most acknowledgements.KEPT waiting events), and no I/O.
 """
 
