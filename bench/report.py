@@ -5,11 +5,14 @@ The generated part of the page sits between two markers; the prose around it (th
 profile, the explanation of each miss) is written by hand and kept.
 """
 
+import re
 import statistics
 from pathlib import Path
 from typing import Any
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+# Where the runs a new block replaces are kept, newest first (the page's history).
+HISTORY = "<!-- bench:history -->"
 
 
 def median(values: list[float]) -> float:
@@ -154,10 +157,28 @@ def markdown(r: dict[str, Any]) -> str:
 
 
 def write(results: dict[str, Any], page: Path) -> None:
-    """Replace the generated block of the page (between the markers) with this run."""
+    """Replace the generated block of the page (between the markers) with this run; the
+    run it replaces goes first in the page's history (after HISTORY), unless it is this
+    same run (re-rendered from bench/results.json)."""
     text = page.read_text()
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    page.write_text(text[:start] + "\n" + markdown(results) + "\n" + text[end:])
+    new, old = markdown(results), text[start:end].strip()
+    text = text[:start] + "\n" + new + "\n" + text[end:]
+    if old and old.splitlines()[0] != new.splitlines()[0] and HISTORY in text:
+        at = text.index(HISTORY) + len(HISTORY)
+        text = text[:at] + "\n" + as_history(old) + "\n" + text[at:]
+    page.write_text(text)
+
+
+def as_history(block: str) -> str:
+    """A replaced block as a section of the history: titled by its run, its headings one
+    level down, without the plot (the image is the current run's)."""
+    lines = block.splitlines()
+    run = re.match(r"Run of (\d{4}-\d{2}-\d{2})", lines[0])
+    title = f"### The run of {run.group(1) if run else 'an earlier day'}"
+    kept = ["#" + line if line.startswith("### ") else line for line in lines]
+    kept = [line for line in kept if not line.startswith("![")]
+    return "\n".join([title, "", *kept]) + "\n"
 
 
 def plot(results: dict[str, Any], path: Path) -> None:

@@ -10,8 +10,9 @@ measured. Nothing is returned and nothing changes for delivery or recovery (`Rec
 still takes its own offsets).
 
 Not charged to the user's invocation rate limit (a client acknowledging every few
-seconds would spend a good part of it): every call is local and bounded (at most ACKNOWLEDGED streams,
-each compared with at most acknowledgements.KEPT waiting events), and no I/O.
+seconds would spend a good part of it): every call is local and bounded (at most
+ACKNOWLEDGED streams, each compared with at most acknowledgements.KEPT waiting events),
+and no I/O.
 """
 
 from typing import Any
