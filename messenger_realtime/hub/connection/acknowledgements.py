@@ -111,6 +111,8 @@ class Acknowledgements:
     def acknowledged(self, offsets: dict[str, int], waited: float) -> None:
         """`Acknowledge`: the client holds each of these streams up to its offset, and
         had the first of the events it acknowledges now `waited` seconds ago."""
+        if not offsets or not self._sent:
+            return  # nothing to compare (the first call; a call repeated): no work
         window, left = [], collections.deque[Sent](maxlen=KEPT)
         for entry in self._sent:
             reached = offsets.get(entry.stream) if entry.stream is not None else None
@@ -118,8 +120,9 @@ class Acknowledgements:
                 window.append(entry)
             else:
                 left.append(entry)
-        self._sent = left
-        self._observe(window, waited)
+        if window:
+            self._sent = left
+            self._observe(window, waited)
 
     def _observe(self, window: list[Sent], waited: float) -> None:
         """The events of one acknowledgement, in the order they were sent: the client had

@@ -132,7 +132,8 @@ class HubConnection:
         )
 
     def acknowledging(self) -> Acknowledgements:
-        """Its acknowledgements part, made at its client's first `Acknowledge`."""
+        """Its acknowledgements part: made when stateful reconnect is granted (the
+        client's Acks), or at its client's first `Acknowledge`."""
         if self.acks is None:
             self.acks = Acknowledgements(self, self.hub.database_clock())
         return self.acks
@@ -254,7 +255,7 @@ class HubConnection:
                 owner=self,
             )
             self.outbound.numbered_by(stateful.emit)
-            self.acks = Acknowledgements(self, self.hub.database_clock())
+            self.acknowledging()
         # Joined before answering (admit() at the upgrade, or here), and forwarding
         # starts only after: the client never sees an event before its handshake
         # response.
