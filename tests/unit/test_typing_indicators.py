@@ -11,6 +11,7 @@ import pytest
 from messenger_realtime.contracts.port import ChatRoster
 from messenger_realtime.hub.connection.composing import (
     BLOCKERS_MAX_AGE,
+    TYPING_CHATS,
     TYPING_INTERVAL,
     TYPING_TYPE,
     Composing,
@@ -71,6 +72,19 @@ def test_calls_within_the_interval_publish_once_per_chat() -> None:
     assert message["payload"]["chatId"] == chat and message["payload"]["userId"] == str(typist)
     # One read per publish; who blocked the typist only in the first.
     assert reads == [(chat, True), (other, False), (chat, False)]
+
+
+def test_a_connection_publishes_in_a_few_chats_at_once_not_in_every_chat_it_holds() -> None:
+    """Each publish is a domain read on the hub's one read thread: a client calling Typing
+    for each of its thousand chats in turn must not make a thousand reads every interval
+    (one user would slow every other user's connect), so a connection publishes in at
+    most TYPING_CHATS chats per interval."""
+    clock = Clock()
+    part = Composing(uuid.uuid4(), loop=clock, layer=Layer())
+    chats = [str(uuid.uuid4()) for _ in range(100)]
+    assert sum(part.due(chat) for chat in chats) == TYPING_CHATS
+    clock.now += TYPING_INTERVAL
+    assert sum(part.due(chat) for chat in chats[50:]) == TYPING_CHATS  # the next interval
 
 
 def test_who_blocked_the_typist_is_read_again_after_a_minute() -> None:

@@ -12,10 +12,11 @@ flood never causes an overrun or a send-buffer close of a real event stream.
 Cost, for a client that calls Typing on every keystroke: each call is a dict lookup or
 two on its own connection (the method is not charged to the Redis invocation rate
 limit: methods/typing_indicator.py); at most one publish per chat per TYPING_INTERVAL
-per connection: one domain read off the event loop (the chat's membership version, and
-who blocked the typist when that was read BLOCKERS_MAX_AGE ago or more) and one
-channel-layer group_send to the chat's group, which the receiving processes fan out
-locally.
+per connection, in at most TYPING_CHATS chats per interval (a user types in one chat at
+a time; a client cycling through all its chats gets no more reads). A publish is one
+domain read off the event loop (the chat's membership version, and who blocked the
+typist when that was read BLOCKERS_MAX_AGE ago or more) and one channel-layer
+group_send to the chat's group, which the receiving processes fan out locally.
 
 Membership, as for events, whose version the worker reads after the owner's commit: the
 typist's connection must hold the chat (the Typing method refuses otherwise) and reads
@@ -50,6 +51,7 @@ from messenger_realtime.ops import metrics
 TYPING_TYPE = "realtime.typing"  # the Channels message type (layer_messages.py, HANDLERS)
 TYPING_EVENT = "typing"  # the hub event clients get
 TYPING_INTERVAL = 3.0  # s: at most one publish per chat per connection in this time
+TYPING_CHATS = 2  # chats a connection publishes in per TYPING_INTERVAL, at most
 TYPING_TTL = 5.0  # s: how long a client shows an indicator without another (`until`)
 BLOCKERS_MAX_AGE = 60.0  # s a connection's read of who blocked its user is used for
 _PRUNE_AT = 64  # publish times kept before the stale ones are forgotten
@@ -101,10 +103,14 @@ class Composing:
 
     def due(self, chat: str) -> bool:
         """Whether a call for `chat` publishes now (and, if so, it counts as published):
-        once per TYPING_INTERVAL; the calls in between cost this lookup only."""
+        once per TYPING_INTERVAL, in at most TYPING_CHATS chats in that time (each
+        publish is a read on the hub's one read thread, which every user's connect
+        shares: a client calling Typing in each of its chats in turn reads no more); the
+        calls in between cost this lookup only."""
         now = self._loop.time()
         last = self._published.get(chat)
-        if last is not None and now - last < TYPING_INTERVAL:
+        recent = sum(1 for t in self._published.values() if now - t < TYPING_INTERVAL)
+        if (last is not None and now - last < TYPING_INTERVAL) or recent >= TYPING_CHATS:
             metrics.hub_typing.labels(outcome="collapsed").inc()
             return False
         if len(self._published) >= _PRUNE_AT:  # only chats it held: bounded, but forget old
