@@ -29,7 +29,7 @@ from urllib.parse import parse_qs
 
 from messenger_realtime.conf.settings import HubOptions, load_hub_options
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub import admission, ratelimit, user_connections
+from messenger_realtime.hub import admission, user_connections
 from messenger_realtime.hub.credentials.request import cors_headers, identify_scope
 from messenger_realtime.hub.credentials.tokens import new_connection_token
 from messenger_realtime.hub.process import HubProcess
@@ -136,13 +136,14 @@ async def answer(
         user = str(identity.user_id)
         if not hub.admission.may_hold(user, options):  # its slot is released on the way out
             return _too_many(user, "too many connects in progress for this user")
-        limited = await ratelimit.acheck(ratelimit.CONNECTS, identity.user_id, options)
-        if limited is not None:
-            return _too_many(user, str(limited), limited.retry_after)
         version = min(requested, MAX_NEGOTIATE_VERSION)
         stateful = version >= 1 and wants_stateful(query, options)
         connection_id, connection_token = new_connection_token(identity.user_id, stateful=stateful)
-        if not await hub.take_place(identity.user_id, connection_id, options):
+        # The connect rate limit and the user's cap, in one round trip.
+        taken = await hub.take_place(identity.user_id, connection_id, options)
+        if taken.limited is not None:
+            return _too_many(user, str(taken.limited), taken.limited.retry_after)
+        if not taken.granted:
             reason = user_connections.refusal(options)
             return _too_many(user, reason, user_connections.RETRY_AFTER)
         slot.hold_for(connection_id, user)  # until its transport opens (hub/admission.py)

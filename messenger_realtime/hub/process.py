@@ -58,6 +58,7 @@ from messenger_realtime.hub.presence.sweep import sweep_forever
 from messenger_realtime.hub.reads import hub_read
 from messenger_realtime.hub.recovery import BuiltEvents, StreamRecovery, read_missed
 from messenger_realtime.hub.rosters import Rosters, read_roster
+from messenger_realtime.hub.user_connections import Taken
 
 
 # Last-seen times go to the host's database on a pooled connection, given back after.
@@ -184,18 +185,19 @@ class HubProcess:
 
     # -- places among a user's open connections (hub/user_connections.py) ------------
 
-    async def take_place(self, user_id: UUID, connection_id: str, options: HubOptions) -> bool:
-        """Whether the connection has a place (False: its user holds the cap already);
-        the process renews the places of its live connections from then on, sweeps for
-        users whose places lapsed and saves last-seen times (hub/presence/). A user's
-        first place announces them online."""
+    async def take_place(self, user_id: UUID, connection_id: str, options: HubOptions) -> Taken:
+        """Count the connect and give the connection a place (user_connections.take: not
+        granted past the connect rate limit or the user's cap); the process renews the
+        places of its live connections from then on, sweeps for users whose places
+        lapsed and saves last-seen times (hub/presence/). A user's first place announces
+        them online."""
         parts = self._for_loop()
         if parts.renewing is None:
             parts.renewing = asyncio.ensure_future(self._keep_places(options))
         taken = await user_connections.take(user_id, connection_id, options)
         if taken.came_online:
             self.announcer().announce(user_id, True)
-        return taken.granted
+        return taken
 
     def give_back_place(self, user_id: UUID, connection_id: str, options: HubOptions) -> None:
         """A connection ended: its place frees (in the background, kept until done); the

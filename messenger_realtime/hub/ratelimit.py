@@ -39,36 +39,43 @@ WRITES = "rest"  # REST writes: POST, PATCH, DELETE under /api/
 INVOCATIONS = "hub"  # hub invocations with a target (not pings, acks or completions)
 CONNECTS = "connect"  # negotiates, and WebSocket upgrades that skip negotiate
 KEY = "messenger_realtime:rate:{scope}:{user}"
-# KEYS[1]: the log; ARGV[1]: the limit (>= 1), ARGV[2]: the window in microseconds,
-# ARGV[3] (optional): a charge, logged whatever the count (what a request turned out to
-# cost beyond the one it was counted as: a Recover's events,
-# hub/connection/methods/recover.py).
-# Returns 0 when the request is let through (and logged), else the microseconds until
-# the oldest logged request leaves the window. TIME is Redis' clock (scripts may call it
-# since Redis 5, which replicates a script's effects, not the script). The member is
-# the time plus the count, unique even for two requests in one microsecond.
-SLIDING_LOG = """
-local now = redis.call('TIME')
-local t = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local window = tonumber(ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t - window)
-local count = redis.call('ZCARD', KEYS[1])
-local charge = tonumber(ARGV[3] or '0')
-if charge > 0 then
-  for i = 1, math.min(charge, tonumber(ARGV[1])) do
-    redis.call('ZADD', KEYS[1], t, now[1] .. '.' .. now[2] .. ':' .. (count + i))
+# The sliding log as a Lua function, so another script can count a request in the same
+# round trip as its own work (a connect and its place: hub/user_connections.py).
+# `key`: the log; `limit` (>= 1); `window` in microseconds; `charge` (0: none), logged
+# whatever the count (what a request turned out to cost beyond the one it was counted
+# as: a Recover's events, hub/connection/methods/recover.py). Returns 0 when the request
+# is let through (and logged), else the microseconds until the oldest logged request
+# leaves the window. TIME is Redis' clock (scripts may call it since Redis 5, which
+# replicates a script's effects, not the script). The member is the time plus the
+# count, unique even for two requests in one microsecond.
+SLIDING_LOG_FUNCTION = """
+local function sliding_log(key, limit, window, charge)
+  local now = redis.call('TIME')
+  local t = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', t - window)
+  local count = redis.call('ZCARD', key)
+  if charge > 0 then
+    for i = 1, math.min(charge, limit) do
+      redis.call('ZADD', key, t, now[1] .. '.' .. now[2] .. ':' .. (count + i))
+    end
+    redis.call('PEXPIRE', key, math.ceil(window / 1000))
+    return 0
   end
-  redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000))
-  return 0
+  if count < limit then
+    redis.call('ZADD', key, t, now[1] .. '.' .. now[2] .. ':' .. count)
+    redis.call('PEXPIRE', key, math.ceil(window / 1000))
+    return 0
+  end
+  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  return math.max(1, tonumber(oldest[2]) + window - t)
 end
-if count < tonumber(ARGV[1]) then
-  redis.call('ZADD', KEYS[1], t, now[1] .. '.' .. now[2] .. ':' .. count)
-  redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000))
-  return 0
-end
-local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return math.max(1, tonumber(oldest[2]) + window - t)
 """
+# KEYS[1]: the log; ARGV[1]: the limit, ARGV[2]: the window in µs, ARGV[3] (optional):
+# a charge.
+SLIDING_LOG = (
+    SLIDING_LOG_FUNCTION + "return sliding_log(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]),"
+    " tonumber(ARGV[3] or '0'))\n"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +105,16 @@ def _arguments(scope: str, user_id: UUID, options: HubOptions) -> tuple[list[str
     return [KEY.format(scope=scope, user=user_id)], [_limit(options, scope), window_us]
 
 
-def _verdict(scope: str, wait_us: int, options: HubOptions) -> Refusal | None:
+def connect_log(user_id: UUID, options: HubOptions) -> tuple[str, int, int]:
+    """What a script counting a connect in its own round trip passes sliding_log: the
+    user's connect log, the limit (0: connects are not limited) and the window in µs
+    (hub/user_connections.py: a connect is counted as its place is taken)."""
+    keys, (limit, window_us) = _arguments(CONNECTS, user_id, options)
+    return keys[0], max(0, limit), window_us
+
+
+def verdict(scope: str, wait_us: int, options: HubOptions) -> Refusal | None:
+    """sliding_log's answer: None (let through), or the refusal, counted."""
     if wait_us <= 0:
         return None
     metrics.hub_rate_limited.labels(scope=scope).inc()
@@ -129,7 +145,7 @@ def check(scope: str, user_id: UUID, options: HubOptions) -> Refusal | None:
     except redis.RedisError as exc:
         _failed(scope, user_id, exc)
         return None
-    return _verdict(scope, int(wait_us), options)
+    return verdict(scope, int(wait_us), options)
 
 
 async def acheck(scope: str, user_id: UUID, options: HubOptions) -> Refusal | None:
@@ -143,7 +159,7 @@ async def acheck(scope: str, user_id: UUID, options: HubOptions) -> Refusal | No
     except (redis.RedisError, OSError) as exc:
         _failed(scope, user_id, exc)
         return None
-    return _verdict(scope, int(wait_us), options)
+    return verdict(scope, int(wait_us), options)
 
 
 async def acharge(scope: str, user_id: UUID, units: int, options: HubOptions) -> None:

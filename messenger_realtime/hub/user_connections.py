@@ -53,11 +53,23 @@ LEASE = 20.0  # seconds a place lasts without renewal
 RENEW_EVERY = 5.0  # seconds between two renewals of a process's live places
 RETRY_AFTER = 5  # seconds: a place frees when one of the user's connections ends
 
-# KEYS[1]: the user's set, KEYS[2]: LAPSES; ARGV[1]: the cap (0: none), ARGV[2]: the
-# connection id, ARGV[3]: the lease in microseconds, ARGV[4]: the user id. Drops lapsed
-# places, then takes (or renews) this connection's. Returns {1, came online} when it has
-# a place (came online: it is the user's only one), {0, 0} when the user holds the cap.
-TAKE = """
+# A take is a connect: it is counted against RATE_LIMIT_CONNECTS in the same round trip
+# (ratelimit.sliding_log), one script where a connect used to make two.
+# KEYS[1]: the user's set, KEYS[2]: LAPSES, KEYS[3]: the user's connect log; ARGV[1]: the
+# cap (0: none), ARGV[2]: the connection id, ARGV[3]: the lease in microseconds, ARGV[4]:
+# the user id, ARGV[5]: the connect limit (0: none), ARGV[6]: its window in µs. Counts
+# the connect (past the limit: {0, 0, µs until the next is let through}, no place
+# taken), drops lapsed places, then takes (or renews) this connection's. Returns
+# {1, came online, 0} when it has a place (came online: it is the user's only one),
+# {0, 0, 0} when the user holds the cap.
+TAKE = (
+    ratelimit.SLIDING_LOG_FUNCTION
+    + """
+local limit = tonumber(ARGV[5])
+if limit > 0 then
+  local wait = sliding_log(KEYS[3], limit, tonumber(ARGV[6]), 0)
+  if wait > 0 then return {0, 0, wait} end
+end
 local now = redis.call('TIME')
 local t = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local lease = tonumber(ARGV[3])
@@ -65,14 +77,15 @@ local cap = tonumber(ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t)
 local held = redis.call('ZCARD', KEYS[1])
 if not redis.call('ZSCORE', KEYS[1], ARGV[2]) and cap > 0 and held >= cap then
-  return {0, 0}
+  return {0, 0, 0}
 end
 redis.call('ZADD', KEYS[1], t + lease, ARGV[2])
 redis.call('PEXPIRE', KEYS[1], math.ceil(lease / 1000))
 redis.call('ZADD', KEYS[2], 'GT', t + lease, ARGV[4])
-if held == 0 then return {1, 1} end
-return {1, 0}
+if held == 0 then return {1, 1, 0} end
+return {1, 0, 0}
 """
+)
 
 # KEYS[1]: the user's set, KEYS[2]: LAPSES, KEYS[3]: LAST_SEEN, KEYS[4]: UNSAVED; ARGV[1]:
 # the connection id, ARGV[2]: the user id. Returns the time (unix seconds) when it was
@@ -114,11 +127,13 @@ return 0
 
 
 class Taken(NamedTuple):
-    """A take's answer: whether the connection has a place, and whether it is the user's
-    only one (the user came online)."""
+    """A take's answer: whether the connection has a place, whether it is the user's
+    only one (the user came online), and when it was refused for the connect rate limit
+    (not granted, not counted as a place), the refusal."""
 
     granted: bool
     came_online: bool
+    limited: ratelimit.Refusal | None = None
 
 
 class Place(Protocol):
@@ -134,21 +149,26 @@ def refusal(options: HubOptions) -> str:
 
 
 async def take(user_id: UUID, connection_id: str, options: HubOptions) -> Taken:
-    """Whether the connection has a place (not granted: the user holds the cap already),
-    and whether the user came online with it. Without the cap (0) places are still
-    taken: they say who is online."""
+    """Count the connect (RATE_LIMIT_CONNECTS) and give the connection a place, in one
+    round trip: not granted when the user is past the rate limit (`limited` says until
+    when) or holds the cap already. Without the cap (0) places are still taken: they say
+    who is online."""
     url = options.rate_limit_redis_url
     if not url:
         return Taken(True, False)
     lease_us = round(LEASE * 1_000_000)
     cap = max(0, options.max_connections_per_user)
+    log, limit, window_us = ratelimit.connect_log(user_id, options)
     try:
         script = ratelimit.registered_script(url, TAKE)
-        keys = [KEY.format(user=user_id), LAPSES]
-        granted, came_online = await script(keys, [cap, connection_id, lease_us, str(user_id)])
+        keys = [KEY.format(user=user_id), LAPSES, log]
+        args = [cap, connection_id, lease_us, str(user_id), limit, window_us]
+        granted, came_online, wait_us = await script(keys, args)
     except (redis.RedisError, OSError) as exc:
-        _failed("take", user_id, exc)
+        _failed("take, and the connect's rate limit", user_id, exc)
         return Taken(True, False)
+    if wait_us:
+        return Taken(False, False, ratelimit.verdict(ratelimit.CONNECTS, int(wait_us), options))
     return Taken(bool(granted), bool(came_online))
 
 

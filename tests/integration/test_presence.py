@@ -77,6 +77,32 @@ def test_without_a_cap_places_are_still_taken_for_presence(private_redis: Privat
     assert private_redis.client().zcard(user_connections.KEY.format(user=user)) == 40
 
 
+def test_a_take_counts_the_connect_against_the_rate_limit_in_the_same_round_trip(
+    private_redis: PrivateRedis,
+) -> None:
+    """A connect is counted (RATE_LIMIT_CONNECTS) as its place is taken, by one script:
+    past the limit it is refused with the wait, and takes no place."""
+    options = load_hub_options(
+        rate_limit_redis_url=private_redis.url, max_connections_per_user=0, rate_limit_connects=2
+    )
+    user = uuid.uuid4()
+    client = private_redis.client()
+    run(closing(user_connections.take(uuid.uuid4(), "warm", options)))  # the script loaded
+    client.config_resetstat()
+
+    async def scenario() -> list[user_connections.Taken]:
+        return [await user_connections.take(user, str(n), options) for n in range(3)]
+
+    first, second, third = run(closing(scenario()))
+    scripts = {k: int(v["calls"]) for k, v in client.info("commandstats").items() if "eval" in k}
+    assert scripts == {"cmdstat_evalsha": 3}  # one round trip per connect, not two
+    assert first.granted and second.granted and first.came_online
+    assert not third.granted and third.limited is not None
+    assert third.limited.limit == 2 and third.limited.retry_after >= 1
+    places = client.zrange(user_connections.KEY.format(user=user), 0, -1)
+    assert sorted(places) == [b"0", b"1"]
+
+
 def test_a_sweep_finds_the_users_whose_places_lapsed_and_tells_their_watchers(
     options: HubOptions, private_redis: PrivateRedis, monkeypatch: Any
 ) -> None:

@@ -9,7 +9,7 @@ import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.backplane.reservations import ConnectionReservation
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub import ratelimit, user_connections
+from messenger_realtime.hub import user_connections
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.credentials import tokens
 from messenger_realtime.hub.process import HubProcess
@@ -85,8 +85,8 @@ async def _admit_unnegotiated(
     (the upgrade is refused) past a bound."""
     if not hub.admission.may_open(str(user_id), options):
         raise InvalidToken("too many connects in progress for this user")
-    limited = await ratelimit.acheck(ratelimit.CONNECTS, user_id, options)
-    if limited is not None:
-        raise InvalidToken(str(limited))
-    if not await hub.take_place(user_id, connection_id, options):
+    taken = await hub.take_place(user_id, connection_id, options)  # and the rate limit
+    if taken.limited is not None:
+        raise InvalidToken(str(taken.limited))
+    if not taken.granted:
         raise InvalidToken(user_connections.refusal(options))
