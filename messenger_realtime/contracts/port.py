@@ -238,6 +238,15 @@ class DomainPort(abc.ABC):
         PRESENCE_WATCH_MAX users."""
         raise NotProvided("visible_users")
 
+    def viewers_of(self, user_id: UUID, viewer_ids: Ids) -> Collection[UUID]:
+        """Which of `viewer_ids` may still see `user_id` online and last seen (the other
+        way round from visible_users): read when a watched user's presence changes, for
+        the watchers whose last check is over a minute old (hub/presence/visibility.py),
+        once per change and hub process, so that a block or a leave ends a watch. This default
+        asks visible_users once per viewer; a host whose rule is symmetric (the
+        project's) answers with visible_users(user_id, viewer_ids), one read."""
+        return [v for v in viewer_ids if user_id in self.visible_users(v, [user_id])]
+
     def users_blocking(self, user_id: UUID) -> Collection[UUID]:
         """The users who blocked `user_id`: its typing is not shown to them. Read at most
         once a minute per connection that types. This default: nobody."""

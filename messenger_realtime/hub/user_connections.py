@@ -54,7 +54,8 @@ RENEW_EVERY = 5.0  # seconds between two renewals of a process's live places
 RETRY_AFTER = 5  # seconds: a place frees when one of the user's connections ends
 
 # A take is a connect: it is counted against RATE_LIMIT_CONNECTS in the same round trip
-# (ratelimit.sliding_log), one script where a connect used to make two.
+# (the Lua function ratelimit.SLIDING_LOG_FUNCTION), one script where a connect used to
+# make two.
 # KEYS[1]: the user's set, KEYS[2]: LAPSES, KEYS[3]: the user's connect log; ARGV[1]: the
 # cap (0: none), ARGV[2]: the connection id, ARGV[3]: the lease in microseconds, ARGV[4]:
 # the user id, ARGV[5]: the connect limit (0: none), ARGV[6]: its window in µs. Counts

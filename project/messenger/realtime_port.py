@@ -299,6 +299,11 @@ class HostDomainPort(DomainPort):
             cursor.execute(VISIBLE_USERS_SQL, {"viewer": viewer_id, "users": list(user_ids)})
             return {row[0] for row in cursor.fetchall()}
 
+    def viewers_of(self, user_id: UUID, viewer_ids: Ids) -> Collection[UUID]:
+        # The project's rule is symmetric (a shared chat, a contact either way, a block
+        # either way), so who may see the user is whom the user may see.
+        return self.visible_users(user_id, viewer_ids)
+
     def users_blocking(self, user_id: UUID) -> Collection[UUID]:
         with connection.cursor() as cursor:
             cursor.execute(USERS_BLOCKING_SQL, [user_id])

@@ -10,6 +10,7 @@ made). It never reads its connection's state: a connection that ends leaves its 
 (leave_all), and a join still running then sees that and leaves again.
 """
 
+import asyncio
 from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 from uuid import UUID
@@ -24,6 +25,7 @@ from messenger_realtime.hub.credentials.sessions import session_holds
 from messenger_realtime.hub.credentials.tokens import Identity, require_standing
 from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.inbox import Inbox
+from messenger_realtime.hub.presence.visibility import NOTHING, Watch
 from messenger_realtime.hub.reads import hub_read
 from messenger_realtime.hub.rosters import Rosters
 
@@ -60,7 +62,7 @@ class Groups:
         "memberships",
         "session_lost",
         "user_id",
-        "watched",
+        "watching",
     )
 
     def __init__(
@@ -77,7 +79,7 @@ class Groups:
         self.admitted = False  # admit() read its memberships and joined its groups
         self.session_lost = False  # admit() found its Django session ended (told later)
         self.left = False  # leave_all() ran: its connection ended, nothing is joined again
-        self.watched: frozenset[UUID] = frozenset()  # users whose presence it is told of
+        self.watching = NOTHING  # the users whose presence it is told of (hub/presence/)
 
     @property
     def fanout(self) -> Fanout:
@@ -163,17 +165,24 @@ class Groups:
 
     async def watch(self, users: frozenset[UUID]) -> None:
         """Be told of these users' presence changes, and no longer of the others': their
-        presence groups joined (one round trip for those this process lacks) and left."""
+        presence groups joined (one round trip for those this process lacks) and left.
+        The caller checked that it may see them (now)."""
         if self.left:
             return
         fanout, inbox = self.fanout, self.inbox
-        dropped, added = self.watched - users, users - self.watched
-        self.watched = users
+        dropped, added = self.watching.users - users, users - self.watching.users
+        self.watching = Watch(users, asyncio.get_running_loop().time())
         for user in dropped:
             await fanout.leave(presence_group(user), inbox)
         await fanout.join_many([presence_group(u) for u in added], inbox)
         if self.left:  # its connection ended while this ran: leave what it just joined
             await self.leave_all()
+
+    async def unwatch(self, user: UUID) -> None:
+        """No longer be told of `user`'s changes (it may not see them any more)."""
+        if user in self.watching.users:
+            self.watching = self.watching.without(user)
+            await self.fanout.leave(presence_group(user), self.inbox)
 
     async def leave_all(self) -> None:
         """Leave every group (whether or not the handshake finished) and drop what waits
@@ -182,7 +191,7 @@ class Groups:
         fanout, inbox = self.fanout, self.inbox
         for group in self._layer_groups(self.chats):
             await fanout.leave(group, inbox)
-        for user in self.watched:
+        for user in self.watching.users:
             await fanout.leave(presence_group(user), inbox)
         inbox.close()
 

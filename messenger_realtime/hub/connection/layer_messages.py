@@ -8,6 +8,7 @@ among them (volatile: composing.py).
 
 from collections.abc import Awaitable, Callable
 from typing import Any
+from uuid import UUID
 
 import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.backplane.publisher import EVENT_TYPE
@@ -16,6 +17,7 @@ from messenger_realtime.hub.connection.ending import BACKPLANE_RESTARTED, OVERRU
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.media_credentials import media_join
 from messenger_realtime.hub.presence.changes import PRESENCE_EVENT, PRESENCE_MESSAGE
+from messenger_realtime.hub.presence.visibility import may_still_see
 from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.restarts import BACKPLANE_RESTARTED_EVENT
 from messenger_realtime.ops import metrics
@@ -136,8 +138,16 @@ async def _overrun(connection: Connection, message: dict[str, Any]) -> None:
 
 async def _presence(connection: Connection, message: dict[str, Any]) -> None:
     """A watched user came online or went offline (hub/presence/): forwarded as it is,
-    encoded once per protocol for every watcher in the process."""
+    encoded once per protocol for every watcher in the process, to a watcher that may
+    still see the user (else it stops watching them: hub/presence/visibility.py)."""
     if connection.closing:
+        return
+    groups = connection.groups
+    user = UUID(message["payload"]["userId"])
+    if user not in groups.watching.users:
+        return  # a change that was on its way when the watch ended
+    if not await may_still_see(groups.watching, connection.user_id, user, message):
+        await groups.unwatch(user)
         return
     protocol = connection.protocol
     assert protocol is not None
