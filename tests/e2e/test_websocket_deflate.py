@@ -236,6 +236,7 @@ def test_a_compressed_message_too_big_once_inflated_gets_the_hubs_close(hub: Hub
     user = UserFactory()
     headers = {"Authorization": f"Bearer {token_for(user.id)}"}
     with connect(f"{hub.daphne.ws}/hubs/messenger", additional_headers=headers) as ws:
+        assert ws.response.headers["Sec-WebSocket-Extensions"] == ANSWER
         ws.send('{"protocol":"json","version":1}' + RS)
         assert ws.recv(timeout=5) == "{}" + RS
         ws.send("x" * 40_000)  # a few hundred bytes compressed, over MAX_MESSAGE_SIZE inflated
