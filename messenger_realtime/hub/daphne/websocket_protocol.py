@@ -239,8 +239,8 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
                 if name == "perMessageCompressionAccept":
                     continue  # the hub's own (below), not Daphne's, which refuses every offer
                 value = getattr(factory, name)
-                # A function setting (perMessageCompressionAccept) must stay a plain
-                # function, not become a method of every socket.
+                # A function setting must stay a plain function, not become a method
+                # of every socket.
                 setattr(cls, name, staticmethod(value) if callable(value) else value)
             cls._settings_of = factory
         if cls._settings_of is not factory:
