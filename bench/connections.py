@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/connections.py [--clients N] [--chats-per-user K]
         [--procs P] [--concurrency C] [--idle S] [--rate R] [--repo PATH] [--app APP]
-        [--quick]
+        [--deflate] [--messagepack] [--quick]
 
 N distinct users (default 500), each a member of K chats (default 5), connect to one
 real Daphne through the whole path a SignalR client takes: POST negotiate (version 1,
@@ -17,7 +17,15 @@ and ping every 15 s as the official clients do. Measured from /proc:
 - hold: Daphne's CPU per idle connection per second, over S seconds (default 60) of
   nothing but pings, and its RSS per connection (the growth from before the connects);
 - deliver (with --rate R): events published through the channel layer at R per second
-  into the users' chats while the N connections are held; p95 lag publish -> receipt.
+  into the users' chats while the N connections are held; p95 lag publish -> receipt,
+  Daphne's CPU and the bytes the clients' sockets received (TCP payload, from the
+  kernel's TCP_INFO: frames, headers and all) per delivery. Each event is a
+  `message_received` as the worker builds it (contracts/chat.py, with its stream and
+  offset), its body drawn from BODIES (the same draws every run).
+
+`--deflate`: the clients offer permessage-deflate (as browsers and the official
+JavaScript client do); `--messagepack`: they speak
+the MessagePack hub protocol instead of JSON (issue 49, item 4: bytes on the wire).
 
 Daphne's file limit bounds N: the script raises its own soft limit to the hard one
 (inherited by Daphne and the clients) and says so when N cannot fit. `--repo` serves
@@ -44,8 +52,25 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 RS = "\x1e"
-HANDSHAKE = json.dumps({"protocol": "json", "version": 1}) + RS
-PING = '{"type":6}' + RS  # byte for byte what the official clients send
+HANDSHAKES = {
+    False: json.dumps({"protocol": "json", "version": 1}) + RS,
+    True: json.dumps({"protocol": "messagepack", "version": 1}) + RS,
+}
+# Byte for byte what the official clients send: JSON text, MessagePack binary.
+PINGS: dict[bool, str | bytes] = {False: '{"type":6}' + RS, True: b"\x02\x91\x06"}
+# Chat messages of the lengths people write (--rate's events draw from these).
+BODIES = [
+    "ok",
+    "see you at 5",
+    "Thanks! I'll take a look after lunch.",
+    "Привет! Созвонимся завтра в десять, обсудим план релиза.",
+    "Can you send me the latest version of the deck? The one from Tuesday had the old "
+    "numbers in the revenue table.",
+    "Here is the summary of today's meeting: we agreed to ship the realtime hub next week, "
+    "after the load tests pass on staging; Anna owns the rollout, Boris the docs, and we "
+    "meet again on Thursday to decide on the default settings.",
+]
+TCP_BYTES_RECEIVED = 128  # offset of tcpi_bytes_received in Linux's struct tcp_info
 PING_EVERY = 15.0  # the official clients' keep-alive interval
 FD_HEADROOM = 200  # Daphne's own files: its listening socket, Redis, PostgreSQL, logs
 
@@ -109,7 +134,7 @@ class Refused(Exception):
         self.status, self.retry_after = status, retry_after
 
 
-async def connect(http: str, token: str) -> Any:
+async def connect(http: str, token: str, deflate: bool, messagepack: bool) -> Any:
     from websockets.asyncio.client import connect as ws_connect
 
     connection_token = await negotiate(http, token)
@@ -119,19 +144,55 @@ async def connect(http: str, token: str) -> Any:
         additional_headers={"Authorization": f"Bearer {token}"},
         open_timeout=60,
         ping_interval=None,  # SignalR pings, not WebSocket ones
-        compression=None,
+        compression="deflate" if deflate else None,
         max_queue=None,
     )
-    await ws.send(HANDSHAKE)
+    await ws.send(HANDSHAKES[messagepack])
     answer = await asyncio.wait_for(ws.recv(), 30)
-    if answer != "{}" + RS:
+    if answer not in ("{}" + RS, b"{}" + RS.encode()):
         raise RuntimeError(f"handshake refused: {answer!r}")
     return ws
 
 
+def bytes_received(ws: Any) -> int:
+    """What the kernel received on this connection's socket (TCP payload), ever."""
+    import socket
+    import struct
+
+    sock = ws.transport.get_extra_info("socket")
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_BYTES_RECEIVED + 8)
+    return int(struct.unpack_from("Q", info, TCP_BYTES_RECEIVED)[0])
+
+
+def message_ids(frame: str | bytes) -> list[str]:
+    """The messageIds of the message_received records of one frame, JSON or MessagePack."""
+    if isinstance(frame, str):
+        return [
+            json.loads(record)["arguments"][0]["messageId"]
+            for record in frame.split(RS)[:-1]
+            if '"message_received"' in record
+        ]
+    import msgpack
+
+    found, offset = [], 0
+    while offset < len(frame):
+        size, shift = 0, 0
+        while True:  # each record starts with its length, a varint
+            byte, offset = frame[offset], offset + 1
+            size, shift = size | (byte & 0x7F) << shift, shift + 7
+            if not byte & 0x80:
+                break
+        message = msgpack.unpackb(frame[offset : offset + size], timestamp=3)
+        offset += size
+        if message[0] == 1 and message[3] == "message_received":
+            found.append(message[4][0]["messageId"])
+    return found
+
+
 class Client:
-    def __init__(self, http: str, concurrency: int) -> None:
+    def __init__(self, http: str, concurrency: int, deflate: bool, messagepack: bool) -> None:
         self.http, self.gate = http, asyncio.Semaphore(concurrency)
+        self.deflate, self.messagepack = deflate, messagepack
         self.sockets: list[Any] = []
         self.latencies: list[float] = []
         self.shed = 0  # negotiate answered 503 (admission control): retried after Retry-After
@@ -144,7 +205,7 @@ class Client:
             async with self.gate:
                 started = time.monotonic()
                 try:
-                    ws = await connect(self.http, token)
+                    ws = await connect(self.http, token, self.deflate, self.messagepack)
                 except Refused as exc:
                     if exc.status != 503 or attempt == 4:
                         raise
@@ -161,17 +222,15 @@ class Client:
     async def listen(self, ws: Any) -> None:
         from websockets.exceptions import ConnectionClosed
 
+        marker = b"message_received" if self.messagepack else "message_received"
         with contextlib.suppress(ConnectionClosed):
             async for frame in ws:
-                text = frame if isinstance(frame, str) else frame.decode()
-                if '"message_received"' not in text:
+                if marker not in frame:
                     continue
                 at = time.time()
-                for record in text.split(RS)[:-1]:
-                    if '"message_received"' in record:
-                        message = json.loads(record)["arguments"][0]["messageId"]
-                        self.receipts += 1
-                        self.received.setdefault(message, at)
+                for message in message_ids(frame):
+                    self.receipts += 1
+                    self.received.setdefault(message, at)
 
     async def keepalive(self, ws: Any) -> None:
         from websockets.exceptions import ConnectionClosed
@@ -179,7 +238,7 @@ class Client:
         await asyncio.sleep(random.uniform(0, PING_EVERY))  # spread the clients' pings
         with contextlib.suppress(ConnectionClosed):
             while True:
-                await ws.send(PING)
+                await ws.send(PINGS[self.messagepack])
                 await asyncio.sleep(PING_EVERY)  # a period, not synchronisation
 
 
@@ -193,7 +252,7 @@ async def client_main() -> None:
     protocol = asyncio.StreamReaderProtocol(stdin)
     await asyncio.get_running_loop().connect_read_pipe(lambda: protocol, sys.stdin)
     config = json.loads(await stdin.readline())
-    client = Client(config["http"], config["concurrency"])
+    client = Client(config["http"], config["concurrency"], config["deflate"], config["messagepack"])
     started = time.time()
     opened = await asyncio.gather(
         *(client.open(token) for token in config["tokens"]), return_exceptions=True
@@ -213,7 +272,19 @@ async def client_main() -> None:
         command = json.loads(line)
         if command["cmd"] == "status":
             closed = sum(ws.close_code is not None for ws in client.sockets)
-            reply({"closed": closed, "receipts": client.receipts})
+            deflated = sum(
+                "permessage-deflate" in ws.response.headers.get("Sec-WebSocket-Extensions", "")
+                for ws in client.sockets
+            )
+            received = sum(bytes_received(ws) for ws in client.sockets if ws.close_code is None)
+            reply(
+                {
+                    "closed": closed,
+                    "receipts": client.receipts,
+                    "deflated": deflated,
+                    "bytes_received": received,
+                }
+            )
         elif command["cmd"] == "collect":
             received, client.received = client.received, {}
             reply({"received": received, "receipts": client.receipts})
@@ -313,48 +384,90 @@ def quantile(values: list[float], q: float) -> float:
 
 
 async def connect_all(
-    http: str, tokens: list[str], procs: int, concurrency: int, stack: contextlib.AsyncExitStack
+    http: str,
+    tokens: list[str],
+    procs: int,
+    concurrency: int,
+    stack: contextlib.AsyncExitStack,
+    args: argparse.Namespace,
 ) -> tuple[list[ClientProcess], list[dict[str, Any]]]:
     clients = [await ClientProcess.start() for _ in range(procs)]
     for client in clients:
         stack.push_async_callback(client.stop)
     shares = [tokens[i::procs] for i in range(procs)]
+    config = {"http": http, "concurrency": concurrency}
+    config.update(deflate=args.deflate, messagepack=args.messagepack)
     answers = await asyncio.gather(
-        *(
-            c.ask({"http": http, "tokens": share, "concurrency": concurrency})
-            for c, share in zip(clients, shares, strict=True)
-        )
+        *(c.ask({**config, "tokens": share}) for c, share in zip(clients, shares, strict=True))
     )
     return clients, answers
 
 
+def message_received(chat_id: Any, n: int, draw: random.Random) -> Any:
+    """A `message_received` event as the worker builds it (contracts/build.py): the
+    contract's payload for a Text message, then its stream and offset."""
+    import datetime
+    import uuid
+    from types import SimpleNamespace
+
+    from messenger_realtime.contracts.chat import message_received as contract
+    from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
+    from messenger_realtime.contracts.port import MessageView
+    from messenger_realtime.outbox.enums import RealtimeDispatchKind, RealtimeTargetKind
+
+    row = SimpleNamespace(
+        kind=RealtimeDispatchKind.MESSAGE_RECEIVED,
+        target_kind=RealtimeTargetKind.CHAT_GROUP,
+        chat_id=chat_id,
+        session_kind=None,
+        seq=n,
+    )
+    view = MessageView(
+        id=uuid.UUID(int=draw.getrandbits(128), version=4),
+        chat_id=chat_id,
+        seq=n,
+        sender_user_id=uuid.UUID(int=draw.getrandbits(128), version=4),
+        kind="Text",
+        sent_at=datetime.datetime.now(datetime.UTC),
+        body=draw.choice(BODIES),
+        file_meta=None,
+        card_text="",
+        edited_at=None,
+        deleted_at=None,
+    )
+    payload = contract(row, view)  # type: ignore[arg-type]
+    target = HubTarget.chat(chat_id)
+    payload["stream"], payload["offset"] = str(target), n
+    return OutgoingEvent(target, "message_received", payload, False, None)
+
+
 async def deliver(
-    clients: list[ClientProcess], chats: list[Any], rate: float, duration: float
+    clients: list[ClientProcess], chats: list[Any], rate: float, duration: float, pid: int
 ) -> dict[str, Any]:
-    """Publish `message_received` into random chats at `rate` for `duration`; lag p95."""
+    """Publish `message_received` into random chats at `rate` for `duration`: lag p95,
+    and Daphne's CPU and the clients' received bytes per delivery."""
     import django
 
     django.setup()
     from channels.layers import get_channel_layer
 
     from messenger_realtime.backplane.publisher import ChannelLayerPublisher
-    from messenger_realtime.contracts.events import HubTarget, OutgoingEvent
 
     publisher = ChannelLayerPublisher(get_channel_layer())
     sent: dict[str, tuple[float, int]] = {}  # messageId -> (publish time, members)
+    draw = random.Random(49)  # the same chats and bodies, in the same order, every run
+    before = await asyncio.gather(*(c.ask({"cmd": "status"}) for c in clients))
+    cpu_before = cpu_of(pid)
     loop = asyncio.get_running_loop()
     start, n = loop.time(), 0
     while (elapsed := loop.time() - start) < duration:
         due = int(elapsed * rate) + 1
         events = []
         while n < due:
-            chat_id, members = random.choice(chats)
-            message_id = f"b{n}"
-            payload = {"chatId": str(chat_id), "messageId": message_id, "seq": n, "body": "x"}
-            events.append(
-                OutgoingEvent(HubTarget.chat(chat_id), "message_received", payload, False, None)
-            )
-            sent[message_id] = (time.time(), members)
+            chat_id, members = draw.choice(chats)
+            event = message_received(chat_id, n + 1, draw)  # offsets start at 1
+            events.append(event)
+            sent[event.payload["messageId"]] = (time.time(), members)
             n += 1
         if events:
             await publisher.publish_many(events)
@@ -367,6 +480,9 @@ async def deliver(
         if sum(c["receipts"] for c in counts) >= expected:
             break
         await asyncio.sleep(0.2)  # polling the clients' counts (not synchronisation)
+    cpu = cpu_of(pid) - cpu_before
+    after = await asyncio.gather(*(c.ask({"cmd": "status"}) for c in clients))
+    received = sum(a["bytes_received"] for a in after) - sum(b["bytes_received"] for b in before)
     collected = await asyncio.gather(*(c.ask({"cmd": "collect"}) for c in clients))
     lags: list[float] = []
     receipts = sum(c["receipts"] for c in collected)
@@ -381,6 +497,9 @@ async def deliver(
         "lag_p50_ms": round(quantile(lags, 0.5) * 1000, 1),
         "lag_p95_ms": round(quantile(lags, 0.95) * 1000, 1),
         "lag_max_ms": round(max(lags, default=0.0) * 1000, 1),
+        "daphne_cpu_ms_per_delivery": round(cpu / max(receipts, 1) * 1000, 4),
+        "bytes_per_delivery": round(received / max(receipts, 1), 1),
+        "deflated_connections": sum(a["deflated"] for a in after),
     }
 
 
@@ -456,7 +575,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         pid = daphne.proc.pid
         # Warm-up: imports, first-use caches and pools, then those clients leave.
         warm_clients, warmed = await connect_all(
-            http, [tokens[u] for u in users[:warm]], 1, 5, stack
+            http, [tokens[u] for u in users[:warm]], 1, 5, stack, args
         )
         if warmed[0]["ready"] != warm:
             raise RuntimeError(f"warm-up: {warmed}")
@@ -468,7 +587,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         rss_before, cpu_before = rss_kib(pid), cpu_of(pid)
         gc_before = await collections_so_far(collector, pid)
         clients, answers = await connect_all(
-            http, [tokens[u] for u in users[warm:]], args.procs, args.concurrency, stack
+            http, [tokens[u] for u in users[warm:]], args.procs, args.concurrency, stack, args
         )
         cpu_open = cpu_of(pid) - cpu_before
         gc_open = await collections_so_far(collector, pid)
@@ -478,6 +597,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result: dict[str, Any] = {
             "repo": str(repo),
             "app": args.app,
+            "deflate_offered": args.deflate,
+            "protocol": "messagepack" if args.messagepack else "json",
             "clients": clients_n,
             "chats_per_user": args.chats_per_user,
             "file_limit": limits,
@@ -529,7 +650,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             result["memory_per_connection_by_site"] = result_memory
         if args.rate:
             by_chat = [(c, int(m)) for c, m in chat_rows]
-            result["deliver"] = await deliver(clients, by_chat, args.rate, args.deliver)
+            result["deliver"] = await deliver(clients, by_chat, args.rate, args.deliver, pid)
             result["deliver"]["daphne_rss_kib"] = rss_kib(pid)
     result["host_load"] = os.getloadavg()[0]
     result["at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -567,6 +688,12 @@ def main() -> None:
         "--app",
         default="project.asgi:application",
         help="the ASGI application Daphne serves (bench.floor_app:application: the floor)",
+    )
+    parser.add_argument(
+        "--deflate", action="store_true", help="the clients offer permessage-deflate"
+    )
+    parser.add_argument(
+        "--messagepack", action="store_true", help="the MessagePack hub protocol, not JSON"
     )
     parser.add_argument("--quick", action="store_true", help="a small run (the CI smoke)")
     parser.add_argument(

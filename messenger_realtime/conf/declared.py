@@ -290,6 +290,9 @@ SETTINGS: tuple[Setting, ...] = (
     _key("MAX_MESSAGE_SIZE", int, 32 * 1024, H, "bytes", "per client message (Daphne's "
          "frame and message limits: this + 1024)", above(0, "E010"),
          at_most(16 * 1024 * 1024, "bytes")),
+    _key("WEBSOCKET_DEFLATE", bool, True, H, "", "permessage-deflate for the WebSocket clients "
+         "that offer it, without context takeover (Daphne; docs/performance.md, Bytes on the "
+         "wire)"),
     _key("SEND_BUFFER_LIMIT", int, 1024 * 1024, H, "bytes", "unsent data a connection may "
          "queue before it is closed with allowReconnect",
          at_least(MIN_SEND_BUFFER_LIMIT, "E017"), at_most(1024 * 1024 * 1024, "bytes")),

@@ -79,6 +79,7 @@ class HubOptions:
     client_timeout: float
     handshake_timeout: float
     max_message_size: int
+    websocket_deflate: bool
     send_buffer_limit: int
     stateful_reconnect_buffer_size: int
     disconnect_timeout: float

@@ -71,6 +71,7 @@ def open_protocol(heard: Any) -> Any:
     protocol.hub.heard = heard
     protocol.state, protocol.data = protocol.STATE_OPEN, b""
     protocol.current_frame, protocol.inside_message = None, False
+    protocol._perMessageCompress = None  # no permessage-deflate negotiated
     return protocol
 
 

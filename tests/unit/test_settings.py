@@ -30,6 +30,7 @@ HUB_ONLY = {
     "DISCONNECT_TIMEOUT",
     "LONG_POLL_TIMEOUT",
     "TRANSPORTS",
+    "WEBSOCKET_DEFLATE",
 }
 
 
@@ -87,6 +88,10 @@ def test_environment_overrides_settings(monkeypatch: pytest.MonkeyPatch) -> None
         ({"BATCH_SIZE": "many"}, "messenger_realtime.E002"),
         ({"BATCH_SIZE": True}, "messenger_realtime.E002"),
         ({"REALTIME_BACKPLANE_ENABLED": "ture"}, "messenger_realtime.E002"),
+        ({"WEBSOCKET_DEFLATE": "sometimes"}, "messenger_realtime.E002"),
+        ({"WEBSOCKET_DEFLATE": 1}, "messenger_realtime.E002"),
+        ({"WEBSOCKET_DEFLATE": "off"}, None),
+        ({"WEBSOCKET_DEFLATE": False}, None),
         ({"CORS_ALLOWED_ORIGINS": "http://a.example"}, None),  # a string is a 1-item list
         ({"CORS_ALLOWED_ORIGINS": [1]}, "messenger_realtime.E002"),
         ({"KEEPALIVE_INTERVAL": 0}, "messenger_realtime.E007"),

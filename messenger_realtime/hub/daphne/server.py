@@ -138,13 +138,16 @@ def _scrub_runserver_log() -> None:
 
 
 def install_protocols() -> None:
-    """Serve WebSockets with HubWebSocketProtocol and HTTP with HubWebRequest."""
+    """Serve WebSockets with HubWebSocketProtocol (with the process's FrameDeflater, for
+    the connections that negotiate permessage-deflate) and HTTP with HubWebRequest."""
     from daphne import http_protocol
     from daphne.ws_protocol import WebSocketFactory
 
+    from messenger_realtime.hub.daphne.deflate import FrameDeflater
     from messenger_realtime.hub.daphne.web_request import HubWebRequest
     from messenger_realtime.hub.daphne.websocket_protocol import HubWebSocketProtocol
 
+    HubWebSocketProtocol.deflater = FrameDeflater()
     WebSocketFactory.protocol = HubWebSocketProtocol
     http_protocol.WebRequest = HubWebRequest  # HTTPFactory builds requests from this name
 

@@ -24,7 +24,11 @@ DaphneSocket), which set the `hub_` attributes below.
   is recognised before Autobahn parses it (its frame parser, masker, UTF-8 validator and
   a debug log line formatted per read). An idle connection sends and receives little
   else: together they were most of its CPU (docs/performance.md). Anything else (a
-  fragment, compression, several frames in one read) takes Autobahn's path.
+  fragment, several frames in one read) takes Autobahn's path.
+- permessage-deflate (deflate.py), when WEBSOCKET_DEFLATE is on and the client offers
+  it: the hub's own frames carry it (a payload compressed once per process, RSV1 set),
+  and a client's Ping compressed alone is recognised as the plain one is. Autobahn's
+  general path keeps its state per message only (MessageDeflate).
 - Memory of an open connection: the handshake's leftovers (the raw request, its parsed
   headers, the response, Daphne's cleaned headers and Autobahn's request object) are
   released once the connection is open, and Autobahn's send queue, used only by sync
@@ -50,6 +54,13 @@ from typing import Any
 from daphne.ws_protocol import WebSocketProtocol
 
 from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.hub.daphne.deflate import (
+    FrameDeflater,
+    MessageDeflate,
+    NoContextTakeover,
+    deflated,
+)
+from messenger_realtime.hub.daphne.deflate import accept as accept_deflate
 from messenger_realtime.hub.protocols import json_protocol, messagepack
 from messenger_realtime.hub.protocols.base import message_too_big
 
@@ -66,22 +77,37 @@ PING_FRAME_HEADS = {
     bytes((0x81, 0x80 | len(PINGS[False]))): PINGS[False],
     bytes((0x82, 0x80 | len(PINGS[True]))): PINGS[True],
 }
-PING_FRAME_MAX = 6 + max(len(ping) for ping in PINGS.values())
+# The same Ping compressed alone (permessage-deflate without context takeover, as the
+# hub asks; browsers compress every message), as zlib writes it: a fixed-Huffman block
+# (levels 1-9) or a stored one (level 0). RSV1 (0x40) marks a compressed message.
+DEFLATED_PING_FRAME_HEADS = {
+    bytes((0xC2 if binary else 0xC1, 0x80 | len(packed))): packed
+    for binary, ping in PINGS.items()
+    for packed in (deflated(ping), deflated(ping, level=0))
+}
+PING_FRAME_MAX = 6 + max(
+    len(ping) for ping in [*PING_FRAME_HEADS.values(), *DEFLATED_PING_FRAME_HEADS.values()]
+)
 
 
-def is_ping_frame(data: bytes) -> bool:
-    """Whether `data` is exactly one masked client frame carrying a hub Ping record."""
-    ping = PING_FRAME_HEADS.get(data[:2])
+def is_ping_frame(data: bytes, deflate: bool = False) -> bool:
+    """Whether `data` is exactly one masked client frame carrying a hub Ping record,
+    compressed too when the connection negotiated permessage-deflate (`deflate`)."""
+    head = data[:2]
+    ping = PING_FRAME_HEADS.get(head)
+    if ping is None and deflate:
+        ping = DEFLATED_PING_FRAME_HEADS.get(head)
     if ping is None or len(data) != 6 + len(ping):
         return False
     mask = data[2:6]
     return bytes(octet ^ mask[i & 3] for i, octet in enumerate(data[6:])) == ping
 
 
-def server_frame(payload: bytes, binary: bool) -> bytes:
-    """One final, unmasked, uncompressed frame of a text or binary message (RFC 6455 5.2),
-    byte for byte what Autobahn's sendFrame builds for a server's unfragmented message."""
-    first = 0x82 if binary else 0x81
+def server_frame(payload: bytes, binary: bool, compressed: bool = False) -> bytes:
+    """One final, unmasked frame of a text or binary message (RFC 6455 5.2), byte for byte
+    what Autobahn's sendFrame builds for a server's unfragmented message; `compressed`:
+    its payload is permessage-deflate's (RSV1, RFC 7692 6)."""
+    first = (0x82 if binary else 0x81) | (0x40 if compressed else 0)
     size = len(payload)
     if size <= 125:
         return bytes((first, size)) + payload
@@ -103,6 +129,7 @@ HANDSHAKE_LEFTOVERS = (
     "http_response_data",
     "websocket_origin",
     "websocket_extensions",
+    "websocket_extensions_in_use",  # Autobahn's compression object, replaced (onOpen)
     "websocket_protocols",
     "_wskey",
     "clean_headers",
@@ -195,7 +222,10 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
     overflowed = False
     _written = 0  # bytes written since the socket was last asked (amortises the syscall)
     _settings_of: Any = None  # the factory whose settings the class holds
+    # The process's compressed payloads (deflate.py), set by install_protocols.
+    deflater: FrameDeflater | None = None
     request: Any  # Autobahn's ConnectionRequest, then an UpgradeRequest once open
+    _perMessageCompress: Any  # Autobahn's permessage-deflate, then a MessageDeflate once open
 
     def _connectionMade(self) -> None:
         """Autobahn copies its forty-odd settings from the factory onto every socket
@@ -206,14 +236,17 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
         factory = self.factory
         if cls._settings_of is None:
             for name in self.CONFIG_ATTRS:
+                if name == "perMessageCompressionAccept":
+                    continue  # the hub's own (below), not Daphne's, which refuses every offer
                 value = getattr(factory, name)
-                # A function setting (perMessageCompressionAccept) must stay a plain
-                # function, not become a method of every socket.
+                # A function setting must stay a plain function, not become a method
+                # of every socket.
                 setattr(cls, name, staticmethod(value) if callable(value) else value)
             cls._settings_of = factory
         if cls._settings_of is not factory:
             for name in self.CONFIG_ATTRS:
-                setattr(self, name, getattr(factory, name))
+                if name != "perMessageCompressionAccept":
+                    setattr(self, name, getattr(factory, name))
         super()._connectionMade()
         self.send_queue = SendQueue()
 
@@ -226,7 +259,16 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
         self.max_message_size = options.max_message_size
         return super().onConnect(request)
 
+    def perMessageCompressionAccept(self, offers: list[Any]) -> NoContextTakeover | None:
+        """Autobahn asks once per handshake with the client's permessage-compress offers."""
+        if self.deflater is None or not load_hub_options().websocket_deflate:
+            return None
+        return accept_deflate(offers)
+
     def onOpen(self) -> None:
+        negotiated = self._perMessageCompress
+        if negotiated is not None:  # before any message: Autobahn's, with ours
+            self._perMessageCompress = MessageDeflate.from_negotiated(negotiated)
         super().onOpen()  # Daphne's access log line, which reads the request's path
         for name in HANDSHAKE_LEFTOVERS:
             setattr(self, name, None)
@@ -242,7 +284,7 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
             and self.current_frame is None
             and not self.inside_message
             and not self.muted
-            and is_ping_frame(data)
+            and is_ping_frame(data, self._perMessageCompress is not None)
         ):
             heard()  # a Ping alone in this read: the client is alive, nothing more to do
             return
@@ -286,18 +328,27 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
         if not self.overflowed and self.hub.limit:
             self._check_send_buffer()
         if fragmentSize is None and not sync and self._frames_are_plain():
-            self.sendData(server_frame(payload, isBinary))
+            deflate, deflater = self._perMessageCompress, self.deflater
+            packed = None
+            if deflate is not None and deflater is not None and not doNotCompress:
+                packed = deflater.compressed(payload, deflate.server_max_window_bits)
+            if packed is None:
+                self.sendData(server_frame(payload, isBinary))
+            else:
+                self.sendData(server_frame(packed, isBinary, compressed=True))
         else:
             self._write(payload, isBinary, fragmentSize, sync, doNotCompress)
         self._written += len(payload)
 
     def _frames_are_plain(self) -> bool:
         """Open, between messages, and none of the settings that change a frame's bytes
-        (compression, automatic fragments, masked server frames) or log them."""
+        (compression other than the hub's, automatic fragments, masked server frames) or
+        log them."""
+        deflate = self._perMessageCompress
         return (
             self.state == self.STATE_OPEN
             and self.send_state == self.SEND_STATE_GROUND
-            and self._perMessageCompress is None
+            and (deflate is None or (type(deflate) is MessageDeflate and self.deflater is not None))
             and not self.autoFragmentSize
             and not self.maskServerFrames
             and not self.logFrames

@@ -8,7 +8,8 @@
 // (invoke GetGroups), "recover JSON" (invoke Recover with that object), "token JWT" (the token the next (re)connect uses), "transport"
 // (print the transport in use), "watch JSON" (invoke WatchPresence with that list of user
 // ids, and again after every reconnect, as a real client must: the watch is the
-// connection's), "typing CHAT_ID" (send Typing), "drop" (destroy the WebSocket's TCP socket), "stop".
+// connection's), "typing CHAT_ID" (send Typing), "drop" (destroy the WebSocket's TCP socket),
+// "extensions" (print the WebSocket extensions negotiated, as Node's ws names them), "stop".
 import * as signalR from "@microsoft/signalr";
 import * as readline from "node:readline";
 
@@ -107,6 +108,8 @@ for await (const line of commands) {
     print({ token: "set" });
   } else if (line === "transport") {
     print({ transport: transportName() });
+  } else if (line === "extensions") {
+    print({ extensions: connection.connection.transport._webSocket.extensions });
   } else if (line === "drop") {
     connection.connection.transport._webSocket._socket.destroy();
     print({ dropped: true });
