@@ -246,8 +246,8 @@ SETTINGS: tuple[Setting, ...] = (
     _key("DISPATCH_PARTITIONS", int, 1, W, "", "K > 1: K leaders, one per partition of the "
          "targets; 1 is the spec's single runner",
          within(1, MAX_DISPATCH_PARTITIONS, "E022")),
-    _key("WAKE_COALESCE", float, 0.02, W, "s", "during a stream of commits a NOTIFY waits "
-         "this long so one pass serves several (0: off)",
+    _key("WAKE_COALESCE", float, 0.02, W, "s", "a NOTIFY within this long after a pass that "
+         "claimed rows waits until this long after it, so one pass serves several (0: off)",
          within(0, MAX_WAKE_COALESCE, "E023", " seconds (0: off)")),
     # -- both ----------------------------------------------------------------------------
     _key("DOMAIN_PORT", str, "", BOTH, "", "dotted path of the host's DomainPort (E011: "

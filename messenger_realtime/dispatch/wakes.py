@@ -6,12 +6,16 @@ the suspect probe, the build thread hop and its domain reads, the outcome), so t
 spent more CPU per message at 500 msg/s than at 1,000 (docs/performance.md). Two rules:
 
 - Wake-ups during a stream are coalesced. A NOTIFY that arrives less than WAKE_COALESCE
-  after the end of a pass that claimed STREAM_ROWS rows or more sleeps WAKE_COALESCE more
+  after the end of a pass that claimed rows sleeps until WAKE_COALESCE after that end
   (the NOTIFYs meanwhile wait in the socket and are read in one go after it: no loop
-  wake-up per commit), and one pass then serves every commit meanwhile. A NOTIFY after a
-  quiet spell (the last pass ended longer ago) or after a pass of fewer rows (sparse
-  commits) wakes a pass at once, so light traffic pays no extra latency; during a stream
-  an event waits at most WAKE_COALESCE more. WAKE_COALESCE = 0 turns coalescing off.
+  wake-up per commit), and one pass then serves every commit meanwhile: at most one pass
+  per WAKE_COALESCE while commits keep coming. A NOTIFY after a quiet spell (the last pass
+  ended longer ago) or after a pass that found nothing wakes a pass at once, so an
+  isolated event pays nothing; an event close behind another waits at most WAKE_COALESCE
+  more. WAKE_COALESCE = 0 turns coalescing off. (The hold used to apply only after a
+  pass of three rows or more; at 200 commits a second a pass took one row, and the
+  worker's statements and commits per message were half of PostgreSQL's work for
+  realtime: docs/performance.md, issue 49, item 2.)
 - The suspect probe (batches.run_suspects) runs at most once per POLLING_INTERVAL, and
   in every pass whose batches isolated or retried rows (those are retried alone at once),
   and in the pass after one whose suspects' budget ran out with suspects still due (a
@@ -39,10 +43,6 @@ import psycopg
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.outbox.notify import NOTIFY_CHANNEL
 
-# A pass that claimed fewer rows than this served a sparse stream (commits arrive no
-# faster than passes run): the next NOTIFY wakes a pass at once, so light traffic never
-# pays the window. From about 50 commits a second passes come back with more, and wait.
-STREAM_ROWS = 3
 # Socket reads one drain may take: a read yields about a thousand NOTIFYs (libpq's buffer),
 # so this bounds a drain after a flood while still emptying any realistic backlog.
 DRAIN_READS = 100
@@ -81,9 +81,8 @@ class WakePolicy:
     def hold_until(self) -> float | None:
         """The monotonic time a NOTIFY arriving now should wait for, or None: wake now."""
         now = time.monotonic()
-        dense = self.last_pass_rows >= STREAM_ROWS
-        streaming = dense and now - self.last_pass_ended < self.window
-        return now + self.window if self.window > 0 and streaming else None
+        streaming = self.last_pass_rows > 0 and now - self.last_pass_ended < self.window
+        return self.last_pass_ended + self.window if self.window > 0 and streaming else None
 
     def suspects_due(self, retried: int) -> bool:
         """Probe for suspects in this pass (which retried `retried` rows)?"""

@@ -1,13 +1,12 @@
 """Coalesced wake-ups against real PostgreSQL and a real dispatcher loop: NOTIFYs that
-arrive right after a dense pass (STREAM_ROWS rows or more) wake one pass between them,
-while an event after a quiet spell or a sparse pass wakes a pass at once (pass counts and
-wake records, no timing); a pass cut short by MAX_RUN_DURATION goes on at once; and the
-suspect probe's pace."""
+arrive within the window after a pass that claimed rows wake one pass between them, held
+until the window after that pass, while an event after a quiet spell or a pass that
+found nothing wakes a pass at once (pass counts and wake records, no timing); a pass cut
+short by MAX_RUN_DURATION goes on at once; and the suspect probe's pace."""
 
 import asyncio
 import dataclasses
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +15,7 @@ from django.db.models.functions import Now
 
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch.dispatcher import Dispatcher, PassResult
-from messenger_realtime.dispatch.wakes import STREAM_ROWS, Listener, Wake, WakePolicy
+from messenger_realtime.dispatch.wakes import Listener, Wake, WakePolicy
 from messenger_realtime.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.notify import NOTIFY_CHANNEL
 from tests.support.factories import ChatFactory, MessageFactory, OutboxEntryFactory
@@ -79,38 +78,34 @@ def all_done() -> bool:
     return not RealtimeOutboxEntry.objects.exclude(status="Done").exists()
 
 
-def test_notifies_within_the_window_after_a_busy_pass_wake_one_pass(running: Any) -> None:
+def test_notifies_within_the_window_after_a_pass_wake_one_pass(running: Any) -> None:
     chat = ChatFactory()
-    messages = [MessageFactory(chat=chat) for _ in range(STREAM_ROWS + 10)]
-    for message in messages[:STREAM_ROWS]:  # a stream's worth, before the worker starts
-        commit_message_received(message)
+    first, *rest = [MessageFactory(chat=chat) for _ in range(11)]
+    commit_message_received(first)  # before the worker starts: its catch-up pass has it
     # A window far longer than ten commits take: the wake holds it out, then one pass
     # serves every commit meanwhile (a NOTIFY read with the first may go uncounted).
     dispatcher = running(wake_coalesce=2.0)
-    assert dispatcher.passes == [STREAM_ROWS]  # the catch-up pass: a dense one
+    assert dispatcher.passes == [1]  # the catch-up pass claimed a row: a stream
 
-    for message in messages[STREAM_ROWS:]:  # ten commits, ten NOTIFYs, while it is open
+    for message in rest:  # ten commits, ten NOTIFYs, while it is open
         commit_message_received(message)
     wait_until(all_done, what="every row Done")
     wait_until(lambda: len(dispatcher.passes) == 2, what="the coalesced pass")
 
-    assert dispatcher.passes == [STREAM_ROWS, 10]  # one pass for the ten commits
+    assert dispatcher.passes == [1, 10]  # one pass for the ten commits
     coalesced = dispatcher.wake_log[0]
     assert coalesced.notified and coalesced.notifies >= 2 and coalesced.held > 0
 
 
-def test_commits_after_a_sparse_pass_wake_passes_at_once(running: Any) -> None:
-    chat = ChatFactory()
-    first, *rest = [MessageFactory(chat=chat) for _ in range(3)]
-    dispatcher = running(wake_coalesce=2.0)  # a window that would show in every wake
-    commit_message_received(first)
-    wait_until(lambda: len(dispatcher.passes) == 2, what="the first message's pass")
-    assert dispatcher.passes == [0, 1]  # fewer than STREAM_ROWS rows: a sparse stream
-    for message in rest:
-        commit_message_received(message)
-        wait_until(all_done, what="the row Done")
-    wait_until(lambda: sum(dispatcher.passes) == 3, what="every row's pass")
-    assert all(wake.held == 0.0 for wake in dispatcher.wake_log)  # nobody waited
+def test_commits_after_a_pass_that_found_nothing_wake_a_pass_at_once(running: Any) -> None:
+    message = MessageFactory()
+    dispatcher = running(wake_coalesce=2.0)  # a window that would show in the wake
+    assert dispatcher.passes == [0]  # the catch-up pass: nothing to claim
+    commit_message_received(message)
+    wait_until(all_done, what="the row Done")
+    wait_until(lambda: len(dispatcher.passes) == 2, what="its pass")
+    assert dispatcher.passes == [0, 1]
+    assert dispatcher.wake_log[0].held == 0.0  # it did not wait
 
 
 def test_an_event_after_a_quiet_spell_wakes_a_pass_at_once(running: Any) -> None:
@@ -123,20 +118,20 @@ def test_an_event_after_a_quiet_spell_wakes_a_pass_at_once(running: Any) -> None
     assert dispatcher.wake_log[0] == Wake(notified=True, notifies=1, held=0.0)
 
 
-def test_the_policy_holds_only_right_after_a_dense_pass() -> None:
+def test_the_policy_holds_until_the_window_after_a_pass_that_claimed_rows() -> None:
     policy = WakePolicy(window=60.0)
     assert policy.hold_until() is None  # no pass yet
     policy.pass_ended(rows=0)
-    assert policy.hold_until() is None  # quiet: wake at once
-    policy.pass_ended(rows=STREAM_ROWS - 1)
-    assert policy.hold_until() is None  # sparse: wake at once
-    policy.pass_ended(rows=STREAM_ROWS)
-    until = policy.hold_until()
-    assert until is not None and until > time.monotonic()  # streaming: wait a window
-    policy.last_pass_ended -= 61.0  # that pass ended longer ago than the window
+    assert policy.hold_until() is None  # it found nothing: wake at once
+    policy.pass_ended(rows=1)
+    # Streaming: wait until the window after that pass, not a window from now.
+    assert policy.hold_until() == policy.last_pass_ended + 60.0
+    policy.last_pass_ended -= 59.0
+    assert policy.hold_until() == policy.last_pass_ended + 60.0  # a second is left
+    policy.last_pass_ended -= 2.0  # that pass ended longer ago than the window
     assert policy.hold_until() is None
     off = WakePolicy(window=0.0)
-    off.pass_ended(rows=STREAM_ROWS)
+    off.pass_ended(rows=5)
     assert off.hold_until() is None
 
 
