@@ -86,7 +86,7 @@ class Watchers:
         from bench.connections import connect
 
         async with self.gate:
-            ws = await connect(self.http, token)
+            ws = await connect(self.http, token, deflate=False, messagepack=False)  # JSON
             started = time.monotonic()
             invocation = {"type": 1, "invocationId": "w", "target": "WatchPresence"}
             await ws.send(json.dumps({**invocation, "arguments": [watch]}) + RS)
@@ -120,12 +120,12 @@ class Watchers:
         it has not heard from for CLIENT_TIMEOUT."""
         from websockets.exceptions import ConnectionClosed
 
-        from bench.connections import PING, PING_EVERY
+        from bench.connections import PING_EVERY, PINGS
 
         await asyncio.sleep(random.uniform(0, PING_EVERY))  # spread the clients' pings
         with contextlib.suppress(ConnectionClosed):
             while True:
-                await ws.send(PING)
+                await ws.send(PINGS[False])  # JSON's
                 await asyncio.sleep(PING_EVERY)  # a period, not synchronisation
 
     async def close(self, tokens: list[str]) -> None:
