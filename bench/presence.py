@@ -281,8 +281,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         port = hubclients.free_port()
         http = f"http://127.0.0.1:{port}"
         argv = [str(Path(sys.executable).with_name("daphne")), "-b", "127.0.0.1", "-p", str(port)]
+        daphne_env = dict(env)
+        recheck_count = Path(tempfile.mkdtemp(prefix="bench-recheck-")) / "reads"
+        if args.recheck:  # every change checked against the port (bench/recheck_hook)
+            hook = ROOT / "bench" / "recheck_hook"
+            daphne_env.update(PYTHONPATH=f"{hook}:{ROOT}")
+            daphne_env.update(BENCH_PRESENCE_RECHECK=str(recheck_count))
         daphne = await hubclients.Service.start(
-            "daphne-presence", [*argv, "project.asgi:application"], env, "Listening on TCP"
+            "daphne-presence", [*argv, "project.asgi:application"], daphne_env, "Listening on TCP"
         )
         stack.push_async_callback(daphne.stop)
         pid = daphne.proc.pid
@@ -321,6 +327,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         redis_open = redis_server.commands() - redis_before
         latencies = [x for a in answers for x in a["watch"]]
         result: dict[str, Any] = {
+            "recheck": args.recheck,
             "users": args.users,
             "watching_each": args.watch,
             "file_limit": limits,
@@ -368,12 +375,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for n in range(0, len(users), step)
         ][: args.changes]
         expected = sum(staying)
+
+        async def checks() -> int:
+            """The port reads presence checks made so far (bench/recheck_hook: --recheck)."""
+            if not args.recheck:
+                return 0
+            await asyncio.sleep(0.5)  # the hook writes every 0.2 s (not synchronisation:
+            return int(recheck_count.read_text() or 0)  # a count of what already ran)
+
         for phase, command, answer_key in (
             ("offline", "leave", "left"),
             ("online", "come_back", "back"),
         ):
             before_events, before_cpu = await events(), cpu_of(pid)
-            before_redis = redis_server.commands()
+            before_redis, before_checks = redis_server.commands(), await checks()
             began = time.monotonic()
             replies = await asyncio.gather(
                 *(
@@ -401,6 +416,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     (redis_server.commands() - before_redis) / changes, 1
                 ),
                 "daphne_cpu_ms_per_change": round((cpu_of(pid) - before_cpu) / changes * 1000, 2),
+                # With --recheck: the port reads the changes' checks made (one per change
+                # and process when the watchers' checks share it: hub/presence/visibility.py).
+                "presence_check_reads_per_change": round(
+                    (await checks() - before_checks) / changes, 2
+                ),
             }
         result["online"]["note"] = "includes each mover's connect and WatchPresence"
 
@@ -466,6 +486,11 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=4, help="client processes")
     parser.add_argument("--concurrency", type=int, default=50, help="connects in flight each")
     parser.add_argument("--idle", type=float, default=20.0, help="s of idle measured")
+    parser.add_argument(
+        "--recheck",
+        action="store_true",
+        help="check every change against the port as if the watches were a minute old",
+    )
     parser.add_argument("--quick", action="store_true", help="a small run")
     args = parser.parse_args()
     if args.quick:
