@@ -60,7 +60,8 @@ def deliver(connections: list[tuple[HubConnection, list]], message: dict[str, An
     message object for all of them)."""
 
     async def all_at_once() -> None:
-        await asyncio.gather(*(layer_messages.dispatch(c, message) for c, _ in connections))
+        every = asyncio.gather(*(layer_messages.dispatch(c, message) for c, _ in connections))
+        await asyncio.wait_for(every, 10)  # a watcher left waiting fails here, by name
 
     run(all_at_once())
 
@@ -125,6 +126,46 @@ def test_a_change_the_port_cannot_check_goes_out_and_the_watch_stays(
     ((bob_c, bob_sent),) = connections
     assert told(bob_sent) == [True] and bob_c.groups.watching.users == frozenset({alice.id})
     assert "presence change sent unchecked" in caplog.text
+
+
+def test_an_answer_the_hub_cannot_read_still_answers_every_watcher(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
+    """Whatever goes wrong with the read (here the port returns None), every watcher of
+    the change is answered: the change goes out unchecked and the watches stay."""
+    alice, bob, carol = UserFactory(), UserFactory(), UserFactory()
+    services.create_chat(alice.id, [bob.id, carol.id], title="team")
+
+    class Broken:
+        def viewers_of(self, user_id: uuid.UUID, viewer_ids: Any) -> Any:
+            return None
+
+    monkeypatch.setattr(visibility, "get_domain_port", Broken)
+    monkeypatch.setattr(visibility, "RECHECK_AFTER", 0.0)
+    connections = watchers_of(alice, [bob, carol], redis_url)
+    deliver(connections, change(alice.id, True, None))
+    assert [told(sent) for _c, sent in connections] == [[True], [True]]
+    assert all(c.groups.watching.users == {alice.id} for c, _ in connections)
+
+
+def test_a_watch_made_while_the_check_was_read_decides_not_the_older_read(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
+    """A WatchPresence that replaces the watch during a change's check (with a check of
+    its own) is not undone by that older read's "may not see"."""
+    alice, bob = UserFactory(), UserFactory()
+    services.create_chat(alice.id, [bob.id])
+    monkeypatch.setattr(visibility, "RECHECK_AFTER", 0.0)
+    connections = watchers_of(alice, [bob], redis_url)
+    ((bob_c, bob_sent),) = connections
+
+    async def old_read_then_a_new_watch(user_id: uuid.UUID, viewers: Any) -> Any:
+        await bob_c.groups.watch(frozenset({alice.id}))  # the client watched her again
+        return frozenset()  # what the port said before that watch
+
+    monkeypatch.setattr(visibility, "_viewers_of", old_read_then_a_new_watch)
+    deliver(connections, change(alice.id, True, None))
+    assert bob_c.groups.watching.users == {alice.id} and told(bob_sent) == [True]
 
 
 def test_the_ports_default_asks_visible_users_once_per_viewer() -> None:

@@ -144,10 +144,19 @@ async def _presence(connection: Connection, message: dict[str, Any]) -> None:
         return
     groups = connection.groups
     user = UUID(message["payload"]["userId"])
-    if user not in groups.watching.users:
+    watching = groups.watching
+    if user not in watching.users:
         return  # a change that was on its way when the watch ended
-    if not await may_still_see(groups.watching, connection.user_id, user, message):
+    allowed = await may_still_see(watching, connection.user_id, user, message)
+    if connection.closing:
+        return  # it ended meanwhile: nothing goes out after its Close
+    if groups.watching is not watching:
+        # A WatchPresence replaced the watch meanwhile, with a check of its own: that
+        # decides, not this older read.
+        allowed = user in groups.watching.users
+    elif not allowed:
         await groups.unwatch(user)
+    if not allowed:
         return
     protocol = connection.protocol
     assert protocol is not None

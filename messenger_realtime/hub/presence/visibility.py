@@ -45,50 +45,53 @@ def _viewers_of(user_id: UUID, viewers: list[UUID]) -> Collection[UUID]:
 class Batch:
     """The watchers of one change that need a check, read together."""
 
-    __slots__ = ("answer", "reading", "user_id", "viewers")
+    __slots__ = ("answer", "read", "user_id", "viewers")
 
     def __init__(self, user_id: UUID) -> None:
         self.user_id = user_id
         self.viewers: set[UUID] = set()
-        self.reading = False  # its read began: a viewer not in it starts another batch
+        # Its read, once begun: a viewer not in it starts another batch.
+        self.read: asyncio.Task[None] | None = None
         # Those of `viewers` who may see the user; None when the port could not say.
         self.answer: asyncio.Future[frozenset[UUID] | None] | None = None
 
     def takes(self, viewer: UUID) -> bool:
-        return not self.reading or viewer in self.viewers
+        return self.read is None or viewer in self.viewers
 
     async def may_see(self, viewer: UUID) -> bool | None:
         """Whether `viewer` may see the user (None: the port could not say)."""
         loop = asyncio.get_running_loop()
         if self.answer is None:
             self.answer = loop.create_future()
-            loop.call_soon(self._read)  # after the other watchers woken with it joined
+            loop.call_soon(self._begin)  # after the other watchers woken with it joined
         self.viewers.add(viewer)
         allowed = await asyncio.shield(self.answer)
         return None if allowed is None else viewer in allowed
 
-    def _read(self) -> None:
-        self.reading = True
-        read = asyncio.ensure_future(_viewers_of(self.user_id, sorted(self.viewers)))
-        read.add_done_callback(self._answer)
+    def _begin(self) -> None:
+        self.read = asyncio.ensure_future(self._read())
 
-    def _answer(self, read: "asyncio.Future[Collection[UUID]]") -> None:
+    async def _read(self) -> None:
+        """The port's answer for every viewer that joined; whatever happens, every one
+        of them is answered (a watcher left waiting would deliver nothing again)."""
         assert self.answer is not None
-        if self.answer.done():
-            return
-        if read.cancelled() or read.exception() is not None:
-            error = None if read.cancelled() else read.exception()
+        allowed: frozenset[UUID] | None = None
+        try:
+            allowed = frozenset(await _viewers_of(self.user_id, sorted(self.viewers)))
+        except BaseException as exc:
             logger.warning(
                 "presence change sent unchecked (the port could not say who may see it)",
                 extra={
                     "action": "presence",
                     Field.USER_ID: self.user_id,
-                    Field.ERROR_CODE: describe_error(error) if error else "cancelled",
+                    Field.ERROR_CODE: describe_error(exc),
                 },
             )
-            self.answer.set_result(None)
-        else:
-            self.answer.set_result(frozenset(read.result()))
+            if not isinstance(exc, Exception):
+                raise  # cancelled (the loop is closing): answered below all the same
+        finally:
+            if not self.answer.done():
+                self.answer.set_result(allowed)
 
 
 class Watch:
