@@ -36,7 +36,7 @@ futures: so they are kept per loop here (`_for_loop`), made at first use on a lo
 
 import asyncio
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from uuid import UUID
@@ -55,6 +55,7 @@ from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.presence.changes import Announcer
 from messenger_realtime.hub.presence.last_seen import save_forever
 from messenger_realtime.hub.presence.sweep import sweep_forever
+from messenger_realtime.hub.presence.visibility import read_viewers
 from messenger_realtime.hub.reads import hub_read
 from messenger_realtime.hub.recovery import BuiltEvents, StreamRecovery, read_missed
 from messenger_realtime.hub.rosters import Rosters, read_roster
@@ -103,6 +104,12 @@ class HubProcess:
         # (reads.py). Its thread starts at the first recovery, not here.
         self._recovery_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hub-recovery")
         self._read_missed = hub_read(read_missed, executor=self._recovery_thread)
+        # A presence change's check (hub/presence/visibility.py) on a thread of its own
+        # too: never behind the connects' reads, never ahead of them.
+        self._checks_thread = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="hub-presence-checks"
+        )
+        self._read_viewers = hub_read(read_viewers, executor=self._checks_thread)
         # One user's recoveries run one at a time in this process, so a user with many
         # connections queues one read at a time on that thread, not many ahead of others.
         self._recovering: weakref.WeakValueDictionary[UUID, asyncio.Lock] = (
@@ -182,6 +189,11 @@ class HubProcess:
     ) -> list[StreamRecovery]:
         """hub/recovery.read_missed on the recoveries' thread, with this process's cache."""
         return await self._read_missed(user_id, asked, most, self.built)
+
+    async def viewers_of(self, user_id: UUID, viewers: list[UUID]) -> Collection[UUID]:
+        """Which of `viewers` may still see `user_id` (DomainPort.viewers_of), read on
+        the presence checks' thread (hub/presence/visibility.py)."""
+        return await self._read_viewers(user_id, viewers)
 
     # -- places among a user's open connections (hub/user_connections.py) ------------
 

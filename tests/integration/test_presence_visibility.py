@@ -5,6 +5,7 @@ the port no longer allows stops watching, silently. In-process connections, the 
 database and channel layer."""
 
 import asyncio
+import threading
 import time
 import uuid
 from collections.abc import Collection
@@ -17,6 +18,7 @@ from messenger_realtime.hub.connection import HubConnection, layer_messages
 from messenger_realtime.hub.presence import visibility
 from messenger_realtime.hub.presence.changes import change
 from messenger_realtime.hub.process import HubProcess
+from messenger_realtime.hub.reads import hub_read
 from project.messenger import services
 from project.messenger.realtime_port import HostDomainPort
 from tests.support.factories import UserFactory
@@ -159,13 +161,46 @@ def test_a_watch_made_while_the_check_was_read_decides_not_the_older_read(
     connections = watchers_of(alice, [bob], redis_url)
     ((bob_c, bob_sent),) = connections
 
-    async def old_read_then_a_new_watch(user_id: uuid.UUID, viewers: Any) -> Any:
+    async def old_read_then_a_new_watch(hub: Any, user_id: uuid.UUID, viewers: Any) -> Any:
         await bob_c.groups.watch(frozenset({alice.id}))  # the client watched her again
         return frozenset()  # what the port said before that watch
 
-    monkeypatch.setattr(visibility, "_viewers_of", old_read_then_a_new_watch)
+    monkeypatch.setattr(HubProcess, "viewers_of", old_read_then_a_new_watch)
     deliver(connections, change(alice.id, True, None))
     assert bob_c.groups.watching.users == {alice.id} and told(bob_sent) == [True]
+
+
+def test_a_check_is_not_queued_behind_the_reads_every_connect_makes(
+    monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
+    """The checks read on a thread of their own: with the hub's read thread (the one
+    every connect's reads share) held busy, a change is still checked and delivered."""
+    alice, bob = UserFactory(), UserFactory()
+    services.create_chat(alice.id, [bob.id])
+    monkeypatch.setattr(visibility, "RECHECK_AFTER", 0.0)
+    connections = watchers_of(alice, [bob], redis_url)
+    ((_bob_c, bob_sent),) = connections
+    busy, release = threading.Event(), threading.Event()
+
+    @hub_read
+    def a_slow_connect_read() -> None:
+        busy.set()
+        release.wait(30)
+
+    async def scenario() -> None:
+        held = asyncio.ensure_future(a_slow_connect_read())
+        await asyncio.get_running_loop().run_in_executor(None, busy.wait, 10)
+        try:
+            every = (
+                layer_messages.dispatch(c, change(alice.id, True, None)) for c, _ in connections
+            )
+            await asyncio.wait_for(asyncio.gather(*every), 10)
+        finally:
+            release.set()
+            await held
+
+    run(scenario())
+    assert told(bob_sent) == [True]
 
 
 def test_the_ports_default_asks_visible_users_once_per_viewer() -> None:

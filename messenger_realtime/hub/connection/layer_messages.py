@@ -147,7 +147,8 @@ async def _presence(connection: Connection, message: dict[str, Any]) -> None:
     watching = groups.watching
     if user not in watching.users:
         return  # a change that was on its way when the watch ended
-    allowed = await may_still_see(watching, connection.user_id, user, message)
+    read = connection.hub.viewers_of
+    allowed = await may_still_see(watching, connection.user_id, user, message, read)
     if connection.closing:
         return  # it ended meanwhile: nothing goes out after its Close
     if groups.watching is not watching:

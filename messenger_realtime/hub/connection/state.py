@@ -16,7 +16,7 @@ where it passes itself).
 """
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -53,6 +53,8 @@ class Process(Protocol):
     async def read_missed(
         self, user_id: UUID, asked: Mapping[str, int], most: int
     ) -> list[StreamRecovery]: ...
+
+    async def viewers_of(self, user_id: UUID, viewers: list[UUID]) -> Collection[UUID]: ...
 
     def forget(self, connection_id: str, connection: object) -> None: ...
 

@@ -11,6 +11,11 @@ never told: that change and every later one miss it. So a block or a leave ends 
 at the first change after it, or within RECHECK_AFTER of it (typing's bound for blocks:
 connection/composing.py).
 
+The checks' reads run on a thread of their own (HubProcess.viewers_of, as a Recover's
+do), never queued behind the reads every connect makes on the hub's read thread: a
+storm of connects does not hold up a watcher's deliveries behind its check, and a flurry
+of changes does not hold up anyone's connect.
+
 The checks of one change are shared by the process's watchers: the change's message is
 one object handed to each watching connection (hub/fanout.py), and the first of them
 that needs a check makes it a batch, which reads on the loop's next turn for every
@@ -23,13 +28,12 @@ watchers are checked again at the next change.
 
 import asyncio
 import logging
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 from uuid import UUID
 
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import describe_error
-from messenger_realtime.hub.reads import hub_read
 from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
@@ -37,18 +41,22 @@ RECHECK_AFTER = 60.0  # s a watcher's check of a watched user holds for
 _BATCH = "_viewers"  # the message's key for its batch (the payload is what is sent)
 
 
-@hub_read
-def _viewers_of(user_id: UUID, viewers: list[UUID]) -> Collection[UUID]:
+Read = Callable[[UUID, list[UUID]], Awaitable[Collection[UUID]]]
+
+
+def read_viewers(user_id: UUID, viewers: list[UUID]) -> Collection[UUID]:
+    """The port's read (run off the event loop: HubProcess.viewers_of)."""
     return get_domain_port().viewers_of(user_id, viewers)
 
 
 class Batch:
     """The watchers of one change that need a check, read together."""
 
-    __slots__ = ("answer", "read", "user_id", "viewers")
+    __slots__ = ("_port", "answer", "read", "user_id", "viewers")
 
-    def __init__(self, user_id: UUID) -> None:
+    def __init__(self, user_id: UUID, port: Read) -> None:
         self.user_id = user_id
+        self._port = port  # the process's read of DomainPort.viewers_of
         self.viewers: set[UUID] = set()
         # Its read, once begun: a viewer not in it starts another batch.
         self.read: asyncio.Task[None] | None = None
@@ -77,7 +85,7 @@ class Batch:
         assert self.answer is not None
         allowed: frozenset[UUID] | None = None
         try:
-            allowed = frozenset(await _viewers_of(self.user_id, sorted(self.viewers)))
+            allowed = frozenset(await self._port(self.user_id, sorted(self.viewers)))
         except BaseException as exc:
             logger.warning(
                 "presence change sent unchecked (the port could not say who may see it)",
@@ -127,18 +135,20 @@ class Watch:
 NOTHING = Watch(frozenset(), 0.0)  # what a connection watches before WatchPresence
 
 
-async def may_still_see(watch: Watch, viewer: UUID, user: UUID, message: dict[str, Any]) -> bool:
+async def may_still_see(
+    watch: Watch, viewer: UUID, user: UUID, message: dict[str, Any], read: Read
+) -> bool:
     """Whether a change of `user` (its message, shared by the process's watchers) may go
     to `viewer`, who watches them through `watch`: without a read while the check holds;
-    else with the batch's. False: the viewer may no longer see the user (the caller
-    stops watching them)."""
+    else with the batch's (`read`: the process's HubProcess.viewers_of). False: the
+    viewer may no longer see the user (the caller stops watching them)."""
     loop = asyncio.get_running_loop()
     now = loop.time()
     if not watch.due(user, now):
         return True
     batch = message.get(_BATCH)
     if batch is None or not batch.takes(viewer):
-        batch = message[_BATCH] = Batch(user)
+        batch = message[_BATCH] = Batch(user, read)
     allowed = await batch.may_see(viewer)
     if allowed is None:
         return True  # sent unchecked (logged); checked again at the next change
