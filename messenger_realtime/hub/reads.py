@@ -1,8 +1,9 @@
 """The hub's reads of the domain: run on asgiref's one sync thread, on a database
-connection that thread keeps between reads; a heavy kind of read (a Recover's) on a
-thread of its own (`executor`), so it never holds up every other user's connect, on a
-connection borrowed from the pool for that read and given back after it (recoveries are
-rare: the pool keeps counting one connection kept by the hub).
+connection that thread keeps between reads; a kind of read that must not wait behind
+the connects' reads nor hold them up (a Recover's, a presence change's check) on a
+thread of its own (`executor`), on a connection borrowed from the pool for that read and
+given back after it (those reads are rare next to the connects': the pool keeps
+counting one connection kept by the hub, and each such thread borrows at most one).
 
 Channels' database_sync_to_async closes the thread's connections before and after each
 call. With a pool (CONN_MAX_AGE 0) every read then borrowed a connection, checked it

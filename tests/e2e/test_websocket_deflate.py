@@ -6,6 +6,7 @@ official JavaScript client under Node, websockets) receiving events and sending 
 messages."""
 
 import base64
+import contextlib
 import json
 import os
 import socket
@@ -212,14 +213,21 @@ def test_websocket_deflate_off_answers_an_offer_without_it(
         daphne.kill()
 
 
-def test_a_client_that_compresses_what_it_sends_is_understood(hub: Hub) -> None:
-    user = UserFactory()
+@contextlib.contextmanager
+def deflating(hub: Hub, user: Any) -> Iterator[Any]:
+    """A `websockets` client past the JSON handshake, deflate negotiated: it compresses
+    every message it sends."""
     headers = {"Authorization": f"Bearer {token_for(user.id)}"}
-    # websockets compresses every message it sends once deflate is negotiated.
     with connect(f"{hub.daphne.ws}/hubs/messenger", additional_headers=headers) as ws:
         assert ws.response.headers["Sec-WebSocket-Extensions"] == ANSWER
         ws.send('{"protocol":"json","version":1}' + RS)
         assert ws.recv(timeout=5) == "{}" + RS
+        yield ws
+
+
+def test_a_client_that_compresses_what_it_sends_is_understood(hub: Hub) -> None:
+    user = UserFactory()
+    with deflating(hub, user) as ws:
         ws.send('{"type":6}' + RS)  # a compressed Ping: taken, no answer
         ws.send(json.dumps({"type": 1, "invocationId": "1", "target": "GetGroups"}) + RS)
         answer = ws.recv(timeout=5)
@@ -233,12 +241,7 @@ def test_a_client_that_compresses_what_it_sends_is_understood(hub: Hub) -> None:
 
 
 def test_a_compressed_message_too_big_once_inflated_gets_the_hubs_close(hub: Hub) -> None:
-    user = UserFactory()
-    headers = {"Authorization": f"Bearer {token_for(user.id)}"}
-    with connect(f"{hub.daphne.ws}/hubs/messenger", additional_headers=headers) as ws:
-        assert ws.response.headers["Sec-WebSocket-Extensions"] == ANSWER
-        ws.send('{"protocol":"json","version":1}' + RS)
-        assert ws.recv(timeout=5) == "{}" + RS
+    with deflating(hub, UserFactory()) as ws:
         ws.send("x" * 40_000)  # a few hundred bytes compressed, over MAX_MESSAGE_SIZE inflated
         seen = []
         with pytest.raises(ConnectionClosed):
