@@ -36,7 +36,11 @@ SET enable_seqscan = off;
 --   ending with the cursor's own target: up to %(limit)s of them, each found with one
 --   probe of ix_rto_pending_target (a loose index scan), so a target with ten thousand
 --   rows costs no more to step over than one with a single row. The worker moves its
---   cursor to the last key, so successive claims take turns over every target.
+--   cursor to the last key, so successive claims take turns over every target. The two
+--   OFFSET 0 in the step keep its probe one probe: without them the planner flattened
+--   the step and ran the probe again for every use of its key (the key, the wrap test,
+--   the cursor test), four index descents per target walked (tests/integration/
+--   test_claim_plans.py), a fifth of the claim's time in a backlog over many chats.
 -- lease: rows are claimed only while the leader's lease session holds the advisory lock
 --   (pg_locks, ~60 us) and the lease row names it (a take-over rewrites the row as it
 --   takes the lock); %(lease_pid)s NULL: no lease (--no-lock, benchmarks).
@@ -75,11 +79,12 @@ WITH RECURSIVE walk(key, depth, wrapped) AS (
         FROM (SELECT (SELECT target_key FROM messenger.realtime_outbox
                       WHERE status = 'Pending' {{IN_PARTITION(target_key)}}
                         AND {{WALK_KEY(target_key)}} > {{WALK_KEY(walk.key)}}
-                      ORDER BY {{WALK_ORDER(target_key)}} LIMIT 1) AS key) AS later,
+                      ORDER BY {{WALK_ORDER(target_key)}} LIMIT 1) AS key OFFSET 0) AS later,
              (SELECT (SELECT target_key FROM messenger.realtime_outbox
                       WHERE status = 'Pending' {{IN_PARTITION(target_key)}}
                         AND NOT walk.wrapped
                       ORDER BY {{WALK_ORDER(target_key)}} LIMIT 1) AS key) AS first
+        OFFSET 0
     ) AS step
     WHERE walk.depth < %(limit)s AND step.key IS NOT NULL
       AND NOT (step.wrapped AND {{WALK_KEY(step.key)}} > {{WALK_KEY(%(after)s::uuid)}})

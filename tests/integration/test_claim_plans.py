@@ -15,7 +15,7 @@ from messenger_realtime.dispatch import sql
 from messenger_realtime.dispatch.connections import conninfo
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.dispatch.store import NO_TARGET
-from tests.support.plans import outbox_scans
+from tests.support.plans import outbox_scans, walk_probes
 
 pytestmark = pytest.mark.usefixtures("transactional_db")
 
@@ -66,3 +66,23 @@ def test_the_claims_stay_index_probes_on_a_small_table_and_a_filled_one() -> Non
         assert_index_probes_only(conn)
         conn.execute("ANALYZE messenger.realtime_outbox")
         assert_index_probes_only(conn)
+
+
+def test_the_walk_steps_to_each_target_with_one_probe() -> None:
+    # The step's next key was written once but planned as a subplan per use (the key,
+    # the wrap test, the cursor test each re-ran the probe): 485 index descents to walk
+    # these 121 targets, a fifth of the claim's time in a backlog of many chats.
+    chats = {"chats": [uuid.uuid4() for _ in range(121)]}  # every one gets Pending rows
+    with psycopg.connect(conninfo(), autocommit=True) as conn:
+        conn.execute(FILL, {**chats, "rows": 12_100})
+        conn.execute("ANALYZE messenger.realtime_outbox")
+        conn.execute(sql.CLAIM_SESSION)
+        probes = walk_probes(conn, sql.WALK_AND_CLAIM, PARAMS)
+        claimed = conn.execute(
+            "SELECT count(DISTINCT chat_id) FROM messenger.realtime_outbox"
+            " WHERE claimed_at IS NOT NULL"
+        ).fetchone()
+    assert claimed == (121,)  # every chat walked, and claimed from
+    # 120 steps after the first target, one probe each (the last one wraps round), plus
+    # the first target's own probes (after the cursor, then from the start): 123.
+    assert 121 <= probes <= 124, probes
