@@ -53,6 +53,18 @@ def test_bench_smoke_runs_every_scenario(worker_env: dict[str, str]) -> None:
     assert "PgQueuer" in page and "| offered msg/s |" in page
 
 
+def test_drain_cost_smoke_charges_each_drain_its_own_cpu(worker_env: dict[str, str]) -> None:
+    results = quick_run("drain_cost.py", worker_env)
+    runs = {run["drain"]: run for run in results["runs"]}
+    assert set(runs) == {"spec_sql", "ours", "pgqueuer"} and results["rows"] == 2000
+    for name, run in runs.items():
+        assert run["rows_per_s"] > 0 and run["postgres_cpu_us_per_row"] > 0, name
+        assert run["statements"], name  # pg_stat_statements of its own cluster
+    # Ours names its claim among the statements, and how busy its claim session was.
+    assert any("WITH RECURSIVE walk" in s["statement"] for s in runs["ours"]["statements"])
+    assert 0 < runs["ours"]["claim_session_busy"] <= 1
+
+
 def test_isolation_bench_smoke_delivers_every_event(worker_env: dict[str, str]) -> None:
     results = quick_run("isolation.py", worker_env)
     fairness, priority = results["fairness"], results["priority"]
