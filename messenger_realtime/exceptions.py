@@ -84,6 +84,11 @@ class InvalidToken(RealtimeError):
     """Why a credential was refused (safe to show: never contains the token)."""
 
 
+class TooManyConnections(InvalidToken):
+    """A transport's open refused because its user holds MAX_CONNECTIONS_PER_USER (the
+    place its negotiate took had lapsed): 429 over HTTP, the upgrade refused."""
+
+
 class HubError(RealtimeError):
     """A hub method refuses a call: str() is what the client is told (its Completion's
     `HubException: ...`, as ASP.NET Core answers a HubException). Any other exception a

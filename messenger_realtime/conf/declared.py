@@ -349,6 +349,12 @@ SETTINGS: tuple[Setting, ...] = (
          at_most(100_000, "connections per user")),
     _key("RATE_LIMIT_FLOOD", int, 20, H, "refusals", "a connection refused this often is "
          "closed", at_least(1, "E026"), at_most(100_000, "refusals")),
+    _key("INVOCATION_BUDGET", float, 20.0, H, "units/s", "what one connection's invocations "
+         "may cost a second, every method and Ping (hub/connection/methods/: a unit is a "
+         "GetGroups); past it a call is refused", above(0, "E026"),
+         at_most(1_000_000.0, "units a second")),
+    _key("INVOCATION_BURST", int, 100, H, "units", "what one connection may spend at once "
+         "(a page's calls at connect)", at_least(1, "E026"), at_most(1_000_000, "units")),
     _key("RATE_LIMIT_REDIS_URL", str, "", H, "", "where the counters live (empty: nothing "
          "is counted)", Rule("E026", _redis_url_or_empty,
                              "must be empty or a redis://, rediss:// or unix:// URL")),

@@ -102,6 +102,8 @@ class HubOptions:
     rate_limit_connects: int
     max_connections_per_user: int
     rate_limit_flood: int
+    invocation_budget: float
+    invocation_burst: int
     rate_limit_redis_url: str
     admission_limit: int
     admission_per_user: int

@@ -197,19 +197,26 @@ class HubProcess:
 
     # -- places among a user's open connections (hub/user_connections.py) ------------
 
-    async def take_place(self, user_id: UUID, connection_id: str, options: HubOptions) -> Taken:
-        """Count the connect and give the connection a place (user_connections.take: not
-        granted past the connect rate limit or the user's cap); the process renews the
-        places of its live connections from then on, sweeps for users whose places
-        lapsed and saves last-seen times (hub/presence/). A user's first place announces
-        them online."""
-        parts = self._for_loop()
-        if parts.renewing is None:
-            parts.renewing = asyncio.ensure_future(self._keep_places(options))
-        taken = await user_connections.take(user_id, connection_id, options)
+    async def take_place(
+        self, user_id: UUID, connection_id: str, options: HubOptions, *, connect: bool = True
+    ) -> Taken:
+        """Count the connect (unless `connect` is False: a negotiated transport opening)
+        and give the connection a place (user_connections.take: not granted past the
+        connect rate limit or the user's cap); the process renews the places of its live
+        connections from then on, sweeps for users whose places lapsed and saves
+        last-seen times (hub/presence/). A user's first place announces them online."""
+        self.keep_places(options)
+        taken = await user_connections.take(user_id, connection_id, options, connect=connect)
         if taken.came_online:
             self.announcer().announce(user_id, True)
         return taken
+
+    def keep_places(self, options: HubOptions) -> None:
+        """Renew this process's places from now on (at its first place, or the first
+        transport it opens of a connection negotiated on another process)."""
+        parts = self._for_loop()
+        if parts.renewing is None:
+            parts.renewing = asyncio.ensure_future(self._keep_places(options))
 
     def give_back_place(self, user_id: UUID, connection_id: str, options: HubOptions) -> None:
         """A connection ended: its place frees (in the background, kept until done); the

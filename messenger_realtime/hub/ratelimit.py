@@ -43,13 +43,15 @@ KEY = "messenger_realtime:rate:{scope}:{user}"
 # round trip as its own work (a connect and its place: hub/user_connections.py).
 # `key`: the log; `limit` (>= 1); `window` in microseconds; `charge` (0: none), logged
 # whatever the count (what a request turned out to cost beyond the one it was counted
-# as: a Recover's events, hub/connection/methods/recover.py). Returns 0 when the request
-# is let through (and logged), else the microseconds until the oldest logged request
-# leaves the window. TIME is Redis' clock (scripts may call it since Redis 5, which
-# replicates a script's effects, not the script). The member is the time plus the
-# count, unique even for two requests in one microsecond.
+# as: a Recover's events, hub/connection/methods/recover.py); `units` (>= 1) what the
+# request costs, logged as that many entries only if all fit (a hub method's declared
+# cost: hub/connection/methods/). Returns 0 when the request is let through (and
+# logged), else the microseconds until enough logged requests leave the window. TIME is
+# Redis' clock (scripts may call it since Redis 5, which replicates a script's effects,
+# not the script). The member is the time plus the count, unique even for two requests
+# in one microsecond.
 SLIDING_LOG_FUNCTION = """
-local function sliding_log(key, limit, window, charge)
+local function sliding_log(key, limit, window, charge, units)
   local now = redis.call('TIME')
   local t = tonumber(now[1]) * 1000000 + tonumber(now[2])
   redis.call('ZREMRANGEBYSCORE', key, '-inf', t - window)
@@ -61,20 +63,24 @@ local function sliding_log(key, limit, window, charge)
     redis.call('PEXPIRE', key, math.ceil(window / 1000))
     return 0
   end
-  if count < limit then
-    redis.call('ZADD', key, t, now[1] .. '.' .. now[2] .. ':' .. count)
+  units = math.min(units or 1, limit)
+  if count + units <= limit then
+    for i = 1, units do
+      redis.call('ZADD', key, t, now[1] .. '.' .. now[2] .. ':' .. (count + i))
+    end
     redis.call('PEXPIRE', key, math.ceil(window / 1000))
     return 0
   end
-  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local at = count + units - limit - 1
+  local oldest = redis.call('ZRANGE', key, at, at, 'WITHSCORES')
   return math.max(1, tonumber(oldest[2]) + window - t)
 end
 """
 # KEYS[1]: the log; ARGV[1]: the limit, ARGV[2]: the window in µs, ARGV[3] (optional):
-# a charge.
+# a charge, ARGV[4] (optional): the units this request costs (1 when absent).
 SLIDING_LOG = (
     SLIDING_LOG_FUNCTION + "return sliding_log(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]),"
-    " tonumber(ARGV[3] or '0'))\n"
+    " tonumber(ARGV[3] or '0'), tonumber(ARGV[4] or '1'))\n"
 )
 
 
@@ -148,12 +154,15 @@ def check(scope: str, user_id: UUID, options: HubOptions) -> Refusal | None:
     return verdict(scope, int(wait_us), options)
 
 
-async def acheck(scope: str, user_id: UUID, options: HubOptions) -> Refusal | None:
-    """As check(), on the hub's event loop."""
+async def acheck(scope: str, user_id: UUID, options: HubOptions, units: int = 1) -> Refusal | None:
+    """As check(), on the hub's event loop, for a request that costs `units` (all of
+    them fit in the window, or none is logged)."""
     limit = _limit(options, scope)
     if limit <= 0 or not options.rate_limit_redis_url:
         return None
     keys, args = _arguments(scope, user_id, options)
+    if units != 1:
+        args = [*args, 0, units]
     try:
         wait_us = await registered_script(options.rate_limit_redis_url)(keys, args)
     except (redis.RedisError, OSError) as exc:

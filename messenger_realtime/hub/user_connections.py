@@ -52,6 +52,10 @@ UNSAVED = "messenger_realtime:presence:unsaved"
 LEASE = 20.0  # seconds a place lasts without renewal
 RENEW_EVERY = 5.0  # seconds between two renewals of a process's live places
 RETRY_AFTER = 5  # seconds: a place frees when one of the user's connections ends
+# A place taken this recently holds until the next renewal of the process its transport
+# opens on (LEASE, less a renewal period, less as much again for the hub processes'
+# clocks): such an open needs no round trip; a later one takes its place again.
+SURELY_HELD = LEASE - 2 * RENEW_EVERY
 
 # A take is a connect: it is counted against RATE_LIMIT_CONNECTS in the same round trip
 # (the Lua function ratelimit.SLIDING_LOG_FUNCTION), one script where a connect used to
@@ -145,21 +149,37 @@ class Place(Protocol):
     options: HubOptions
 
 
+def placed_lately(connection_id: str, now: float) -> bool:
+    """Whether the negotiate that granted this connection id (a UUIDv7's hex: its first
+    12 digits are its unix milliseconds) took its place less than SURELY_HELD seconds
+    before `now` (unix seconds), so the place still holds."""
+    try:
+        made = int(connection_id[:12], 16) / 1000
+    except ValueError:
+        return False
+    return 0 <= now - made < SURELY_HELD
+
+
 def refusal(options: HubOptions) -> str:
     return f"at most {options.max_connections_per_user} open connections per user"
 
 
-async def take(user_id: UUID, connection_id: str, options: HubOptions) -> Taken:
-    """Count the connect (RATE_LIMIT_CONNECTS) and give the connection a place, in one
-    round trip: not granted when the user is past the rate limit (`limited` says until
-    when) or holds the cap already. Without the cap (0) places are still taken: they say
-    who is online."""
+async def take(
+    user_id: UUID, connection_id: str, options: HubOptions, *, connect: bool = True
+) -> Taken:
+    """Count the connect (RATE_LIMIT_CONNECTS; not when `connect` is False: a negotiated
+    connection's transport opening, counted at its negotiate) and give the connection a
+    place, in one round trip: not granted when the user is past the rate limit
+    (`limited` says until when) or holds the cap already (a place it holds is renewed).
+    Without the cap (0) places are still taken: they say who is online."""
     url = options.rate_limit_redis_url
     if not url:
         return Taken(True, False)
     lease_us = round(LEASE * 1_000_000)
     cap = max(0, options.max_connections_per_user)
     log, limit, window_us = ratelimit.connect_log(user_id, options)
+    if not connect:
+        limit = 0
     try:
         script = ratelimit.registered_script(url, TAKE)
         keys = [KEY.format(user=user_id), LAPSES, log]

@@ -11,6 +11,7 @@ import pytest
 from messenger_realtime.exceptions import HubError
 from messenger_realtime.hub import ratelimit
 from messenger_realtime.hub.connection import invocations, methods
+from messenger_realtime.hub.connection.budget import Budget
 from messenger_realtime.hub.protocols.json_protocol import JsonProtocol
 from messenger_realtime.hub.recovery import RecoverError
 
@@ -28,14 +29,62 @@ def test_every_module_of_the_methods_package_declares_its_method_by_name() -> No
     assert invocations.HUB_METHODS.keys() == found.keys()
 
 
-def test_only_typing_and_acknowledge_are_spared_the_invocation_rate_limit() -> None:
-    spared = {name for name, m in methods.discover().items() if not m.charged}
-    assert spared == {"Acknowledge", "Typing"}
+def test_every_method_declares_its_cost_and_those_that_read_are_shared() -> None:
+    costs = {name: m.cost for name, m in methods.discover().items()}
+    assert all(cost.call >= 1 for cost in costs.values())
+    shared = {name for name, cost in costs.items() if cost.shared}
+    assert shared == {"GetGroups", "Recover", "RenewToken", "WatchPresence"}
+    # Those whose work grows with what a call names pay by it.
+    assert costs["WatchPresence"].units([[f"u{n}" for n in range(200)]]) == 21
+    assert costs["Acknowledge"].units([{f"s{n}": 1 for n in range(256)}, 0]) == 5
+    assert costs["Recover"].units([{f"s{n}": 1 for n in range(1000)}]) == 41
+    assert costs["Typing"].units(["x"]) == 1
+    # Whatever a client sends as arguments, counting them never fails.
+    for junk in ([], [None], ["text"], [7], [{"a": 1}, "x"]):
+        assert all(cost.units(junk) >= 1 for cost in costs.values())
+
+
+def test_a_method_cannot_be_declared_without_a_cost() -> None:
+    with pytest.raises(TypeError, match="declares no Cost"):
+        methods.hub_method("Free", cost=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at least one unit"):
+        methods.Cost(call=0)
+
+
+@pytest.mark.parametrize(
+    "steps, refused",
+    [
+        # (seconds since the last step, units asked) with a budget of 2/s, burst 4
+        ([(0, 4), (0, 1)], [False, True]),  # the burst, then nothing left
+        ([(0, 4), (0.5, 1), (0, 1)], [False, False, True]),  # half a second refills one
+        ([(0, 3), (10, 4)], [False, False]),  # refilled to the burst, never past it
+        ([(10, 5)], [True]),  # more than the burst at once: never
+    ],
+)
+def test_a_connection_s_budget_refills_at_its_rate_up_to_its_burst(
+    steps: list[tuple[float, int]], refused: list[bool]
+) -> None:
+    options = SimpleNamespace(invocation_budget=2.0, invocation_burst=4)
+    now = 100.0
+    budget = Budget(options, now)  # type: ignore[arg-type]
+    got = []
+    for elapsed, units in steps:
+        now += elapsed
+        got.append(budget.spend(units, now) is not None)
+    assert got == refused
+
+
+def test_work_owed_after_a_call_is_paid_by_the_next_calls() -> None:
+    options = SimpleNamespace(invocation_budget=1.0, invocation_burst=10)
+    budget = Budget(options, 0.0)  # type: ignore[arg-type]
+    budget.owe(14, 0.0)  # a Recover that sent more than its burst
+    assert budget.spend(1, 4.0) is not None  # 10 - 14 + 4 = 0 left
+    assert budget.spend(1, 5.0) is None
 
 
 def test_a_method_declared_twice_is_refused() -> None:
     with pytest.raises(ValueError, match="declared twice"):
-        methods.hub_method("Recover")(lambda connection: asyncio.sleep(0))
+        methods.hub_method("Recover", cost=methods.Cost())(lambda connection: asyncio.sleep(0))
 
 
 def test_recover_errors_are_hub_errors() -> None:
@@ -50,18 +99,38 @@ class Sent:
         self.frames.append(frame)
 
 
+OPTIONS = SimpleNamespace(invocation_budget=10.0, invocation_burst=10, rate_limit_flood=3)
+
+
+def fake_connection(outbound: Sent) -> Any:
+    loop = SimpleNamespace(time=lambda: 0.0)  # a clock that stands still: no refill
+    ended: list[Any] = []
+
+    async def end(how: Any) -> None:
+        ended.append(how)
+
+    return SimpleNamespace(
+        options=OPTIONS,
+        user_id=None,
+        protocol=JsonProtocol,
+        outbound=outbound,
+        loop=loop,
+        end=end,
+        ended=ended,
+    )
+
+
 def invoke(monkeypatch: pytest.MonkeyPatch, call: Any, arguments: list[Any]) -> dict[str, Any]:
     async def no_limit(*args: Any) -> None:
         return None
 
     monkeypatch.setattr(ratelimit, "acheck", no_limit)
-    monkeypatch.setitem(invocations.HUB_METHODS, "Try", methods.HubMethod("Try", 1, call))
+    try_method = methods.HubMethod("Try", 1, call, methods.Cost())
+    monkeypatch.setitem(invocations.HUB_METHODS, "Try", try_method)
     outbound = Sent()
-    connection = SimpleNamespace(
-        options=None, user_id=None, protocol=JsonProtocol, outbound=outbound
-    )
+    connection = fake_connection(outbound)
     message = {"type": 1, "invocationId": "1", "target": "Try", "arguments": arguments}
-    asyncio.run(invocations.Invocations().handle(connection, message))  # type: ignore[arg-type]
+    asyncio.run(invocations.Invocations(OPTIONS, 0.0).handle(connection, message))  # type: ignore[arg-type]
     (frame,) = outbound.frames
     return json.loads(frame.rstrip("\x1e"))  # type: ignore[no-any-return]
 
@@ -91,23 +160,62 @@ def test_a_result_is_the_completions(monkeypatch: pytest.MonkeyPatch) -> None:
     assert invoke(monkeypatch, echo, [{"a": 1}])["result"] == {"a": 1}
 
 
-def test_an_uncharged_method_runs_without_a_rate_limit_check(
+def test_a_local_method_runs_without_a_rate_limit_round_trip(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async def limited(*args: Any) -> None:
         raise AssertionError("charged to the Redis rate limit")
 
-    async def free(connection: Any) -> str:
+    async def local(connection: Any) -> str:
         return "ran"
 
     monkeypatch.setattr(ratelimit, "acheck", limited)
-    free_method = methods.HubMethod("Free", 0, free, charged=False)
-    monkeypatch.setitem(invocations.HUB_METHODS, "Free", free_method)
+    method = methods.HubMethod("Local", 0, local, methods.Cost(call=1))
+    monkeypatch.setitem(invocations.HUB_METHODS, "Local", method)
     outbound = Sent()
-    connection = SimpleNamespace(
-        options=None, user_id=None, protocol=JsonProtocol, outbound=outbound
-    )
-    message = {"type": 1, "invocationId": "1", "target": "Free", "arguments": []}
-    asyncio.run(invocations.Invocations().handle(connection, message))  # type: ignore[arg-type]
+    message = {"type": 1, "invocationId": "1", "target": "Local", "arguments": []}
+    handled = invocations.Invocations(OPTIONS, 0.0).handle(fake_connection(outbound), message)
+    asyncio.run(handled)
     (frame,) = outbound.frames
     assert json.loads(frame.rstrip("\x1e"))["result"] == "ran"
+
+
+def test_past_its_budget_a_call_is_refused_and_a_flood_ends_the_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def local(connection: Any) -> str:
+        return "ran"
+
+    method = methods.HubMethod("Local", 0, local, methods.Cost(call=4))
+    monkeypatch.setitem(invocations.HUB_METHODS, "Local", method)
+    outbound = Sent()
+    connection = fake_connection(outbound)
+    calls = invocations.Invocations(OPTIONS, 0.0)
+
+    async def run() -> list[bool]:
+        going = []
+        for n in range(6):  # 4 + 4 fit the burst of 10; then refused, refused, flood
+            message = {"type": 1, "invocationId": str(n), "target": "Local", "arguments": []}
+            going.append(await calls.handle(connection, message))
+        return going
+
+    assert asyncio.run(run()) == [True, True, True, True, False, False]
+    answers = [json.loads(f.rstrip("\x1e")) for f in outbound.frames]
+    assert [a.get("result") for a in answers[:2]] == ["ran", "ran"]
+    assert all("invocation budget exceeded" in a["error"] for a in answers[2:])
+    assert len(answers) == 4  # the third refusal is the flood: a Close, no answer
+    (ending,) = connection.ended[:1]
+    assert "invocation budget exceeded" in ending.error
+
+
+def test_a_ping_is_charged_like_any_message() -> None:
+    outbound = Sent()
+    connection = fake_connection(outbound)
+    calls = invocations.Invocations(OPTIONS, 0.0)
+
+    async def run() -> list[bool]:
+        return [await calls.handle(connection, {"type": 6}) for _ in range(14)]
+
+    going = asyncio.run(run())
+    assert going == [True] * 12 + [False, False]  # 10 paid, 2 refused, the 3rd a flood
+    assert outbound.frames == []

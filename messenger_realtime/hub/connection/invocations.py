@@ -1,19 +1,26 @@
-"""Client-to-server hub messages: invocations of the hub's methods and their completions.
+"""Client-to-server hub messages: invocations of the hub's methods and their completions,
+and what each message costs.
 
-A part of HubConnection (`invocations`) whose one piece of state is its own: how many
-invocations the rate limit refused (past RATE_LIMIT_FLOOD the connection is ended). A
-method declared `charged=False` (methods/) is not charged to that limit. The
-connection is passed to `handle` with each message, never kept. Wording of errors
-follows ASP.NET Core SignalR, which clients may show or match.
+A part of HubConnection (`invocations`) whose state is its own: its connection's budget
+(budget.py) and how many messages were refused. Every message the client sends pays
+here, the one place where a cost is applied: an invocation what its method declares
+(methods/: its `Cost`, to the connection's budget and, when `shared`, to the user's rate
+limit in Redis), anything else (a Ping, a completion, an unknown type) one unit of the
+budget. A refused invocation is answered with the reason; past RATE_LIMIT_FLOOD
+refusals the connection is closed as a flood. The connection is passed to `handle`
+with each message, never kept. Wording of errors follows ASP.NET Core SignalR, which
+clients may show or match.
 """
 
 import logging
 from typing import Any
 
 import messenger_realtime.hub.connection.ending as ending
+from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import HubError
 from messenger_realtime.hub import ratelimit
-from messenger_realtime.hub.connection.methods import HubMethod, discover
+from messenger_realtime.hub.connection.budget import Budget, OverBudget
+from messenger_realtime.hub.connection.methods import Billed, HubMethod, discover
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import MessageType
 
@@ -21,22 +28,42 @@ logger = logging.getLogger(__name__)
 
 
 class Invocations:
-    """What a connection's client invokes: answered here, counted when refused."""
+    """What a connection's client invokes: charged, answered, counted when refused."""
 
-    __slots__ = ("refused",)
+    __slots__ = ("budget", "refused")
 
-    def __init__(self) -> None:
-        self.refused = 0  # invocations the rate limit refused on this connection
+    def __init__(self, options: HubOptions, now: float) -> None:
+        self.budget = Budget(options, now)
+        self.refused = 0  # messages refused on this connection, for its budget or the limit
+
+    def flooding(self, options: HubOptions) -> bool:
+        """Refused once more: whether that makes it a flood (the connection is ended)."""
+        self.refused += 1
+        return self.refused >= options.rate_limit_flood
+
+    def pay(self, now: float, options: HubOptions) -> ending.Ending | None:
+        """One unit for a message that is not an invocation (a Ping, an Ack, a Sequence,
+        a completion): None, or how the connection ends when that refusal makes it a
+        flood (nothing is answered to such a message, refused or not)."""
+        over = self.budget.spend(1, now)
+        if over is not None and self.flooding(options):
+            return flood(over)
+        return None
 
     async def handle(self, connection: Connection, message: dict[str, Any]) -> bool:
-        """Act on one message from the client; False when the connection was closed."""
+        """Charge and act on one message from the client; False when the connection was
+        closed."""
         kind = message["type"]
+        if kind == MessageType.INVOCATION:
+            return await self._invoke(connection, message)
+        flooded = self.pay(connection.loop.time(), connection.options)
+        if flooded is not None:
+            await connection.end(flooded)
+            return False
         if kind == MessageType.CLOSE:
             await connection.end(ending.CLIENT_CLOSED)  # without a word, no resume
             return False
-        if kind == MessageType.INVOCATION:
-            await self._invoke(connection, message)
-        elif kind == MessageType.STREAM_INVOCATION:
+        if kind == MessageType.STREAM_INVOCATION:
             await _reply(
                 connection,
                 message,
@@ -47,53 +74,70 @@ class Invocations:
         # makes, and unknown types (as ASP.NET) need no answer.
         return True
 
-    async def _invoke(self, connection: Connection, message: dict[str, Any]) -> None:
-        target = message["target"]
+    async def _invoke(self, connection: Connection, message: dict[str, Any]) -> bool:
+        target, arguments = message["target"], message.get("arguments", [])
         method = HUB_METHODS.get(target)
-        if method is not None and not method.charged:  # it bounds its own cost (methods/)
-            await _call(connection, message)
-            return
+        units = 1
+        if method is not None and isinstance(arguments, list):
+            units = method.cost.units(arguments)
         options = connection.options
-        refusal = await ratelimit.acheck(ratelimit.INVOCATIONS, connection.user_id, options)
+        refusal: OverBudget | ratelimit.Refusal | None
+        refusal = self.budget.spend(units, connection.loop.time())
+        if refusal is None and method is not None and method.cost.shared:
+            refusal = await ratelimit.acheck(
+                ratelimit.INVOCATIONS, connection.user_id, options, units
+            )
         if refusal is not None:
-            self.refused += 1
-            if self.refused >= options.rate_limit_flood:
-                # It keeps going past its limit: end it (a reconnect counts on, too).
-                await connection.end(ending.error(f"Connection closed with an error. {refusal}"))
-                return
-            error = f"{_failed(target)} HubException: {refusal}"
+            if self.flooding(options):
+                # It keeps going past its bounds: end it (a reconnect counts on, too).
+                await connection.end(flood(refusal))
+                return False
+            await _reply(connection, message, error=f"{_failed(target)} HubException: {refusal}")
+            return True
+        await self._call(connection, message, method)
+        return True
+
+    async def _call(
+        self, connection: Connection, message: dict[str, Any], method: HubMethod | None
+    ) -> None:
+        """Call the hub method an invocation names, and answer it."""
+        target, arguments = message["target"], message.get("arguments", [])
+        if method is None:
+            error = f"{_failed(target)} HubException: Method does not exist."
             await _reply(connection, message, error=error)
             return
-        await _call(connection, message)
+        if not isinstance(arguments, list) or len(arguments) != method.arity:
+            count = len(arguments) if isinstance(arguments, list) else 1
+            error = (
+                f"{_failed(target)} InvalidDataException: Invocation provides "
+                f"{count} argument(s) but target expects {method.arity}."
+            )
+            await _reply(connection, message, error=error)
+            return
+        try:
+            result = await method.call(connection, *arguments)
+        except HubError as exc:  # the method refused the call: the client is told why
+            await _reply(connection, message, error=f"{_failed(target)} HubException: {exc}")
+            return
+        except Exception:
+            logger.exception("hub method failed", extra={"action": "invoke", "target": target})
+            error = f"An unexpected error occurred invoking '{target}' on the server."
+            await _reply(connection, message, error=error)
+            return
+        if isinstance(result, Billed):  # what it turned out to cost, beyond its Cost
+            result, units = result
+            if units > 0:
+                self.budget.owe(units, connection.loop.time())
+                if method.cost.shared:
+                    await ratelimit.acharge(
+                        ratelimit.INVOCATIONS, connection.user_id, units, connection.options
+                    )
+        await _reply(connection, message, result=result)
 
 
-async def _call(connection: Connection, message: dict[str, Any]) -> None:
-    """Call the hub method an invocation names, and answer it."""
-    target, arguments = message["target"], message.get("arguments", [])
-    method = HUB_METHODS.get(target)
-    if method is None:
-        error = f"{_failed(target)} HubException: Method does not exist."
-        await _reply(connection, message, error=error)
-        return
-    if not isinstance(arguments, list) or len(arguments) != method.arity:
-        count = len(arguments) if isinstance(arguments, list) else 1
-        error = (
-            f"{_failed(target)} InvalidDataException: Invocation provides "
-            f"{count} argument(s) but target expects {method.arity}."
-        )
-        await _reply(connection, message, error=error)
-        return
-    try:
-        result = await method.call(connection, *arguments)
-    except HubError as exc:  # the method refused the call: the client is told why
-        await _reply(connection, message, error=f"{_failed(target)} HubException: {exc}")
-        return
-    except Exception:
-        logger.exception("hub method failed", extra={"action": "invoke", "target": target})
-        error = f"An unexpected error occurred invoking '{target}' on the server."
-        await _reply(connection, message, error=error)
-        return
-    await _reply(connection, message, result=result)
+def flood(refusal: OverBudget | ratelimit.Refusal) -> ending.Ending:
+    """How a connection that keeps going past its bounds ends: a Close naming the bound."""
+    return ending.error(f"Connection closed with an error. {refusal}")
 
 
 async def _reply(

@@ -16,6 +16,7 @@ outlive the physical connection: a stateful WebSocket that dropped waits for its
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
@@ -51,6 +52,32 @@ from messenger_realtime.ops.logging import Field
 
 logger = logging.getLogger(__name__)
 FIRST_MESSAGE_WAIT = 0.5  # stateful: the longest events wait for the client's first message
+POSTS_AT_ONCE = 2  # POSTs of one connection in hand at once (PostTurns)
+
+
+class PostTurns:
+    """A connection's POSTs (what a long-polling or event-stream client sends): acted on
+    one at a time, in order, and at most POSTS_AT_ONCE in hand, the one acted on
+    included; past that a POST is refused (429) rather than its body held in memory
+    behind the others (the official clients send one at a time)."""
+
+    __slots__ = ("_lock", "held")
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self.held = 0  # POSTs in hand: acted on, or waiting their turn
+
+    def full(self) -> bool:
+        return self.held >= POSTS_AT_ONCE
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        self.held += 1
+        try:
+            async with self._lock:
+                yield
+        finally:
+            self.held -= 1
 
 
 class HubConnection:
@@ -78,7 +105,7 @@ class HubConnection:
         "options",
         "outbound",
         "protocol",  # chosen by the handshake
-        "receiving",  # POSTs of one connection, one at a time (long polling)
+        "receiving",  # its POSTs' turns, one at a time (long polling, SSE): PostTurns
         "stateful",  # None but for a stateful reconnect connection, after its handshake
         "stateful_allowed",  # negotiate granted stateful reconnect
         "timeouts",
@@ -111,13 +138,13 @@ class HubConnection:
             options.max_message_size
         )
         self.admission = Opening(None)  # counted from admit() on
-        self.receiving: asyncio.Lock | None = None  # made at first use (long polling only)
+        self.receiving: PostTurns | None = None  # made at first use (HTTP transports only)
         # Its parts, each handed what it uses (see the package's docstring): the other
         # parts, and itself only as the read-only Protocol (`Owner`) its part declares.
         self.auth = Authentication(identity, token, self.loop)
         self.groups = Groups(self.user_id, owner=self)
         self.outbound = Outbound(owner=self, opened_at=opened_at)
-        self.invocations = Invocations()
+        self.invocations = Invocations(options, opened_at)
         self.composing = Composing(self.user_id, loop=self.loop, layer=channel_layer)
         self.stateful: StatefulReconnect | None = None
         self.acks: Acknowledgements | None = None
@@ -152,11 +179,17 @@ class HubConnection:
 
     def pinged(self) -> None:
         """A Ping the transport took itself (Outbound.take_pings): the client is alive,
-        as receive() would record it, expiry included."""
+        as receive() would record it, expiry and cost included."""
         now = self.timeouts.heard()
+        if self.closing:
+            return
         auth = self.auth
-        if now >= auth.expires_at and not self.closing:
+        if now >= auth.expires_at:
             self.end_soon(ending.dropped(auth.expiry_reason))
+            return
+        flooded = self.invocations.pay(now, self.options)
+        if flooded is not None:
+            self.end_soon(flooded)
 
     def stream_marks(self) -> StreamMarks:
         """Its StreamMarks (marks.py), made at first use: at its first event with an
@@ -166,10 +199,10 @@ class HubConnection:
             marks = self.marks = StreamMarks()
         return marks
 
-    def receive_lock(self) -> asyncio.Lock:
-        """One POST of this connection at a time (long polling, Server-Sent Events)."""
+    def receive_turns(self) -> "PostTurns":
+        """Its POSTs' turns (long polling, Server-Sent Events): made at first use."""
         if self.receiving is None:
-            self.receiving = asyncio.Lock()
+            self.receiving = PostTurns()
         return self.receiving
 
     async def open(self) -> None:
@@ -225,9 +258,14 @@ class HubConnection:
         """Act on one message; False once the connection was closed."""
         stateful = self.stateful
         if stateful is not None and not stateful.sequenced_in(message):
+            # An Ack, a Sequence or a duplicate: it pays one unit, and nothing more to do.
+            flooded = self.invocations.pay(self.loop.time(), self.options)
+            if flooded is not None:
+                await self.end(flooded)
+                return False
             if self.acks is not None and message["type"] == MessageType.ACK:
                 self.acks.acked(message["sequenceId"])
-            return True  # an Ack, a Sequence or a duplicate: nothing more to do
+            return True
         self.outbound.start()  # stateful: the client's first message after the handshake
         return await self.invocations.handle(self, message)
 

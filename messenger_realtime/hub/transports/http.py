@@ -22,7 +22,8 @@ from channels.exceptions import StopConsumer
 
 import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.conf.settings import HubOptions, load_hub_options
-from messenger_realtime.exceptions import InvalidToken
+from messenger_realtime.exceptions import InvalidToken, TooManyConnections
+from messenger_realtime.hub import user_connections
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.credentials.request import cors_headers, identify_scope, query_of
 from messenger_realtime.hub.process import HubProcess
@@ -152,6 +153,11 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
                 options=options,
                 transport=transport,
             )
+        except TooManyConnections as exc:
+            logger.info("hub connection refused", extra={"action": "refused", "reason": str(exc)})
+            retry = (b"retry-after", str(user_connections.RETRY_AFTER).encode())
+            await self.respond(429, f"Too many requests: {exc}".encode(), [*TEXT, retry])
+            return
         except InvalidToken as exc:
             logger.info("hub connection refused", extra={"action": "refused", "reason": str(exc)})
             await self.respond(404, NOT_FOUND.encode())
@@ -211,7 +217,12 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
             await self.respond(413, b"Request body too large")
             await connection.end(ending.error(message_too_big(self.options.max_message_size)))
         else:
-            async with connection.receive_lock():
+            turns = connection.receive_turns()
+            if turns.full():  # a client sending in parallel: refused, not queued
+                busy = b"Too many requests: one send at a time per connection"
+                await self.respond(429, busy, [*TEXT, (b"retry-after", b"1")])
+                return
+            async with turns.turn():
                 await connection.receive(body)
             await self.respond(200)
 

@@ -1,5 +1,6 @@
 """Opening a logical connection, or finding the one a request belongs to."""
 
+import time
 from uuid import UUID
 
 import redis
@@ -8,7 +9,7 @@ from channels.layers import get_channel_layer
 import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.backplane.reservations import ConnectionReservation
 from messenger_realtime.conf.settings import HubOptions
-from messenger_realtime.exceptions import InvalidToken
+from messenger_realtime.exceptions import InvalidToken, TooManyConnections
 from messenger_realtime.hub import user_connections
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.credentials import tokens
@@ -55,6 +56,7 @@ async def new_connection(
         ttl = options.connection_token_ttl
         grant = tokens.read_connection_token(connection_token, identity.user_id, ttl)
         connection_id, stateful = grant.connection_id, grant.stateful
+        await _hold_place(hub, identity.user_id, connection_id, options)
         claim = ConnectionReservation(
             connection_id, ttl
         )  # made as it joins its user's group (admit)
@@ -76,6 +78,22 @@ async def new_connection(
         await connection.end(ending.RELEASED)  # its groups, its connect in progress
         raise
     return connection
+
+
+async def _hold_place(
+    hub: HubProcess, user_id: UUID, connection_id: str, options: HubOptions
+) -> None:
+    """The cap at the transport's open: the place its negotiate took still holds when it
+    was taken lately (no round trip); else it may have lapsed (a connection token lives
+    CONNECTION_TOKEN_TTL, a place LEASE), and it is taken again, or the open refused
+    (TooManyConnections) when the user holds the cap meanwhile. Either way this process
+    renews it from now on."""
+    hub.keep_places(options)
+    if user_connections.placed_lately(connection_id, time.time()):
+        return
+    taken = await hub.take_place(user_id, connection_id, options, connect=False)
+    if not taken.granted:
+        raise TooManyConnections(user_connections.refusal(options))
 
 
 async def _admit_unnegotiated(

@@ -9,16 +9,16 @@ call makes the connection's acknowledgements part: events sent from then on are
 measured. Nothing is returned and nothing changes for delivery or recovery (`Recover`
 still takes its own offsets).
 
-Not charged to the user's invocation rate limit (a client acknowledging every few
-seconds would spend a good part of it): every call is local and bounded (at most
-ACKNOWLEDGED streams, each compared with at most acknowledgements.KEPT waiting events),
-and no I/O.
+Its cost: one unit of the connection's budget, and one more per 64 streams it names;
+not charged to the user's rate limit in Redis (a client acknowledging every few seconds
+would spend a good part of it): every call is local and bounded (at most ACKNOWLEDGED
+streams, each compared with at most acknowledgements.KEPT waiting events), and no I/O.
 """
 
 from typing import Any
 
 from messenger_realtime.exceptions import HubError
-from messenger_realtime.hub.connection.methods import hub_method
+from messenger_realtime.hub.connection.methods import Cost, hub_method, length_of_first
 from messenger_realtime.hub.connection.state import Connection
 
 ACKNOWLEDGED = 256  # streams one call may name
@@ -33,7 +33,7 @@ NOT_WAITED = (
 )
 
 
-@hub_method("Acknowledge", charged=False)
+@hub_method("Acknowledge", cost=Cost(call=1, per_items=64, items=length_of_first))
 async def acknowledge(connection: Connection, offsets: Any, waited: Any) -> None:
     """The client holds each of these streams up to its offset, and had the first of the
     events they acknowledge `waited` ms ago (nothing to return)."""

@@ -2,11 +2,11 @@
 clients cannot join or leave groups)."""
 
 from messenger_realtime.contracts.events import HubTarget
-from messenger_realtime.hub.connection.methods import hub_method
+from messenger_realtime.hub.connection.methods import Cost, hub_method
 from messenger_realtime.hub.connection.state import Connection
 
 
-@hub_method("GetGroups")
+@hub_method("GetGroups", cost=Cost(call=1, shared=True))
 async def get_groups(connection: Connection) -> list[str]:
     """The hub groups this connection is in: its user's, then its chats' in order."""
     chats = sorted(str(HubTarget.chat(c)) for c in connection.groups.chats)

@@ -6,9 +6,10 @@ What one call may cost is bounded: at most RECOVERY_MAX_EVENTS events and
 RECOVERY_MAX_BYTES bytes (or half the send bound if less, so a recovery never overflows
 a drained connection), sent in messages of at most SEND_CHUNK bytes so the send bound is
 checked as they go; a stream that does not fit is answered "resync" (the client reloads
-it over REST instead of reconnecting and recovering it again). The call is charged to
-the user's invocation rate limit by what it sent (one more per EVENTS_PER_CHARGE events
-and per BYTES_PER_CHARGE bytes).
+it over REST instead of reconnecting and recovering it again). A call costs one unit
+and one more per STREAMS_PER_UNIT streams it names, before it runs, and then by what it
+sent (one more per EVENTS_PER_CHARGE events and per BYTES_PER_CHARGE bytes), of its
+connection's budget and of the user's invocation rate limit.
 A connection runs its invocations one at a time, so one Recover is in flight per
 connection, and a user's recoveries read one at a time per process, on a thread of
 their own, never ahead of the reads other users' connects make."""
@@ -17,10 +18,9 @@ import logging
 import time
 from typing import Any
 
-from messenger_realtime.hub import ratelimit
 from messenger_realtime.hub.connection.layer_messages import encode, event_frame
 from messenger_realtime.hub.connection.marks import StreamMarks
-from messenger_realtime.hub.connection.methods import hub_method
+from messenger_realtime.hub.connection.methods import Billed, Cost, hub_method, length_of_first
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import Frame
 from messenger_realtime.hub.recovery import (
@@ -38,10 +38,13 @@ SEND_CHUNK = 64 * 1024  # bytes per message of recovered events (Twisted's own t
 # large messages a call drew 45 MB a minute from the hub).
 EVENTS_PER_CHARGE = 10
 BYTES_PER_CHARGE = 16 * 1024
+STREAMS_PER_UNIT = 25  # streams named per unit, before the read (a read takes 50 at a time)
 
 
-@hub_method("Recover")
-async def recover(connection: Connection, argument: Any) -> dict[str, str]:
+@hub_method(
+    "Recover", cost=Cost(call=1, per_items=STREAMS_PER_UNIT, items=length_of_first, shared=True)
+)
+async def recover(connection: Connection, argument: Any) -> Billed:
     """The `Recover` hub method: send what the client missed on each stream it names
     (hub/recovery.py), then answer each stream's outcome. RecoverError (a HubError) for a
     malformed argument: the client is told what is wrong. `argument`: one object, stream
@@ -78,12 +81,9 @@ async def recover(connection: Connection, argument: Any) -> dict[str, str]:
         for stream in asked:
             await _release(connection, marks, stream)
         marks.sent = None  # the notes are for the first recovery only
-    units = sent // EVENTS_PER_CHARGE + size // BYTES_PER_CHARGE
-    if units:
-        await ratelimit.acharge(ratelimit.INVOCATIONS, connection.user_id, units, options)
     elapsed = time.perf_counter() - started
     _report(connection, outcomes, sent, elapsed)
-    return outcomes
+    return Billed(outcomes, sent // EVENTS_PER_CHARGE + size // BYTES_PER_CHARGE)
 
 
 def _frames(connection: Connection, marks: StreamMarks, result: StreamRecovery) -> list[Frame]:

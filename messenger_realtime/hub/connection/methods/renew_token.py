@@ -9,14 +9,15 @@ that is invalid or expired; one for another user; one issued before the connecti
 own (a replayed older token); one issued before a revocation of the user's credentials,
 or for a user no longer active (one read of the domain, as at the upgrade); any token on
 a connection that came with a Django session (the session's expiry rules it, and a
-logout closes it). Each call is charged to the user's invocation rate limit like every
-other. The token is never logged or kept: only when it expires and was issued.
+logout closes it). Each call costs one unit, of its connection's budget and of the
+user's invocation rate limit (it reads the domain). The token is never logged or kept:
+only when it expires and was issued.
 """
 
 from typing import Any
 
 from messenger_realtime.exceptions import HubError, InvalidToken
-from messenger_realtime.hub.connection.methods import hub_method
+from messenger_realtime.hub.connection.methods import Cost, hub_method
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.credentials.tokens import check_standing, read_access_token
 from messenger_realtime.hub.reads import hub_read
@@ -24,7 +25,7 @@ from messenger_realtime.hub.reads import hub_read
 _check_standing = hub_read(check_standing)
 
 
-@hub_method("RenewToken")
+@hub_method("RenewToken", cost=Cost(call=1, shared=True))
 async def renew_token(connection: Connection, access_token: Any) -> dict[str, float]:
     """The connection's new expiry (`expiresAt`, unix seconds) once the token is taken."""
     if not isinstance(access_token, str) or not access_token:

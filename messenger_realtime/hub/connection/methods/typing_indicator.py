@@ -13,14 +13,14 @@ from typing import Any
 from uuid import UUID
 
 from messenger_realtime.exceptions import HubError
-from messenger_realtime.hub.connection.methods import hub_method
+from messenger_realtime.hub.connection.methods import Cost, hub_method
 from messenger_realtime.hub.connection.state import Connection
 
 NOT_A_CHAT_ID = "Typing takes a chat id (a UUID string)"
 NOT_A_MEMBER = "not a member of this chat"
 
 
-@hub_method("Typing", charged=False)
+@hub_method("Typing", cost=Cost(call=1))
 async def typing(connection: Connection, chat_id: Any) -> None:
     """Tell the chat's other members this user is typing (nothing to return)."""
     if not isinstance(chat_id, str):

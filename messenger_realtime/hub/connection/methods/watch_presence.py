@@ -8,8 +8,10 @@ read per call); otherwise the call is refused naming those that are not, and the
 connection keeps watching what it watched. The result is each user's presence now
 (`{userId: {"online": bool, "lastSeen": unix seconds or null}}`), read after the
 connection joined their presence groups, so a change made after that read comes as a
-`presence` event and none is missed between them. Each call is charged to the user's
-invocation rate limit like any other.
+`presence` event and none is missed between them. A call costs one unit and one more
+per USERS_PER_UNIT users it names, of its connection's budget and of the user's
+invocation rate limit: what it does (the visibility read, the groups joined, the
+presence read) grows with the users it checks.
 """
 
 from collections.abc import Collection, Mapping
@@ -18,12 +20,13 @@ from uuid import UUID
 
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import HubError
-from messenger_realtime.hub.connection.methods import hub_method
+from messenger_realtime.hub.connection.methods import Cost, hub_method, length_of_first
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.presence.state import read_presence
 from messenger_realtime.hub.reads import hub_read
 
 WATCH_MAX = 200  # users one connection may watch
+USERS_PER_UNIT = 10  # one more unit per this many users a call names
 
 
 @hub_read
@@ -47,7 +50,9 @@ def _user_ids(asked: Any) -> frozenset[UUID]:
         raise HubError("WatchPresence takes a list of user ids") from exc
 
 
-@hub_method("WatchPresence")
+@hub_method(
+    "WatchPresence", cost=Cost(call=1, per_items=USERS_PER_UNIT, items=length_of_first, shared=True)
+)
 async def watch_presence(connection: Connection, asked: Any) -> dict[str, dict[str, Any]]:
     """Each watched user's presence now; changes follow as `presence` events."""
     users = _user_ids(asked)
