@@ -223,6 +223,26 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
         results = await shards.on_hosts(self, calls) if calls else {}
         return reservation is None or bool(results[reservation_host][0])
 
+    async def group_discard_many(self, memberships: list[tuple[str, str]]) -> None:
+        """channels-redis' group_discard for several (group, channel) pairs: the same ZREM
+        of each group's member set, one pipelined round trip per host instead of one per
+        group (a connection that ends, or a watch of presence that changes, leaves
+        hundreds: hub/fanout.py)."""
+        buckets = shards.by_host(self, memberships, lambda m: shards.group_host(self, m[0]))
+
+        def discards(pairs: list[tuple[str, str]]) -> Any:
+            async def call(connection: Any) -> Any:
+                pipe = connection.pipeline(transaction=False)
+                for group, channel in pairs:
+                    pipe.zrem(self._group_key(group), channel)
+                return await pipe.execute()
+
+            return call
+
+        calls = {host: discards(pairs) for host, pairs in buckets.items() if pairs}
+        if calls:
+            await shards.on_hosts(self, calls)
+
     async def receive_single(self, channel: str) -> tuple[Any, Any]:
         if not channel.endswith("!"):  # a general (non-process) channel: unchanged
             received: tuple[Any, Any] = await super().receive_single(channel)

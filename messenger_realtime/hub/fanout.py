@@ -159,6 +159,37 @@ class Fanout:
                 del self.members[group]
         await self._reconcile(group)
 
+    async def leave_many(self, groups: list[str], inbox: Inbox) -> None:
+        """`inbox` leaves `groups`: the layer memberships nobody here wants any more are
+        discarded in one round trip per Redis host (a layer without the batch: one by
+        one, as leave()). Each such group's reconcile lock is held while it is, taken in
+        name order, as join_many takes them."""
+        for group in groups:
+            members = self.members.get(group)
+            if members is not None:
+                members.discard(inbox)
+                if not members:
+                    del self.members[group]
+        unwanted = sorted({g for g in groups if g in self.joined and g not in self.members})
+        discard_many = getattr(self.layer, "group_discard_many", None)
+        if discard_many is None or len(unwanted) < 2:
+            for group in unwanted:
+                await self._reconcile(group)
+            return
+        async with contextlib.AsyncExitStack() as held:
+            for group in unwanted:
+                await held.enter_async_context(self._locks.setdefault(group, asyncio.Lock()))
+            drops = [g for g in unwanted if g in self.joined and g not in self.members]
+            for group in drops:
+                self.joined.discard(group)
+                self.channels.pop(self.channel_of(group), None)  # what comes now has nobody
+                self._stop(group)
+            with contextlib.suppress(Exception):  # unreachable Redis: groups expire
+                await discard_many([(g, self.channel_of(g)) for g in drops])
+        for group in unwanted:  # wanted again while the batch waited: undo as join() would
+            if (group in self.members) != (group in self.joined):
+                await self._reconcile(group)
+
     def channel_of(self, group: str) -> str:
         name = self.process_channel + group
         if len(name) > _NAME_LIMIT:  # a long group name: a stable digest of it instead

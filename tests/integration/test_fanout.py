@@ -96,6 +96,44 @@ def test_joining_one_group_is_one_round_trip_with_its_expiry(
     assert b"ZADD" in trips[0] and b"EXPIRE" in trips[0]
 
 
+def test_leaving_many_groups_is_one_round_trip_and_keeps_what_others_still_want(
+    private_redis: PrivateRedis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection that ends, or a presence watch that drops a hundred users, leaves
+    its groups in one pipelined round trip (one ZREM a group), where each group used to
+    be its own (issue 56: a WatchPresence of 200 users cost ~47 CPU-ms); a group another
+    local connection still wants stays joined."""
+    from redis.asyncio.connection import AbstractConnection
+
+    trips: list[bytes] = []
+    send_packed = AbstractConnection.send_packed_command
+
+    async def counted(self: Any, command: Any, check_health: bool = True) -> None:
+        chunks = command if isinstance(command, list | tuple) else [command]
+        packed = b"".join(bytes(c) for c in chunks)
+        if b"ZREM\r" in packed:  # not the process's reader, its expiry sweeps or joins
+            trips.append(packed)
+        await send_packed(self, command, check_health)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
+    groups = [layer_group(HubTarget.user(uuid.uuid4())) for _ in range(50)]
+
+    async def scenario() -> tuple[list[list[str]], int, list[str], list[str]]:
+        fanout = Fanout(layer(private_redis.url))
+        leaving, staying = fanout.inbox(), fanout.inbox()
+        await fanout.join_many(groups, leaving)
+        await fanout.join(groups[0], staying)
+        await fanout.leave_many(groups, leaving)
+        after = [members(private_redis.url, g) for g in groups]
+        await fanout.leave_many(groups[:1], staying)
+        return after, len(trips), sorted(fanout.joined), list(fanout.channels)
+
+    after, round_trips, joined, channels = run(scenario())
+    assert len(after[0]) == 1 and all(m == [] for m in after[1:])
+    assert round_trips == 2  # 49 groups in one, the last in another
+    assert joined == [] and channels == []
+
+
 def test_the_reader_takes_nothing_more_while_the_process_is_behind(
     private_redis: PrivateRedis, monkeypatch: Any
 ) -> None:

@@ -109,3 +109,28 @@ def test_an_unreachable_redis_lets_requests_through_and_says_so(
 )
 def test_bad_rate_limit_settings_are_refused_naming_the_key(key: str, value: object) -> None:
     assert [k for _id, k, _problem in validate({key: value})] == [key]
+
+
+def test_a_call_of_several_units_is_let_through_only_when_all_of_them_fit(
+    redis_url: str,
+) -> None:
+    """A hub method's declared cost (hub/connection/methods/): a WatchPresence of 30
+    users is 4 units, logged as 4 requests only if all 4 fit in the window."""
+    options = load_hub_options(rate_limit_invocations=10, rate_limit_redis_url=redis_url)
+    user = uuid.uuid4()
+
+    async def calls() -> list[Any]:
+        try:
+            return [
+                await ratelimit.acheck(ratelimit.INVOCATIONS, user, options, units)
+                for units in (4, 4, 4, 2, 1)
+            ]
+        finally:
+            await ratelimit.close_clients()
+
+    verdicts = run(calls())
+    assert [v is None for v in verdicts] == [True, True, False, True, False]
+    client = redis.Redis.from_url(redis_url)
+    with client:
+        key = ratelimit.KEY.format(scope=ratelimit.INVOCATIONS, user=user)
+        assert client.zcard(key) == 10  # the refused call logged nothing

@@ -15,6 +15,7 @@ from messenger_realtime.hub.connection.composing import (
     TYPING_INTERVAL,
     TYPING_TYPE,
     Composing,
+    claim_in,
     shown,
 )
 from messenger_realtime.hub.connection.membership import ChatMemberships
@@ -49,7 +50,7 @@ def test_calls_within_the_interval_publish_once_per_chat() -> None:
         reads.append((str(chat), blockers))
         return 3, [] if blockers else None
 
-    part = Composing(typist, loop=clock, layer=layer, read=read)
+    part = Composing(typist, loop=clock, layer=layer, claim=claim_in(""), read=read)
 
     async def keystroke(chat: str) -> None:
         if part.due(chat):
@@ -80,7 +81,7 @@ def test_a_connection_publishes_in_a_few_chats_at_once_not_in_every_chat_it_hold
     (one user would slow every other user's connect), so a connection publishes in at
     most TYPING_CHATS chats per interval."""
     clock = Clock()
-    part = Composing(uuid.uuid4(), loop=clock, layer=Layer())
+    part = Composing(uuid.uuid4(), loop=clock, layer=Layer(), claim=claim_in(""))
     chats = [str(uuid.uuid4()) for _ in range(100)]
     assert sum(part.due(chat) for chat in chats) == TYPING_CHATS
     clock.now += TYPING_INTERVAL
@@ -95,7 +96,7 @@ def test_who_blocked_the_typist_is_read_again_after_a_minute() -> None:
     async def read(chat: uuid.UUID, user_id: uuid.UUID, blockers: bool) -> Any:
         return 1, answers.pop(0) if blockers else None
 
-    part = Composing(uuid.uuid4(), loop=clock, layer=layer, read=read)
+    part = Composing(uuid.uuid4(), loop=clock, layer=layer, claim=claim_in(""), read=read)
     chat = str(uuid.uuid4())
 
     async def typing() -> None:

@@ -9,14 +9,18 @@ and gives way to a real event there (hub/inbox.py, VOLATILE), and goes out only 
 connection with nothing waiting to reach its client (Outbound.backlogged), so a typing
 flood never causes an overrun or a send-buffer close of a real event stream.
 
-Cost, for a client that calls Typing on every keystroke: each call is a dict lookup or
-two on its own connection (the method is not charged to the Redis invocation rate
-limit: methods/typing_indicator.py); at most one publish per chat per TYPING_INTERVAL
-per connection, in at most TYPING_CHATS chats per interval (a user types in one chat at
-a time; a client cycling through all its chats gets no more reads). A publish is one
-domain read off the event loop (the chat's membership version, and who blocked the
-typist when that was read BLOCKERS_MAX_AGE ago or more) and one channel-layer
-group_send to the chat's group, which the receiving processes fan out locally.
+Cost, for a client that calls Typing on every keystroke: each call is one unit of its
+connection's budget and a dict lookup or two on its own connection (not charged to the
+user's Redis invocation rate limit: methods/typing_indicator.py); at most one publish
+per chat per TYPING_INTERVAL, in at most TYPING_CHATS chats per interval (a user types
+in one chat at a time; a client cycling through all its chats gets no more reads), per
+connection first (`due`, local) and then per user across all their connections and hub
+processes (`claimed`: one Redis round trip, beside the rate limits, only for a call the
+connection would publish): 32 connections of one user no longer publish 32 times. A
+publish is one domain read off the event loop (the chat's membership version, and who
+blocked the typist when that was read BLOCKERS_MAX_AGE ago or more) and one
+channel-layer group_send to the chat's group, which the receiving processes fan out
+locally.
 
 Membership, as for events, whose version the worker reads after the owner's commit: the
 typist's connection must hold the chat (the Typing method refuses otherwise) and reads
@@ -34,14 +38,18 @@ A receiver never shows its own user's typing, nor that of a typist its user bloc
 `users_blocking`, so receivers read nothing).
 """
 
+import functools
 import time
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Protocol
 from uuid import UUID
 
+import redis
+
 from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.contracts.port import get_domain_port
+from messenger_realtime.hub import ratelimit
 from messenger_realtime.hub.connection.membership import ChatMemberships
 from messenger_realtime.hub.inbox import VOLATILE
 from messenger_realtime.hub.reads import hub_read
@@ -59,6 +67,46 @@ _PRUNE_AT = 64  # publish times kept before the stale ones are forgotten
 # (chat, typist, whether to read who blocked the typist) -> (the chat's membership
 # version, None if it has none; who blocked the typist, None when not asked)
 Read = Callable[[UUID, UUID, bool], Awaitable[tuple[int | None, Collection[UUID] | None]]]
+# (typist, chat) -> whether this publish is the user's own in the interval (`claimed`)
+Claim = Callable[[UUID, str], Awaitable[bool]]
+
+CLAIMS = "messenger_realtime:typing:{user}"  # chats a user published in lately, by time
+# One user's publishes across every connection and process: KEYS[1]: the user's set;
+# ARGV[1]: the chat, ARGV[2]: TYPING_INTERVAL in µs, ARGV[3]: TYPING_CHATS. 1 (and
+# recorded) when the chat had no publish in the interval and fewer than TYPING_CHATS
+# chats had; else 0. On Redis' clock, as the rate limits.
+CLAIM = """
+local now = redis.call('TIME')
+local t = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local interval = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', t - interval)
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+redis.call('ZADD', KEYS[1], t, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], math.ceil(interval / 1000))
+return 1
+"""
+
+
+@functools.cache
+def claim_in(redis_url: str) -> Claim:
+    """The user-wide claim against `redis_url` (RATE_LIMIT_REDIS_URL; empty: every call
+    the connection would publish is let through), one per URL and process. Redis
+    unreachable lets it through too: a typing indicator is not worth refusing for, as
+    the rate limits say."""
+
+    async def claimed(user_id: UUID, chat: str) -> bool:
+        if not redis_url:
+            return True
+        try:
+            script = ratelimit.registered_script(redis_url, CLAIM)
+            interval_us = round(TYPING_INTERVAL * 1_000_000)
+            keys = [CLAIMS.format(user=user_id)]
+            return bool(await script(keys, [chat, interval_us, TYPING_CHATS]))
+        except (redis.RedisError, OSError):
+            return True
+
+    return claimed
 
 
 class Clock(Protocol):
@@ -85,7 +133,16 @@ class Composing:
     event loop (its clock), the channel layer and the read it makes, never its
     connection."""
 
-    __slots__ = ("_blockers", "_layer", "_loop", "_published", "_read", "_read_at", "user_id")
+    __slots__ = (
+        "_blockers",
+        "_claim",
+        "_layer",
+        "_loop",
+        "_published",
+        "_read",
+        "_read_at",
+        "user_id",
+    )
 
     def __init__(
         self,
@@ -93,10 +150,11 @@ class Composing:
         *,
         loop: Clock,
         layer: Any,
+        claim: Claim,
         read: Read = read_for_publish,
     ) -> None:
         self.user_id = user_id
-        self._loop, self._layer, self._read = loop, layer, read
+        self._loop, self._layer, self._read, self._claim = loop, layer, read, claim
         self._published: dict[str, float] = {}  # chat -> loop time of its last publish
         self._blockers: list[str] = []
         self._read_at: float | None = None  # loop time of the last read of blockers
@@ -119,6 +177,14 @@ class Composing:
             }
         self._published[chat] = now
         return True
+
+    async def claimed(self, chat: str) -> bool:
+        """After `due`: whether this publish is its user's in the chat for the interval,
+        across all their connections and hub processes (the claim, one round trip)."""
+        if await self._claim(self.user_id, chat):
+            return True
+        metrics.hub_typing.labels(outcome="collapsed").inc()
+        return False
 
     async def read(self, chat: str) -> int | None:
         """The chat's membership version now (None: no such chat), and who blocked this

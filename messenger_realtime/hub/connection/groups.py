@@ -157,8 +157,7 @@ class Groups:
         current = await _active_chats(self.user_id)
         # Stop forwarding a left chat before anything else.
         left, joined = self.memberships.update(current)
-        for chat_id in left:
-            await fanout.leave(layer_group(HubTarget.chat(chat_id)), inbox)
+        await fanout.leave_many([layer_group(HubTarget.chat(c)) for c in left], inbox)
         await fanout.join_many([layer_group(HubTarget.chat(c)) for c in joined], inbox)
         if self.left:  # its connection ended while this ran: leave what it may have joined
             await self.leave_all()
@@ -172,8 +171,7 @@ class Groups:
         fanout, inbox = self.fanout, self.inbox
         dropped, added = self.watching.users - users, users - self.watching.users
         self.watching = Watch(users, asyncio.get_running_loop().time())
-        for user in dropped:
-            await fanout.leave(presence_group(user), inbox)
+        await fanout.leave_many([presence_group(u) for u in dropped], inbox)
         await fanout.join_many([presence_group(u) for u in added], inbox)
         if self.left:  # its connection ended while this ran: leave what it just joined
             await self.leave_all()
@@ -188,12 +186,10 @@ class Groups:
         """Leave every group (whether or not the handshake finished) and drop what waits
         in the inbox: nothing reads it any more (its connection ended)."""
         self.left = True
-        fanout, inbox = self.fanout, self.inbox
-        for group in self._layer_groups(self.chats):
-            await fanout.leave(group, inbox)
-        for user in self.watching.users:
-            await fanout.leave(presence_group(user), inbox)
-        inbox.close()
+        groups = self._layer_groups(self.chats)
+        groups += [presence_group(user) for user in self.watching.users]
+        await self.fanout.leave_many(groups, self.inbox)
+        self.inbox.close()
 
     def _layer_groups(self, chats: Collection[UUID]) -> list[str]:
         targets = [HubTarget.user(self.user_id), *(HubTarget.chat(c) for c in chats)]

@@ -33,7 +33,7 @@ from messenger_realtime.hub import protocols
 from messenger_realtime.hub.admission import Opening
 from messenger_realtime.hub.connection.acknowledgements import Acknowledgements
 from messenger_realtime.hub.connection.authentication import Authentication
-from messenger_realtime.hub.connection.composing import Composing
+from messenger_realtime.hub.connection.composing import Composing, claim_in
 from messenger_realtime.hub.connection.ending import SEND_BUFFER_OVER, UNEXPECTED, Ending
 from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.connection.invocations import Invocations
@@ -145,7 +145,12 @@ class HubConnection:
         self.groups = Groups(self.user_id, owner=self)
         self.outbound = Outbound(owner=self, opened_at=opened_at)
         self.invocations = Invocations(options, opened_at)
-        self.composing = Composing(self.user_id, loop=self.loop, layer=channel_layer)
+        self.composing = Composing(
+            self.user_id,
+            loop=self.loop,
+            layer=channel_layer,
+            claim=claim_in(options.rate_limit_redis_url),
+        )
         self.stateful: StatefulReconnect | None = None
         self.acks: Acknowledgements | None = None
         self.marks: StreamMarks | None = None

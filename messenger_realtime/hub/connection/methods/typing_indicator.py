@@ -2,11 +2,12 @@
 members' connections get a `typing` event (who, which chat, until when). Volatile and
 bounded (hub/connection/composing.py says how): clients may call it on every keystroke.
 
-Not charged to the user's invocation rate limit (a Redis round trip per call, and
-RATE_LIMIT_FLOOD refusals close the connection: a fast typist would be cut off). Its
-own bound instead: a call for a chat the connection does not hold is refused at once
-(a dict lookup), and of the others at most one per chat per TYPING_INTERVAL publishes
-(one domain read, one group_send); the rest return at once, without a read or Redis.
+Its cost: one unit of its connection's budget, and not charged to the user's rate
+limit in Redis (a round trip per keystroke). Its own bound beyond that: a call for a
+chat the connection does not hold is refused at once (a dict lookup), and of the others
+at most one per chat per TYPING_INTERVAL publishes, per connection and then per user
+across connections and processes (one Redis round trip; composing.py), each publish one
+domain read and one group_send; the rest return at once.
 """
 
 from typing import Any
@@ -33,7 +34,7 @@ async def typing(connection: Connection, chat_id: Any) -> None:
     if version is None:
         raise HubError(NOT_A_MEMBER)
     composing = connection.composing
-    if not composing.due(chat):
+    if not composing.due(chat) or not await composing.claimed(chat):
         return
     current = await composing.read(chat)
     if current is None:
