@@ -1,11 +1,17 @@
 """The worker's own HTTP endpoint: /metrics for Prometheus, /health/live and
-/health/ready for Kubernetes probes. Runs in a daemon thread beside the event loop.
+/health/ready for Kubernetes probes. Served by an event loop on a daemon thread of its
+own, beside the worker's.
 
 It listens on METRICS_HOST (loopback unless a scraper in another container needs every
 interface), without authentication, so it is bounded like any server facing strangers:
-at most MAX_THREADS requests are served at once (a connection past that is closed at
-once: probes retry), and a connection that sends nothing for IDLE_TIMEOUT seconds is
-let go. Before, 300 idle connections made 303 threads in the worker.
+one thread whatever the clients do; a request's head (its line and headers: GET has no
+body) must arrive whole within READ_DEADLINE and be at most MAX_HEAD bytes, and its
+answer be taken within WRITE_DEADLINE, else the connection is let go; at most
+MAX_CONNECTIONS are held, and past that the one held longest is dropped to make room
+for the newest (a probe connects and asks at once). One request per connection
+(`Connection: close`). Before: a thread per request, eight at most, which eight clients
+sending a byte every 1.5 s held for good, so no probe was answered (issue 56); and
+before that, 300 idle connections made 303 threads.
 
 live:  the dispatch loop showed a sign of life recently (it beats at least every
        POLLING_INTERVAL, or every batch during a long pass), and no wait on PostgreSQL
@@ -19,13 +25,15 @@ ready: the loop is alive and this worker either leads or stands by with a workin
 The worker reports into a Liveness object; this module knows nothing of the worker.
 """
 
+import asyncio
+import collections
+import contextlib
 import json
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -33,8 +41,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from messenger_realtime.ops import network
 from messenger_realtime.ops.exposition import worker_registry
 
-MAX_THREADS = 8  # requests served at once
-IDLE_TIMEOUT = 2.0  # seconds a connection may stay silent (a probe asks at once)
+READ_DEADLINE = 2.0  # seconds for a request's head to arrive whole (a probe sends it at once)
+WRITE_DEADLINE = 2.0  # seconds for the answer to be taken
+MAX_HEAD = 8192  # bytes of a request's line and headers
+MAX_CONNECTIONS = 64  # held at once; past it the longest held is dropped
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+REASONS[503] = "Service Unavailable"
+JSON = "application/json"
 
 
 @dataclass
@@ -102,76 +115,106 @@ class LivenessGroup(Liveness):
         return all(s[0] for s in states), all(s[1] for s in states), details
 
 
-class HealthHandler(BaseHTTPRequestHandler):
-    """GET /metrics, /health/live and /health/ready for one Liveness."""
-
-    liveness: Liveness  # set on the server's handler subclass by serve()
-    timeout = IDLE_TIMEOUT  # the connection's socket timeout (socketserver applies it)
-
-    def do_GET(self) -> None:
-        if self.path == "/metrics":
-            self._reply(200, generate_latest(worker_registry()), CONTENT_TYPE_LATEST)
-            return
-        live, ready, details = self.liveness.state()
-        checks = {"/health/live": live, "/health/ready": ready}
-        if self.path not in checks:
-            self._reply(404, b'{"error": "not found"}', "application/json")
-            return
-        ok = checks[self.path]
-        body = json.dumps({"status": "ok" if ok else "unavailable", **details}).encode()
-        self._reply(200 if ok else 503, body, "application/json")
-
-    def _reply(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # probes every few seconds would drown the worker's log
+def answer(liveness: Liveness, method: str, path: str) -> tuple[int, bytes, str]:
+    """(status, body, content type) of a request for `path`."""
+    if method != "GET":
+        return 405, b'{"error": "GET only"}', JSON
+    if path == "/metrics":
+        return 200, generate_latest(worker_registry()), CONTENT_TYPE_LATEST
+    live, ready, details = liveness.state()
+    checks = {"/health/live": live, "/health/ready": ready}
+    if path not in checks:
+        return 404, b'{"error": "not found"}', JSON
+    ok = checks[path]
+    body = json.dumps({"status": "ok" if ok else "unavailable", **details}).encode()
+    return (200 if ok else 503), body, JSON
 
 
-class BoundedHTTPServer(ThreadingHTTPServer):
-    """A thread per request, at most MAX_THREADS at once: past that a connection is
-    closed unanswered rather than given a thread."""
+def response(status: int, body: bytes, content_type: str) -> bytes:
+    head = (
+        f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n"
+    )
+    if status == 405:
+        head += "Allow: GET\r\n"
+    return (head + "\r\n").encode() + body
 
-    daemon_threads = True
-    request_queue_size = 128  # the listen backlog: a burst of probes queues, is not dropped
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.slots = threading.BoundedSemaphore(MAX_THREADS)
+class HealthServer:
+    """The endpoints of one Liveness on a listening socket, served by an event loop on a
+    daemon thread; shutdown() stops it."""
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
+    def __init__(self, liveness: Liveness, sock: socket.socket) -> None:
+        self.liveness = liveness
+        self._held: collections.OrderedDict[asyncio.StreamWriter, None] = collections.OrderedDict()
+        self._loop = asyncio.new_event_loop()
+        self._stopped = threading.Event()
+        self._server: asyncio.Server | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(sock,), name="worker-http", daemon=True
+        )
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        if not self._stopped.is_set():
+            self._loop.call_soon_threadsafe(self._stop_serving)
+            self._thread.join(timeout=5)
+
+    def _run(self, sock: socket.socket) -> None:
+        asyncio.set_event_loop(self._loop)
         try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self.slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
+            self._loop.run_until_complete(self._serve(sock))
         finally:
-            self.slots.release()
+            self._loop.close()
+            self._stopped.set()
+
+    async def _serve(self, sock: socket.socket) -> None:
+        self._server = await asyncio.start_server(self._handle, sock=sock, limit=MAX_HEAD)
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._server.serve_forever()
+        for writer in list(self._held):
+            writer.transport.abort()
+
+    def _stop_serving(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in asyncio.all_tasks(self._loop):
+            task.cancel()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held = self._held
+        held[writer] = None
+        while len(held) > MAX_CONNECTIONS:  # the longest held makes room for the newest
+            oldest, _ = held.popitem(last=False)
+            oldest.transport.abort()
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_DEADLINE)
+            request_line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+            if len(request_line) != 3 or not request_line[2].startswith("HTTP/"):
+                status, body, kind = 400, b'{"error": "bad request"}', JSON
+            else:
+                method, path = request_line[0], request_line[1].split("?", 1)[0]
+                status, body, kind = answer(self.liveness, method, path)
+            writer.write(response(status, body, kind))
+            await asyncio.wait_for(writer.drain(), WRITE_DEADLINE)
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
+            writer.transport.abort()  # too slow, too long, or gone: let it go unanswered
+        finally:
+            held.pop(writer, None)
+            writer.close()
 
 
-class BoundedHTTPServer6(BoundedHTTPServer):
-    address_family = socket.AF_INET6
-
-
-def serve(liveness: Liveness, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
-    """Serve the endpoints on a daemon thread; shutdown() the returned server to stop."""
-
-    class Handler(HealthHandler):
-        pass
-
-    Handler.liveness = liveness
-    server_class = BoundedHTTPServer6 if ":" in host else BoundedHTTPServer
-    server = server_class((host, port), Handler)
-    threading.Thread(target=server.serve_forever, name="worker-http", daemon=True).start()
-    return server
+def serve(liveness: Liveness, port: int, host: str = "127.0.0.1") -> HealthServer:
+    """Serve the endpoints on a daemon thread; shutdown() the returned server to stop.
+    OSError here when the address cannot be bound."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)  # a burst of probes queues, is not dropped
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return HealthServer(liveness, sock)
