@@ -185,10 +185,10 @@ class HubProcess:
         return lock
 
     async def read_missed(
-        self, user_id: UUID, asked: Mapping[str, int], most: int
+        self, user_id: UUID, asked: Mapping[str, int], most: int, most_bytes: int
     ) -> list[StreamRecovery]:
         """hub/recovery.read_missed on the recoveries' thread, with this process's cache."""
-        return await self._read_missed(user_id, asked, most, self.built)
+        return await self._read_missed(user_id, asked, most, self.built, most_bytes)
 
     async def viewers_of(self, user_id: UUID, viewers: list[UUID]) -> Collection[UUID]:
         """Which of `viewers` may still see `user_id` (DomainPort.viewers_of), read on

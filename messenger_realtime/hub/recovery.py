@@ -19,6 +19,7 @@ Authorization is the REST API's, read at the moment of recovery: the chats the d
 port says the user is an active member of.
 """
 
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -41,6 +42,10 @@ RECOVERED, RESYNC, FORBIDDEN = "recovered", "resync", "forbidden"
 MAX_STREAMS = 1000  # streams one Recover may name (a user in more chats recovers in parts)
 MAX_OFFSET = 2**63 - 1  # a stream's offset is a PostgreSQL bigint
 READ_CHUNK = 50  # streams per database read: bounds what one read holds in memory
+BUILD_PIECE = 32  # entries built (their domain rows read) at a time
+BUILT_PER_SENT = 4  # bytes a Recover may build for each it may send (Allowance)
+ENVELOPE = 60  # bytes of an event's frame around its payload and name, about
+_SIZE = "_size"  # where a built message keeps its wire_size()
 _TARGET_KINDS = {CHAT_PREFIX: RealtimeTargetKind.CHAT_GROUP, USER_PREFIX: RealtimeTargetKind.USER}
 
 # What each asked stream missed, in one statement and so one snapshot: the stream's
@@ -169,14 +174,35 @@ def parse(argument: Any) -> dict[str, int]:
     return asked
 
 
+class Allowance:
+    """What one Recover may still take: events (RECOVERY_MAX_EVENTS) and bytes to send
+    (RECOVERY_MAX_BYTES, as each event's JSON size), and bytes it may still build from
+    the domain, sent or not: BUILT_PER_SENT times the bytes it may send, so a stream too
+    large to send is given up a piece past them, a small stream after it may still be
+    recovered, and the reading ends however large the streams."""
+
+    __slots__ = ("building", "events", "sending")
+
+    def __init__(self, events: int, sending: int) -> None:
+        self.events, self.sending = events, sending
+        self.building = BUILT_PER_SENT * sending
+
+    def spent(self) -> bool:
+        return self.events <= 0 or self.sending <= 0 or self.building <= 0
+
+
 def read_missed(
-    user_id: UUID, asked: Mapping[str, int], most: int, built: BuiltEvents
+    user_id: UUID,
+    asked: Mapping[str, int],
+    most: int,
+    built: BuiltEvents,
+    most_bytes: int = 2**62,
 ) -> list[StreamRecovery]:
     """Each asked stream's outcome, with its missed events when recovered (synchronous:
-    the hub runs it on a thread of its own). At most `most` events in all, in the
-    order the streams were asked: a stream past that budget is "resync", unread. `built`:
-    the process's events built by earlier recoveries (HubProcess.built), reused and
-    added to."""
+    the hub runs it on a thread of its own). At most `most` events and `most_bytes`
+    bytes (their JSON) in all, in the order the streams were asked: a stream past them
+    is "resync", read no further than it takes to know. `built`: the process's events
+    built by earlier recoveries (HubProcess.built), reused and added to."""
     port = get_domain_port()
     chats = port.active_chats(user_id)  # read at recovery, as a REST resync would check
     readable: dict[str, int] = {}
@@ -189,14 +215,11 @@ def read_missed(
         else:
             results[stream] = StreamRecovery(stream, FORBIDDEN)
     names = list(readable)
-    budget = most  # events this call may still send
+    allowance = Allowance(most, most_bytes)
     for start in range(0, len(names), READ_CHUNK):
         chunk = {name: readable[name] for name in names[start : start + READ_CHUNK]}
-        for recovery in _read(chunk, budget, port, built) if budget > 0 else _unread(chunk):
-            if recovery.outcome == RECOVERED:
-                if len(recovery.events) > budget:  # this chunk's earlier streams took it
-                    recovery = StreamRecovery(recovery.stream, RESYNC, recovery.offset)
-                budget -= len(recovery.events)
+        recoveries = _unread(chunk) if allowance.spent() else _read(chunk, allowance, port, built)
+        for recovery in recoveries:
             results[recovery.stream] = recovery
     return [results[stream] for stream in asked]
 
@@ -207,8 +230,18 @@ def _unread(asked: Mapping[str, int]) -> list[StreamRecovery]:
     return [StreamRecovery(stream, RESYNC) for stream in asked]
 
 
+def wire_size(message: dict[str, Any]) -> int:
+    """About the bytes of an event's frame (its payload's JSON and the envelope's), kept
+    on the message: recoveries in this process share built messages (BuiltEvents)."""
+    size = message.get(_SIZE)
+    if size is None:
+        payload = json.dumps(message["payload"], separators=(",", ":"), default=str)
+        size = message[_SIZE] = len(payload.encode()) + len(message["event"]) + ENVELOPE
+    return int(size)
+
+
 def _read(
-    asked: Mapping[str, int], most: int, port: Any, built_before: BuiltEvents
+    asked: Mapping[str, int], allowance: Allowance, port: Any, built_before: BuiltEvents
 ) -> list[StreamRecovery]:
     keys = [_stream_key(stream) for stream in asked]
     params: dict[str, Any] = {
@@ -216,7 +249,7 @@ def _read(
         "kinds": [_TARGET_KINDS[prefix] for prefix, _ in keys],
         "keys": [key for _, key in keys],
         "after": list(asked.values()),
-        "most": most,
+        "most": allowance.events,
     }
     with db.cursor() as cursor:
         cursor.execute(MISSED, params)
@@ -227,48 +260,96 @@ def _read(
         counters[stream] = last_offset
         if entry[0] is not None:
             entries[stream].append(StoredRow(*entry))
-    # The streams whose every missed entry is here: built together (one domain read per
-    # entity type for all of them); the others resync without a read.
+    # The streams whose every missed entry is here may be recovered; the others resync
+    # without a read.
     whole: dict[str, list[StoredRow]] = {}
     for stream, after in asked.items():
         missed = (counters.get(stream) or 0) - after  # no counter: the stream never had one
         rows = entries[stream]
         # Every missed offset must be here: after+1 .. last, no more, no fewer.
-        if 0 <= missed <= most and len(rows) == missed:
+        if 0 <= missed <= allowance.events and len(rows) == missed:
             whole[stream] = rows
-    # Build what no recovery of this process built at the same stream offset, together
-    # (one domain read per entity type for all of it); the rest is taken as built.
-    kept = {stream: built_before.take(stream, counters.get(stream) or 0) for stream in whole}
-    todo = [
-        row
-        for stream, rows in whole.items()
-        for row in rows
-        if row.stream_offset not in kept[stream]
+    outcomes: dict[str, StreamRecovery] = {}
+    waiting = list(whole)
+    while waiting:
+        # Streams built together (one domain read per entity type for all of them) while
+        # their entries not built before fit in BUILD_PIECE; a longer one alone, in pieces
+        # that stop once it is past what the call may send.
+        first = waiting.pop(0)
+        kept = {first: built_before.take(first, counters.get(first) or 0)}
+        todo = [(first, row) for row in _todo(whole[first], kept[first])]
+        while waiting and len(todo) < BUILD_PIECE:
+            stream = waiting[0]
+            kept[stream] = built_before.take(stream, counters.get(stream) or 0)
+            more = [(stream, row) for row in _todo(whole[stream], kept[stream])]
+            if len(todo) + len(more) > BUILD_PIECE:
+                break
+            waiting.pop(0)
+            todo += more
+        if allowance.spent():
+            break
+        fresh = _build(todo, allowance, port)
+        for stream in kept:
+            last = counters.get(stream) or 0
+            mine = {offset: m for (s, offset), m in fresh.items() if s == stream}
+            if mine:
+                built_before.keep(stream, last, mine)
+            outcomes[stream] = _outcome(
+                stream, last, whole[stream], {**kept[stream], **mine}, allowance
+            )
+    return [
+        outcomes.get(stream) or StreamRecovery(stream, RESYNC, counters.get(stream) or 0)
+        for stream in asked
     ]
-    built = iter(build_events(todo, port, versions=False) if todo else [])
-    recoveries = []
-    for stream in asked:
-        last = counters.get(stream) or 0
-        if stream not in whole:
-            recoveries.append(StreamRecovery(stream, RESYNC, last))
-            continue
-        fresh: dict[int, dict[str, Any] | None] = {}
-        for row in whole[stream]:
-            if row.stream_offset not in kept[stream]:
-                event = next(built)
-                fresh[row.stream_offset] = (
-                    layer_message(event) if isinstance(event, OutgoingEvent) else None
-                )
-        if fresh:
-            built_before.keep(stream, last, fresh)
-        have = {**kept[stream], **fresh}
-        events = [have[row.stream_offset] for row in whole[stream]]
-        ready = [event for event in events if event is not None]
-        if len(ready) < len(events):  # one can no longer be built
-            recoveries.append(StreamRecovery(stream, RESYNC, last))
-            continue
-        recoveries.append(StreamRecovery(stream, RECOVERED, last, ready))
-    return recoveries
+
+
+def _todo(rows: list[StoredRow], kept: Mapping[int, Any]) -> list[StoredRow]:
+    """The entries no recovery of this process built at the stream's offset."""
+    return [row for row in rows if row.stream_offset not in kept]
+
+
+def _build(
+    todo: list[tuple[str, StoredRow]], allowance: Allowance, port: Any
+) -> dict[tuple[str, int], dict[str, Any] | None]:
+    """(stream, offset) -> the built message (None: it can no longer be built), BUILD_PIECE
+    entries at a time; it stops once what it built is past what the call may still send,
+    or build (the rest is left unbuilt: their streams resync)."""
+    fresh: dict[tuple[str, int], dict[str, Any] | None] = {}
+    size = 0
+    for start in range(0, len(todo), BUILD_PIECE):
+        if start and (size > allowance.sending or allowance.building <= 0):
+            break  # past what it may send: nothing more is read
+        piece = todo[start : start + BUILD_PIECE]
+        events = build_events([row for _, row in piece], port, versions=False)
+        for (stream, row), event in zip(piece, events, strict=True):
+            message = layer_message(event) if isinstance(event, OutgoingEvent) else None
+            fresh[(stream, row.stream_offset)] = message
+            if message is not None:
+                built = wire_size(message)
+                size += built
+                allowance.building -= built
+    return fresh
+
+
+def _outcome(
+    stream: str,
+    last: int,
+    rows: list[StoredRow],
+    have: dict[int, dict[str, Any] | None],
+    allowance: Allowance,
+) -> StreamRecovery:
+    """One stream's outcome from its built events: recovered when every missed entry was
+    built and they fit what the call may still send (taken from it), else resync."""
+    events = [have.get(row.stream_offset) for row in rows]
+    ready = [event for event in events if event is not None]
+    if len(ready) < len(events):  # one can no longer be built, or was left unread
+        return StreamRecovery(stream, RESYNC, last)
+    size = sum(wire_size(event) for event in ready)
+    if size > allowance.sending or len(ready) > allowance.events:
+        return StreamRecovery(stream, RESYNC, last)
+    allowance.sending -= size
+    allowance.events -= len(ready)
+    return StreamRecovery(stream, RECOVERED, last, ready)
 
 
 def _stream_key(stream: Any) -> tuple[str, UUID]:

@@ -46,8 +46,8 @@ pytestmark = [
 BUILT = BuiltEvents()
 
 
-def read(user_id: Any, asked: dict[str, int], most: int) -> Any:
-    return read_missed(user_id, asked, most, BUILT)
+def read(user_id: Any, asked: dict[str, int], most: int, most_bytes: int = 2**30) -> Any:
+    return read_missed(user_id, asked, most, BUILT, most_bytes)
 
 
 @pytest.fixture
@@ -132,6 +132,34 @@ def test_resync_past_the_bound_past_retention_past_the_stream_or_when_unbuildabl
     assert read(bob.id, {stream: held + 4}, 10)[0].outcome == RECOVERED
 
 
+def test_a_recovery_stops_reading_at_its_bytes_and_still_recovers_what_fits_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: a Recover whose stream did not fit its bytes read and built every missed
+    message first (~4 MB and +12 MB of peak memory against a 256 KiB bound), only to
+    answer "resync". Now the read builds in pieces and stops a stream once it is past
+    the bound; a small stream after it is still recovered."""
+    alice, bob, chat, stream = team()
+    small = services.create_chat(alice.id, [bob.id], title="small")
+    small_stream = f"chat:{small.id}"
+    held = current_offsets([stream, small_stream])
+    for n in range(100):
+        services.post_message(alice.id, chat.id, f"{n:03d}" + "x" * 9_000)  # ~900 KB
+    services.post_message(alice.id, small.id, "hello")
+    asked_for: list[int] = []
+    messages = HostDomainPort.messages
+
+    def counting(port: Any, ids: Any) -> Any:
+        asked_for.append(len(ids))
+        return messages(port, ids)
+
+    monkeypatch.setattr(HostDomainPort, "messages", counting)
+    big, little = read(bob.id, held, 1000, most_bytes=96 * 1024)
+    assert (big.stream, big.outcome, big.events) == (stream, RESYNC, [])
+    assert (little.outcome, len(little.events)) == (RECOVERED, 1)
+    assert sum(asked_for) <= 40, asked_for  # not the 100 missed: a piece past 96 KiB
+
+
 def live(chat: uuid.UUID, stream: str, offset: int, version: int) -> dict[str, Any]:
     """A dispatcher event as the channel layer brings it (backplane/publisher.py)."""
     payload = {"chatId": str(chat), "body": f"live {offset}", "stream": stream, "offset": offset}
@@ -179,7 +207,7 @@ def test_live_events_wait_for_the_recovery_and_no_offset_goes_out_twice() -> Non
             assert sent_offsets(sent, stream) == [held + 2]
             assert sent_offsets(sent, other_stream) == [7]
             lock.rollback()  # the read goes on
-            result = await recovering
+            result = (await recovering).result
         # Recovered up to `last`: an older live event is not sent again; newer ones are.
         await layer_messages.dispatch(connection, live(chat.id, stream, held + 3, version))
         await layer_messages.dispatch(connection, live(chat.id, stream, last + 2, version))
@@ -269,7 +297,7 @@ def test_a_recovered_invitation_carries_media_minted_for_its_recipient_and_is_co
         for outcome in (RECOVERED, FORBIDDEN)
     }
     events_before = counted("messenger_realtime_hub_recovered_events_total")
-    result = run(recover(connection, {mine: held, f"user:{alice.id}": 0}))
+    result = run(recover(connection, {mine: held, f"user:{alice.id}": 0})).result
     assert result == {mine: RECOVERED, f"user:{alice.id}": FORBIDDEN}
     (invited,) = [m for m in sent if m.get("target") == "call_invited"]
     media = invited["arguments"][0]["media"]

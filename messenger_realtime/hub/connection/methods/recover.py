@@ -64,7 +64,9 @@ async def recover(connection: Connection, argument: Any) -> Billed:
         # One at a time per user, on its process's thread for recoveries (HubProcess).
         hub = connection.hub
         async with hub.recovering(connection.user_id):
-            results = await hub.read_missed(connection.user_id, asked, options.recovery_max_events)
+            results = await hub.read_missed(
+                connection.user_id, asked, options.recovery_max_events, most_bytes
+            )
         for result in results:
             frames = _frames(connection, marks, result)
             bytes_ = sum(_size(frame) for frame in frames)
