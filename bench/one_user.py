@@ -1,15 +1,20 @@
-"""What one abusive but authenticated user can cost a hub process (issue 44), through a
-real Daphne and a real worker: a bystander's REST latency (GET /api/chats) and connect
-time (negotiate, upgrade, handshake) before and while one user abuses each path, with
-what the abuser got and what Daphne spent (CPU seconds, RSS, open file descriptors).
+"""What one abusive but authenticated user can cost a hub process (issues 44 and 56),
+through a real Daphne and a real worker: a bystander's REST latency (GET /api/chats) and
+connect time (negotiate, upgrade, handshake) before and while one user abuses each path,
+with what the abuser got and what Daphne spent (CPU seconds, peak RSS growth, open file
+descriptors).
 
-    .venv/bin/python bench/one_user.py [--seconds 8]
+    .venv/bin/python bench/one_user.py [--seconds 8] [--only NAME,NAME]
 
-Paths: open connections until refused; Recover the last 25 large messages of a chat (as
-much as one call may send) over 8 connections as fast as answers come; WebSockets that
-skip negotiate and never send their handshake; negotiates in a loop. Own database
-(messenger_bench_one_user) and Redis db 9. Prints JSON and a markdown table
-(docs/reliability.md, "What one user can cost a process").
+Paths: open connections until refused; connections opened on tokens whose places
+lapsed; Recover the last 25 large messages of a chat (as much as one call may send) over
+8 connections as fast as answers come; WebSockets that skip negotiate and never send
+their handshake; negotiates in a loop; and every hub method, Pings, and an unknown
+method at line rate over 32 connections (the user's cap), each connection writing as
+fast as TCP lets it and reconnecting when closed; the same over long polling and
+Server-Sent Events (their POSTs). Typing goes to a chat of 200 members, 50 of them
+connected. Own database (messenger_bench_one_user) and Redis db 9. Prints JSON and a
+markdown table (docs/reliability.md, "What one user can cost a process").
 """
 
 import argparse
@@ -40,6 +45,10 @@ REDIS_URL = sibling_url("REDIS_URL", "redis://127.0.0.1:6379/0", "/9")
 RS = "\x1e"
 BODY = "x" * 9_000  # a large message: what makes a recovery heavy
 MESSAGES = 300
+CROWD = 200  # members of the crowd chat besides the abuser and the bystander
+LISTENERS = 50  # of them connected, receiving whatever the abuser's typing sends
+FLOODERS = 32  # the abuser's connections for a method at line rate (the default cap)
+FRAME = 16 * 1024  # bytes of records per frame the flooders write
 
 
 def prepare(redis_url: str = REDIS_URL) -> dict[str, uuid.UUID]:
@@ -55,26 +64,35 @@ def prepare(redis_url: str = REDIS_URL) -> dict[str, uuid.UUID]:
     import subprocess
 
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    ids = {"abuser": uuid.uuid4(), "bystander": uuid.uuid4(), "chat": uuid.uuid4()}
+    ids: dict[str, Any] = {n: uuid.uuid4() for n in ("abuser", "bystander", "chat", "crowd")}
+    ids["members"] = [uuid.uuid4() for _ in range(CROWD)]
+    users = [("abuser", ids["abuser"]), ("bystander", ids["bystander"])]
+    users += [(f"member{n}", member) for n, member in enumerate(ids["members"])]
     with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
-        for name in ("abuser", "bystander"):
+        for name, user in users:
             conn.execute(
                 "INSERT INTO messenger_user (id, password, is_superuser, username, first_name,"
                 " last_name, email, is_staff, is_active, date_joined, display_name)"
                 " VALUES (%s, '!', false, %s, '', '', '', false, true, now(), '')",
-                (ids[name], name),
+                (user, name),
             )
-        conn.execute(
-            "INSERT INTO messenger_chat (id, kind, title, last_seq, created_at, updated_at)"
-            " VALUES (%s, 'Group', 'big', 0, now(), now())",
-            (ids["chat"],),
-        )
-        for name in ("abuser", "bystander"):
+        members = {
+            "chat": [ids["abuser"], ids["bystander"]],
+            "crowd": [ids["abuser"], ids["bystander"], *ids["members"]],
+        }
+        for chat, who in members.items():
             conn.execute(
-                "INSERT INTO messenger_participant (id, chat_id, user_id, is_active,"
-                " last_read_seq, joined_at) VALUES (gen_random_uuid(), %s, %s, true, 0, now())",
-                (ids["chat"], ids[name]),
+                "INSERT INTO messenger_chat (id, kind, title, last_seq, created_at, updated_at)"
+                " VALUES (%s, 'Group', %s, 0, now(), now())",
+                (ids[chat], chat),
             )
+            for user in who:
+                conn.execute(
+                    "INSERT INTO messenger_participant (id, chat_id, user_id, is_active,"
+                    " last_read_seq, joined_at) VALUES (gen_random_uuid(), %s, %s, true, 0,"
+                    " now())",
+                    (ids[chat], user),
+                )
     return ids
 
 
@@ -115,6 +133,16 @@ class Daphne:
         )
         fds = len(os.listdir(f"/proc/{self.pid}/fd"))
         return {"cpu_s": cpu, "rss_mb": rss / 1e6, "fds": fds}
+
+
+async def peak_rss(daphne: Daphne, stop: asyncio.Event) -> float:
+    """The highest RSS (MB) seen until `stop`, sampled every 0.1 s."""
+    peak = 0.0
+    while not stop.is_set():
+        peak = max(peak, daphne.sample()["rss_mb"])
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.1)
+    return peak
 
 
 async def negotiate(base: str, token: str) -> tuple[int, dict[str, Any]]:
@@ -267,11 +295,167 @@ async def abuse_negotiates(base: str, token: str, stop: asyncio.Event) -> Any:
     return {"negotiates": {str(k): v for k, v in sorted(counts.items())}}
 
 
+def records_of(target: str | None, arguments: list[Any]) -> str:
+    """As many fire-and-forget records of `target` (None: Pings) as fit in FRAME bytes."""
+    if target is None:
+        record = '{"type":6}' + RS
+    else:
+        record = json.dumps({"type": 1, "target": target, "arguments": arguments}) + RS
+    return record * max(1, FRAME // len(record))
+
+
+async def abuse_method(
+    base: str, ws_base: str, token: str, frame: str, stop: asyncio.Event
+) -> dict[str, Any]:
+    """FLOODERS connections, each writing `frame` as fast as TCP lets it (websockets waits
+    while its buffer is full) and reading what comes back; a closed one reconnects."""
+    totals = {"records": 0, "closed": 0, "connects_refused": 0, "errors": 0}
+    per_frame = frame.count(RS)
+
+    async def flooder() -> None:
+        while not stop.is_set():
+            ws = await open_connection(base, ws_base, token)
+            if ws is None:
+                totals["connects_refused"] += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1)
+                continue
+
+            async def drain(ws: Any = ws) -> None:
+                with contextlib.suppress(Exception):
+                    async for answer in ws:
+                        totals["errors"] += str(answer).count('"error"')
+
+            reader = asyncio.create_task(drain())
+            try:
+                while not stop.is_set():
+                    await ws.send(frame)
+                    totals["records"] += per_frame
+            except websockets.ConnectionClosed:
+                totals["closed"] += 1
+            finally:
+                reader.cancel()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(ws.close(), 1)
+
+    await asyncio.gather(*(flooder() for _ in range(FLOODERS)))
+    return totals
+
+
+async def abuse_http_sends(
+    base: str, token: str, transport: str, frame: str, stop: asyncio.Event
+) -> dict[str, Any]:
+    """Eight long-polling or Server-Sent Events connections, each POSTing `frame` bodies
+    four at a time as fast as answers come (the official clients send one at a time)."""
+    totals: dict[str, int] = {}
+
+    def post(connection_token: str) -> int:
+        request = urllib.request.Request(
+            f"{base}/hubs/messenger?id={connection_token}", data=frame.encode(), method="POST"
+        )
+        request.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                response.read()
+                return int(response.status)
+        except urllib.error.HTTPError as error:
+            return int(error.code)
+        except OSError:
+            return 0
+
+    def open_http(connection_token: str) -> Any:
+        """The first GET (a poll, or the event stream held open) and the handshake."""
+        url = f"{base}/hubs/messenger?id={connection_token}"
+        request = urllib.request.Request(url)
+        request.add_header("Authorization", f"Bearer {token}")
+        if transport == "ServerSentEvents":
+            request.add_header("Accept", "text/event-stream")
+        response = urllib.request.urlopen(request, timeout=10)
+        if transport == "LongPolling":
+            response.read()
+            response = None
+        handshake = urllib.request.Request(
+            url, data=('{"protocol":"json","version":1}' + RS).encode(), method="POST"
+        )
+        handshake.add_header("Authorization", f"Bearer {token}")
+        urllib.request.urlopen(handshake, timeout=10).read()
+        return response
+
+    async def sender() -> None:
+        status, granted = await negotiate(base, token)
+        if status != 200:
+            totals["negotiate_refused"] = totals.get("negotiate_refused", 0) + 1
+            return
+        held = await asyncio.to_thread(open_http, granted["connectionToken"])
+        try:
+            while not stop.is_set():
+                answers = await asyncio.gather(
+                    *(asyncio.to_thread(post, granted["connectionToken"]) for _ in range(4))
+                )
+                for answer in answers:
+                    totals[str(answer)] = totals.get(str(answer), 0) + 1
+        finally:
+            if held is not None:
+                held.close()
+
+    await asyncio.gather(*(sender() for _ in range(8)))
+    return {"posts": dict(sorted(totals.items())), "records_per_post": frame.count(RS)}
+
+
+async def abuse_lapsed_places(base: str, ws_base: str, user: uuid.UUID, stop: Any) -> Any:
+    """Transports opened on connection tokens whose places lapsed: what negotiate granted
+    15 s ago (a token lives 300 s, a place 20 s), signed as negotiate signs it."""
+    from django.core import signing
+
+    from messenger_realtime.hub.credentials.tokens import _CONNECTION_SALT
+
+    token = STACK.token(user)
+    opened, refused = [], 0
+    while not stop.is_set():
+        made_ms = int((time.time() - 15) * 1000)
+        low = int.from_bytes(os.urandom(10), "big")
+        value = (made_ms << 80) | (0x7 << 76) | ((low >> 64) & 0xFFF) << 64 | (0b10 << 62)
+        value |= low & ((1 << 62) - 1)
+        data = {"c": uuid.UUID(int=value).hex, "u": str(user)}
+        grant = signing.dumps(data, salt=_CONNECTION_SALT)
+        try:
+            ws = await websockets.connect(
+                f"{ws_base}/hubs/messenger?id={grant}",
+                additional_headers={"Authorization": f"Bearer {token}"},
+            )
+            await ws.send(json.dumps({"protocol": "json", "version": 1}) + RS)
+            await ws.recv()
+            opened.append(ws)
+        except (OSError, websockets.InvalidStatus, websockets.ConnectionClosed):
+            refused += 1
+            await asyncio.sleep(0.01)
+    for ws in opened:
+        with contextlib.suppress(Exception):
+            await ws.close()
+    return {"open_connections": len(opened), "refused": refused}
+
+
+async def listeners(ws_base: str, members: list[uuid.UUID], stop: asyncio.Event) -> None:
+    """LISTENERS members of the crowd chat connected, reading everything sent to them."""
+
+    async def listen(member: uuid.UUID) -> None:
+        url = f"{ws_base}/hubs/messenger?access_token={STACK.token(member)}"
+        with contextlib.suppress(Exception):
+            async with websockets.connect(url, max_size=None) as ws:
+                await ws.send(json.dumps({"protocol": "json", "version": 1}) + RS)
+                while not stop.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(ws.recv(), 1)
+
+    await asyncio.gather(*(listen(m) for m in members[:LISTENERS]))
+
+
 async def phase(
     name: str, seconds: float, daphne: Daphne, probe: Any, abuse: Any | None
 ) -> dict[str, Any]:
     stop = asyncio.Event()
     before = daphne.sample()
+    peak = asyncio.create_task(peak_rss(daphne, stop))
     tasks = [asyncio.create_task(probe(stop))]
     if abuse is not None:
         tasks.append(asyncio.create_task(abuse(stop)))
@@ -284,11 +468,14 @@ async def phase(
         figures["abuser"] = results[1]
     figures["daphne_cpu_s"] = round(after["cpu_s"] - before["cpu_s"], 2)
     figures["daphne_rss_mb"] = round(after["rss_mb"], 1)
+    figures["daphne_rss_growth_mb"] = round(max(await peak, after["rss_mb"]) - before["rss_mb"], 1)
     figures["daphne_fds"] = after["fds"]
     return figures
 
 
-async def run(stack: Any, ids: dict[str, uuid.UUID], seconds: float) -> list[dict[str, Any]]:
+async def run(
+    stack: Any, ids: dict[str, Any], seconds: float, only: set[str] | None
+) -> list[dict[str, Any]]:
     base, ws_base = f"http://127.0.0.1:{stack.port}", f"ws://127.0.0.1:{stack.port}"
     abuser, other = stack.token(ids["abuser"]), stack.token(ids["bystander"])
     daphne = Daphne(stack.procs[0].pid)
@@ -302,18 +489,47 @@ async def run(stack: Any, ids: dict[str, uuid.UUID], seconds: float) -> list[dic
     def probe(stop: asyncio.Event) -> Any:
         return bystander(base, ws_base, other, stop)
 
+    def method(target: str | None, arguments: list[Any]) -> Any:
+        frame = records_of(target, arguments)
+        return lambda stop: abuse_method(base, ws_base, abuser, frame, stop)
+
+    def sends(transport: str) -> Any:
+        frame = records_of("GetGroups", [])
+        return lambda stop: abuse_http_sends(base, abuser, transport, frame, stop)
+
+    acknowledged = {f"chat:{uuid.uuid4()}": n for n in range(256)}
+    watched = [str(member) for member in ids["members"]]
     paths = [
         ("none (baseline)", None),
         ("open connections", lambda stop: abuse_connections(base, ws_base, abuser, stop)),
+        ("lapsed places", lambda stop: abuse_lapsed_places(base, ws_base, ids["abuser"], stop)),
         ("Recover", lambda stop: abuse_recover(base, ws_base, abuser, stream, stop)),
         ("WebSockets without handshake", lambda stop: abuse_no_handshake(ws_base, abuser, stop)),
         ("negotiate loop", lambda stop: abuse_negotiates(base, abuser, stop)),
+        ("GetGroups", method("GetGroups", [])),
+        ("Typing", method("Typing", [str(ids["crowd"])])),
+        ("Acknowledge", method("Acknowledge", [acknowledged, 1000])),
+        ("WatchPresence", method("WatchPresence", [watched])),
+        ("RenewToken", method("RenewToken", [abuser])),
+        ("Recover (line rate)", method("Recover", [{stream: MESSAGES}])),
+        ("unknown method", method("NoSuchMethod", [])),
+        ("Pings", method(None, [])),
+        ("LongPolling sends", sends("LongPolling")),
+        ("ServerSentEvents sends", sends("ServerSentEvents")),
     ]
     figures = []
-    for name, abuse in paths:
-        await forget_counts()  # each path from a clean slate: no rate limit or place left over
-        figures.append(await phase(name, seconds, daphne, probe, abuse))
-        await asyncio.sleep(1)
+    listening = asyncio.Event()
+    crowd = asyncio.create_task(listeners(ws_base, ids["members"], listening))
+    try:
+        for name, abuse in paths:
+            if only and name not in only and abuse is not None:
+                continue
+            await forget_counts()  # each from a clean slate: no rate limit or place left over
+            figures.append(await phase(name, seconds, daphne, probe, abuse))
+            await asyncio.sleep(1)
+    finally:
+        listening.set()
+        await crowd
     return figures
 
 
@@ -328,31 +544,53 @@ async def forget_counts() -> None:
                 await client.delete(key)
 
 
+# What each hub method costs and what bounds it (hub/connection/methods/, issue 56).
+DECLARED = {
+    "GetGroups": "1 unit; shared",
+    "Typing": "1 unit",
+    "Acknowledge": "1 unit + 1 per 64 streams",
+    "WatchPresence": "1 unit + 1 per 10 users; shared",
+    "RenewToken": "1 unit; shared",
+    "Recover": "1 unit + 1 per 25 streams; then 1 per 10 events and per 16 KiB sent; shared",
+    "Recover (line rate)": "as Recover",
+    "unknown method": "1 unit",
+    "Pings": "1 unit",
+    "LongPolling sends": "each record as its method; 2 POSTs in hand",
+    "ServerSentEvents sends": "each record as its method; 2 POSTs in hand",
+}
+
+
 def table(figures: list[dict[str, Any]]) -> str:
     lines = [
-        "| abuse | bystander REST p50 / p95 | bystander connect p95 | abuser got | "
-        "Daphne CPU | RSS | fds |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| abuse | declared cost | bystander REST p50 / p95 | bystander connect p95 | "
+        "abuser got | Daphne CPU | RSS (peak growth) | fds |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for f in figures:
         got = json.dumps(f.get("abuser", "")).replace("|", "/") if "abuser" in f else "-"
         lines.append(
-            f"| {f['path']} | {f['rest_p50_ms']} / {f['rest_p95_ms']} ms | "
-            f"{f['connect_p95_ms']} ms | {got} | {f['daphne_cpu_s']} s | "
-            f"{f['daphne_rss_mb']} MB | {f['daphne_fds']} |"
+            f"| {f['path']} | {DECLARED.get(f['path'], '-')} | {f['rest_p50_ms']} / "
+            f"{f['rest_p95_ms']} ms | {f['connect_p95_ms']} ms | {got} | {f['daphne_cpu_s']} s |"
+            f" {f['daphne_rss_mb']} MB (+{f['daphne_rss_growth_mb']}) | {f['daphne_fds']} |"
         )
     return "\n".join(lines)
 
 
+STACK: Any = None  # the running stack (abuse_lapsed_places and the listeners sign with it)
+
+
 def main() -> None:
+    global STACK
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="per path")
+    parser.add_argument("--only", default="", help="comma-separated paths (and the baseline)")
     args = parser.parse_args()
+    only = {name.strip() for name in args.only.split(",") if name.strip()} or None
     ids = prepare()
     post_messages(ids["chat"], ids["bystander"])
-    stack = isolation.Stack(ROOT)
+    stack = STACK = isolation.Stack(ROOT)
     try:
-        figures = asyncio.run(run(stack, ids, args.seconds))
+        figures = asyncio.run(run(stack, ids, args.seconds, only))
     finally:
         stack.close()
     print(json.dumps(figures, indent=1))

@@ -14,8 +14,9 @@ through the connection's attribute of the same name:
   ways, the replay buffer, the resume;
 - `timeouts` (timeouts.py): its deadlines, kept by the process's one clock (hub/clock.py),
   and the times they count from (its opening, when the client was last heard);
-- `invocations` (invocations.py): what its client invokes, and how many invocations the
-  rate limit refused;
+- `invocations` (invocations.py): what its client invokes, what it may still spend (its
+  budget, budget.py: every message pays its declared cost) and how many messages were
+  refused;
 - `composing` (composing.py): its user's typing indicators: when it last published in
   each chat, and who blocked its user (read at most once a minute).
 
