@@ -111,7 +111,8 @@ hub_forced_closes = Counter(
     "backplane_restart (a Redis server forgot the process's groups and queue), "
     "replay_buffer (a dropped stateful connection's unacked events passed "
     "STATEFUL_RECONNECT_BUFFER_SIZE); without, logout (its Django session ended), revoked "
-    "(its user deactivated, deleted or logged out everywhere).",
+    "(its user deactivated, deleted or logged out everywhere), flood (refused "
+    "RATE_LIMIT_FLOOD times for its budget or its user's rate limit).",
     ["reason"],
 )
 hub_resumes = Counter(

@@ -100,6 +100,26 @@ def chaos_run(*args: str) -> tuple[int, dict[str, Any], str]:
     return proc.returncode, result, proc.stderr
 
 
+def test_one_user_smoke_measures_a_flood_of_a_method_and_of_the_http_sends(
+    worker_env: dict[str, str],
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "one_user.py"), "--quick"],
+        env=worker_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = json.loads(proc.stdout[: proc.stdout.index("| abuse")])
+    assert [f["path"] for f in figures] == ["none (baseline)", "Typing", "LongPolling sends"]
+    for row in figures:
+        assert row["rest_p95_ms"] > 0 and row["bystander_failures"] == 0, row
+    typing, sends = figures[1]["abuser"], figures[2]["abuser"]
+    assert typing["closed"] >= 1  # its budget closed a flooding connection
+    assert sends["posts"].get("200", 0) >= 1 and sends["records_per_post"] > 100
+
+
 def test_chaos_smoke_loses_nothing_through_two_faults() -> None:
     """CI's one-minute soak: a Daphne killed (issue 31) and a Daphne's Redis connections
     gone silent (issue 43) under traffic; the 30-minute runs are in docs/reliability.md."""

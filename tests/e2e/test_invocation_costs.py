@@ -10,6 +10,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import select
 import socket
 import time
 import uuid
@@ -106,6 +107,41 @@ def test_a_flood_of_pings_closes_the_connection(daphne: DaphneProcess) -> None:
                 ws.send('{"type":6}\x1e' * 400)
         seen = until_closed(ws, timeout=15)
     assert "invocation budget exceeded" in closing_error(seen)
+
+
+def test_a_flood_is_read_no_further_once_closed_and_costs_its_user_connects(
+    daphne: DaphneProcess,
+) -> None:
+    """Before: a connection closed for flooding waited for its client's WebSocket Close,
+    reading all it still sent at line rate meanwhile (the Close queued behind it), and
+    its user reconnected at once to flood again. Now nothing more it sends is read (the
+    client's writes stall once the kernel's buffers are full, until the close-handshake
+    timeout ends the connection), and the close costs its user 10 connects of
+    RATE_LIMIT_CONNECTS."""
+    user = UserFactory()
+    client = StuckClient(daphne, token_for(user.id))  # handshaken; sends only what we write
+    flood = masked_frame((call("NoSuchMethod", []) * 300).encode())
+    with contextlib.closing(client.sock) as sock:
+        sock.sendall(flood)
+        sock.settimeout(10)
+        received = b""
+        while b'"type":7' not in received:  # the hub's Close message
+            received += sock.recv(65536)
+        assert b"invocation budget exceeded" in received
+        # Fill the kernel's buffers: from then on the socket has room again only if the
+        # server reads (before: it did, at ~11 MB/s), or once it drops the connection.
+        sock.setblocking(False)
+        with contextlib.suppress(BlockingIOError, ConnectionResetError, BrokenPipeError):
+            while True:
+                sock.send(flood)
+        _, writable, _ = select.select([], [sock], [], 0.5)
+        if writable:  # only because the connection is gone: a send fails
+            with pytest.raises((ConnectionResetError, BrokenPipeError)):
+                sock.send(flood)
+    log = redis.Redis.from_url(str(settings.REDIS_URL))
+    with log:
+        connects = log.zcard(f"messenger_realtime:rate:connect:{user.id}")
+    assert connects == 1 + 10  # its own connect, and the flood's
 
 
 def test_a_client_within_its_budget_is_never_refused(daphne: DaphneProcess) -> None:

@@ -351,7 +351,7 @@ def test_several_waiting_events_leave_in_one_frame(private_redis: PrivateRedis) 
         async def send(self, frame: str) -> None:
             frames.append(frame)
 
-        async def close(self) -> None: ...
+        async def close(self, *, drop: bool = False) -> None: ...
 
         def send_now(self, frame: Any) -> bool:
             return False

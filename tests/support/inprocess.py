@@ -34,7 +34,7 @@ class Recorder:
         # One frame may hold several records (emit_many joins them).
         self.sent.extend(json.loads(record) for record in frame.split("\x1e") if record)
 
-    async def close(self) -> None: ...
+    async def close(self, *, drop: bool = False) -> None: ...
 
     def unsent(self) -> int:
         return 0

@@ -14,7 +14,7 @@ class FakeTransport:
     async def send(self, frame: Any) -> None:
         raise NotImplementedError
 
-    async def close(self) -> None:
+    async def close(self, *, drop: bool = False) -> None:
         self.closed.set()
 
     def unsent(self) -> int:

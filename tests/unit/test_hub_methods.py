@@ -37,7 +37,8 @@ def test_every_method_declares_its_cost_and_those_that_read_are_shared() -> None
     # Those whose work grows with what a call names pay by it.
     assert costs["WatchPresence"].units([[f"u{n}" for n in range(200)]]) == 21
     assert costs["Acknowledge"].units([{f"s{n}": 1 for n in range(256)}, 0]) == 5
-    assert costs["Recover"].units([{f"s{n}": 1 for n in range(1000)}]) == 41
+    assert costs["Recover"].units([{f"s{n}": 1 for n in range(1000)}]) == 43
+    assert costs["RenewToken"].units(["token"]) == 5
     assert costs["Typing"].units(["x"]) == 1
     # Whatever a client sends as arguments, counting them never fails.
     for junk in ([], [None], ["text"], [7], [{"a": 1}, "x"]):
@@ -74,12 +75,12 @@ def test_a_connection_s_budget_refills_at_its_rate_up_to_its_burst(
     assert got == refused
 
 
-def test_work_owed_after_a_call_is_paid_by_the_next_calls() -> None:
+def test_work_owed_after_a_call_empties_the_budget_but_leaves_no_debt() -> None:
     options = SimpleNamespace(invocation_budget=1.0, invocation_burst=10)
     budget = Budget(options, 0.0)  # type: ignore[arg-type]
     budget.owe(14, 0.0)  # a Recover that sent more than its burst
-    assert budget.spend(1, 4.0) is not None  # 10 - 14 + 4 = 0 left
-    assert budget.spend(1, 5.0) is None
+    assert budget.spend(1, 0.5) is not None  # nothing left: the next call waits
+    assert budget.spend(1, 1.0) is None  # a second's refill, not four
 
 
 def test_a_method_declared_twice_is_refused() -> None:

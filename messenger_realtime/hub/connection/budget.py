@@ -42,8 +42,11 @@ class Budget:
         return None
 
     def owe(self, units: int, now: float) -> None:
-        """Take `units` whatever is left (work already done): the next calls wait for it."""
-        self._left = self._refilled(now) - units
+        """Take `units` of what is left, down to nothing (work already done: the next
+        calls wait for the refill). Never below: a legitimate Recover of a thousand
+        events must not have its client's next calls refused until it is closed as a
+        flood; the user's rate limit in Redis is charged the whole of it."""
+        self._left = max(0.0, self._refilled(now) - units)
 
     def _refilled(self, now: float) -> float:
         left = min(float(self.burst), self._left + (now - self._at) * self.rate)

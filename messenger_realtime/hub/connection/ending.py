@@ -52,6 +52,10 @@ class Ending:
     allow_reconnect: bool = False  # the Close tells the client to reconnect
     handshake_error: str | None = None  # instead of a Close: the handshake's refusal
     close_transport: bool = True  # False: the transport is gone, or its caller closes it
+    drop: bool = False  # read nothing more from the client, for good (a flood)
+    # Connects charged to its user's RATE_LIMIT_CONNECTS (a flood: reconnecting at once
+    # would only flood again, so it costs as much as this many connects).
+    connects_charged: int = 0
 
 
 # The client sent its Close, or nothing reached the client for long: end, no word sent.

@@ -12,6 +12,7 @@ with each message, never kept. Wording of errors follows ASP.NET Core SignalR, w
 clients may show or match.
 """
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -25,6 +26,10 @@ from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import MessageType
 
 logger = logging.getLogger(__name__)
+# A connection closed as a flood costs its user this many connects of RATE_LIMIT_CONNECTS
+# (120 a minute): one user's 32 connections flooding at once leave no reconnect in the
+# window, where each used to reconnect and flood again, 120 times a minute.
+FLOOD_CONNECTS = 10
 
 
 class Invocations:
@@ -136,8 +141,13 @@ class Invocations:
 
 
 def flood(refusal: OverBudget | ratelimit.Refusal) -> ending.Ending:
-    """How a connection that keeps going past its bounds ends: a Close naming the bound."""
-    return ending.error(f"Connection closed with an error. {refusal}")
+    """How a connection that keeps going past its bounds ends: a Close naming the bound,
+    and nothing more of what it sends is read (it would be read at line rate until its
+    client's own Close came, behind all it had sent; the server's close-handshake
+    timeout ends it instead)."""
+    message = f"Connection closed with an error. {refusal}"
+    how = ending.error(message)
+    return dataclasses.replace(how, drop=True, metric="flood", connects_charged=FLOOD_CONNECTS)
 
 
 async def _reply(

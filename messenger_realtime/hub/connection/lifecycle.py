@@ -29,7 +29,7 @@ from messenger_realtime.exceptions import (
     ProtocolError,
     SequenceError,
 )
-from messenger_realtime.hub import protocols
+from messenger_realtime.hub import protocols, ratelimit
 from messenger_realtime.hub.admission import Opening
 from messenger_realtime.hub.connection.acknowledgements import Acknowledgements
 from messenger_realtime.hub.connection.authentication import Authentication
@@ -402,6 +402,11 @@ class HubConnection:
         self.closing = True  # before any Close: a resume it may prompt is refused
         if how.metric is not None:
             metrics.hub_forced_closes.labels(reason=how.metric).inc()
+        if how.connects_charged:
+            charge = ratelimit.acharge(
+                ratelimit.CONNECTS, self.user_id, how.connects_charged, self.options
+            )
+            self.hub.keep(asyncio.ensure_future(charge))
         if how.reason is not None:
             extra = {**self.ids(), "reason": how.reason, **dict(how.fields)}
             logger.info(how.log, extra=extra)
@@ -413,7 +418,7 @@ class HubConnection:
         transport = self.transport
         if how.close_transport and transport is not None:
             with contextlib.suppress(Exception):  # the socket may be gone already
-                await transport.close()  # after what was sent
+                await transport.close(drop=how.drop)  # after what was sent
         await self._release()
 
     def end_soon(self, how: Ending) -> None:

@@ -52,6 +52,14 @@ class DaphneSocket:
     def close_after_writes(self) -> bool:
         return False  # ASGI's websocket.close, after the frames already written
 
+    def stop_reading(self) -> bool:
+        # Not resumed by its input queue again (HubWebSocketProtocol.resume_reading); the
+        # Close frame Autobahn sends next is answered by nobody it reads, and its
+        # close-handshake timeout (1 s) drops the connection.
+        self._settings.deaf = True
+        self._protocol.pause_reading()
+        return True
+
 
 class DaphneStream:
     """An HTTP request's controls under Daphne: the send bound of an event stream; its
@@ -80,3 +88,6 @@ class DaphneStream:
 
     def close_after_writes(self) -> bool:
         return False  # the application ends the response (its last body message)
+
+    def stop_reading(self) -> bool:
+        return False  # POSTs are read by their own requests

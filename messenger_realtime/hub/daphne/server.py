@@ -190,11 +190,12 @@ class InputQueue:
     per connection (about 2.5 KB of an idle connection's memory); this holds a deque
     only while something waits in it, and a future only while the reader waits.
 
-    Backpressure: with a `producer` (a WebSocket's TCP transport), once HIGH messages
-    wait the socket is no longer read (Twisted's pauseProducing: the kernel's buffers
-    fill and TCP holds the client back), and it is read again once the application has
-    worked them down to LOW. Without it a client writing faster than the hub works had
-    its messages read into memory as fast as they came (+389 MB in 3 s, issue 56)."""
+    Backpressure: with a `producer` (a WebSocket's protocol), once HIGH messages wait the
+    socket is no longer read (Twisted's pauseProducing: the kernel's buffers fill and TCP
+    holds the client back), and it is read again once the application has worked them
+    down to LOW (unless the hub stopped reading it for good: a flood). Without it a
+    client writing faster than the hub works had its messages read into memory as fast
+    as they came (+389 MB in 3 s, issue 56)."""
 
     __slots__ = ("_items", "_paused", "_producer", "_waiter")
 
@@ -214,7 +215,7 @@ class InputQueue:
         items.append(item)
         if len(items) >= self.HIGH and self._producer is not None and not self._paused:
             self._paused = True
-            self._producer.pauseProducing()
+            self._producer.pause_reading()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -230,7 +231,7 @@ class InputQueue:
         item = items.popleft()
         if self._paused and len(items) <= self.LOW:
             self._paused = False
-            self._producer.resumeProducing()
+            self._producer.resume_reading()
         if not items:
             self._items = None
         return item
@@ -275,7 +276,7 @@ def _install_server(server_class: Any) -> None:
         # A WebSocket's frames are read as the application takes them (InputQueue);
         # an HTTP request's body has been read whole already, within Daphne's limit.
         websocket = isinstance(protocol, HubWebSocketProtocol)
-        input_queue = InputQueue(protocol.transport if websocket else None)
+        input_queue = InputQueue(protocol if websocket else None)
         scope.setdefault("asgi", {"version": "3.0"})
         application = server.application(
             scope=scope,

@@ -198,13 +198,14 @@ class SocketSettings:
     Autobahn's large instance dict, grew it by about 3 KB a connection
     (`bench/connections.py --tracemalloc`)."""
 
-    __slots__ = ("binary", "heard", "limit", "overflow")
+    __slots__ = ("binary", "deaf", "heard", "limit", "overflow")
 
     def __init__(self) -> None:
         self.limit = 0  # SEND_BUFFER_LIMIT's bytes (0: none yet)
         self.overflow: Callable[[int], None] | None = None
         self.binary = False
         self.heard: Callable[[], None] | None = None
+        self.deaf = False  # read nothing more, for good (stop_reading: a flood)
 
 
 _UNSET = SocketSettings()  # a socket's until its scope is made (read, never written)
@@ -273,6 +274,16 @@ class HubWebSocketProtocol(WebSocketProtocol):  # type: ignore[misc]
         for name in HANDSHAKE_LEFTOVERS:
             setattr(self, name, None)
         self.request = UpgradeRequest(self.request.path)
+
+    def pause_reading(self) -> None:
+        """Read nothing from the socket for now (hub/daphne/server.py, InputQueue: the
+        application is behind), or for good (its controls' stop_reading)."""
+        self.transport.pauseProducing()
+
+    def resume_reading(self) -> None:
+        """Read again, unless the hub stopped reading it for good."""
+        if not self.hub.deaf:
+            self.transport.resumeProducing()
 
     def dataReceived(self, data: bytes) -> None:
         heard = self.hub.heard

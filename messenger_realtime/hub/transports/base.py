@@ -33,8 +33,10 @@ class Transport(Protocol):
         decides whether a volatile message, such as a typing indicator, goes out)."""
         ...
 
-    async def close(self) -> None:
-        """End the physical connection after what was sent (the hub's Close included)."""
+    async def close(self, *, drop: bool = False) -> None:
+        """End the physical connection after what was sent (the hub's Close included);
+        `drop`: read nothing more of it meanwhile, where the transport can (a client
+        that floods the connection: no closing handshake)."""
         ...
 
     def use_binary(self, binary: bool) -> None:

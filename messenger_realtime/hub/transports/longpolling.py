@@ -116,7 +116,7 @@ class LongPollingTransport:
     def unsent(self) -> int:
         return self.size  # what waits for the next poll
 
-    async def close(self) -> None:
+    async def close(self, *, drop: bool = False) -> None:
         self.closed = True
         if self.poll is not None:
             poll, self.poll = self.poll, None

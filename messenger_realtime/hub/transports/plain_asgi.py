@@ -107,6 +107,9 @@ class PlainAsgiControls:
     def take_pings(self, heard: Callable[[], None]) -> bool:
         return False  # the client's Pings reach the application
 
+    def stop_reading(self) -> bool:
+        return False  # ASGI has no such message: the server reads on (its own flow control)
+
     def close_after_writes(self) -> bool:
         """End the connection once what was written has gone, without waiting."""
         if not self._finishing:

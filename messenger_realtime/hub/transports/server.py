@@ -64,6 +64,13 @@ class ServerControls(Protocol):
         (what write_now wrote is the server's already, and goes first)."""
         ...
 
+    def stop_reading(self) -> bool:
+        """Read nothing more from the client, for good (a connection closed as a flood:
+        its closing handshake would read on, at line rate, whatever it still sends
+        until its own Close came; the server's close-handshake timeout ends it instead).
+        False where the server cannot (it reads on, under its own flow control)."""
+        ...
+
 
 def attach(scope: dict[str, Any], controls: ServerControls) -> None:
     """The server's side: give a connection's scope its controls (before the application

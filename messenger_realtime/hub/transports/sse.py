@@ -73,7 +73,7 @@ class ServerSentEventsTransport:
     def unsent(self) -> int:
         return self.controls.unsent()
 
-    async def close(self) -> None:
+    async def close(self, *, drop: bool = False) -> None:
         if not self.ended:
             self.ended = True
             if not self.controls.close_after_writes():

@@ -71,9 +71,11 @@ class WebSocketTransport:
     def unsent(self) -> int:
         return self.controls.unsent()
 
-    async def close(self) -> None:
+    async def close(self, *, drop: bool = False) -> None:
         # 1000: Autobahn refuses 1001 from the application; a Close message has already
         # said whether to reconnect.
+        if drop:
+            self.controls.stop_reading()
         if not self.controls.close_after_writes():
             await self._send({"type": "websocket.close"})
 

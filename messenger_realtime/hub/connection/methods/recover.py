@@ -6,9 +6,9 @@ What one call may cost is bounded: at most RECOVERY_MAX_EVENTS events and
 RECOVERY_MAX_BYTES bytes (or half the send bound if less, so a recovery never overflows
 a drained connection), sent in messages of at most SEND_CHUNK bytes so the send bound is
 checked as they go; a stream that does not fit is answered "resync" (the client reloads
-it over REST instead of reconnecting and recovering it again). A call costs one unit
-and one more per STREAMS_PER_UNIT streams it names, before it runs, and then by what it
-sent (one more per EVENTS_PER_CHARGE events and per BYTES_PER_CHARGE bytes), of its
+it over REST instead of reconnecting and recovering it again). A call costs READ_UNITS
+(3) and one more per STREAMS_PER_UNIT streams it names, before it runs, and then by what
+it sent (one more per EVENTS_PER_CHARGE events and per BYTES_PER_CHARGE bytes), of its
 connection's budget and of the user's invocation rate limit.
 A connection runs its invocations one at a time, so one Recover is in flight per
 connection, and a user's recoveries read one at a time per process, on a thread of
@@ -39,10 +39,12 @@ SEND_CHUNK = 64 * 1024  # bytes per message of recovered events (Twisted's own t
 EVENTS_PER_CHARGE = 10
 BYTES_PER_CHARGE = 16 * 1024
 STREAMS_PER_UNIT = 25  # streams named per unit, before the read (a read takes 50 at a time)
+READ_UNITS = 3  # a call's own: the chats the user may read, and the missed entries' read
 
 
 @hub_method(
-    "Recover", cost=Cost(call=1, per_items=STREAMS_PER_UNIT, items=length_of_first, shared=True)
+    "Recover",
+    cost=Cost(call=READ_UNITS, per_items=STREAMS_PER_UNIT, items=length_of_first, shared=True),
 )
 async def recover(connection: Connection, argument: Any) -> Billed:
     """The `Recover` hub method: send what the client missed on each stream it names
