@@ -124,7 +124,8 @@ hub_resumes = Counter(
 hub_rate_limited = Counter(
     "messenger_realtime_hub_rate_limited",
     "Requests refused for a user's rate limit, by scope: rest (REST writes, answered 429), "
-    "hub (hub invocations, answered with an error).",
+    "hub (hub invocations, answered with an error), connect (negotiates and upgrades), "
+    "budget (a connection's messages past its INVOCATION_BUDGET).",
     ["scope"],
 )
 

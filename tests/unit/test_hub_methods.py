@@ -220,3 +220,38 @@ def test_a_ping_is_charged_like_any_message() -> None:
     going = asyncio.run(run())
     assert going == [True] * 12 + [False, False]  # 10 paid, 2 refused, the 3rd a flood
     assert outbound.frames == []
+
+
+def test_a_refusal_of_the_user_s_rate_limit_is_kept_until_its_retry_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client flooding a shared method made one Redis round trip per refused call; a
+    refusal now holds on its connection until its retry time, with no round trip."""
+    asked: list[int] = []
+
+    async def refusing(scope: str, user: Any, options: Any, units: int = 1) -> Any:
+        asked.append(units)
+        return ratelimit.Refusal(limit=600, window=60.0, retry_after=3)
+
+    async def shared(connection: Any) -> str:
+        return "ran"
+
+    monkeypatch.setattr(ratelimit, "acheck", refusing)
+    method = methods.HubMethod("Shared", 0, shared, methods.Cost(call=1, shared=True))
+    monkeypatch.setitem(invocations.HUB_METHODS, "Shared", method)
+    outbound = Sent()
+    clock = [0.0]
+    connection = fake_connection(outbound)
+    connection.loop = SimpleNamespace(time=lambda: clock[0])
+    calls = invocations.Invocations(OPTIONS, 0.0)
+
+    async def run() -> None:
+        for at in (0.0, 1.0, 2.9, 3.0):
+            clock[0] = at
+            message = {"type": 1, "invocationId": str(at), "target": "Shared", "arguments": []}
+            await calls.handle(connection, message)
+
+    asyncio.run(run())
+    assert asked == [1, 1]  # at 0 and once the refusal's 3 s were over
+    answers = [json.loads(f.rstrip("\x1e")) for f in outbound.frames]
+    assert all("rate limit exceeded" in a["error"] for a in answers)

@@ -24,8 +24,10 @@ from messenger_realtime.hub.connection.budget import Budget, OverBudget
 from messenger_realtime.hub.connection.methods import Billed, HubMethod, discover
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import MessageType
+from messenger_realtime.ops import metrics
 
 logger = logging.getLogger(__name__)
+BUDGET = "budget"  # messenger_realtime_hub_rate_limited_total's scope for the budget
 # A connection closed as a flood costs its user this many connects of RATE_LIMIT_CONNECTS
 # (120 a minute): one user's 32 connections flooding at once leave no reconnect in the
 # window, where each used to reconnect and flood again, 120 times a minute.
@@ -35,11 +37,15 @@ FLOOD_CONNECTS = 10
 class Invocations:
     """What a connection's client invokes: charged, answered, counted when refused."""
 
-    __slots__ = ("budget", "refused")
+    __slots__ = ("budget", "limited", "refused")
 
     def __init__(self, options: HubOptions, now: float) -> None:
         self.budget = Budget(options, now)
         self.refused = 0  # messages refused on this connection, for its budget or the limit
+        # The user's rate limit's last refusal and until when (loop time) it holds: a
+        # shared call meanwhile is refused here, without a round trip (a flood of them
+        # made one per call, ~640 for one user's 32 connections).
+        self.limited: tuple[float, ratelimit.Refusal] | None = None
 
     def flooding(self, options: HubOptions) -> bool:
         """Refused once more: whether that makes it a flood (the connection is ended)."""
@@ -51,9 +57,10 @@ class Invocations:
         a completion): None, or how the connection ends when that refusal makes it a
         flood (nothing is answered to such a message, refused or not)."""
         over = self.budget.spend(1, now)
-        if over is not None and self.flooding(options):
-            return flood(over)
-        return None
+        if over is None:
+            return None
+        metrics.hub_rate_limited.labels(scope=BUDGET).inc()
+        return flood(over) if self.flooding(options) else None
 
     async def handle(self, connection: Connection, message: dict[str, Any]) -> bool:
         """Charge and act on one message from the client; False when the connection was
@@ -87,11 +94,12 @@ class Invocations:
             units = method.cost.units(arguments)
         options = connection.options
         refusal: OverBudget | ratelimit.Refusal | None
-        refusal = self.budget.spend(units, connection.loop.time())
-        if refusal is None and method is not None and method.cost.shared:
-            refusal = await ratelimit.acheck(
-                ratelimit.INVOCATIONS, connection.user_id, options, units
-            )
+        now = connection.loop.time()
+        refusal = self.budget.spend(units, now)
+        if refusal is not None:
+            metrics.hub_rate_limited.labels(scope=BUDGET).inc()
+        elif method is not None and method.cost.shared:
+            refusal = await self._shared(connection, units, now)
         if refusal is not None:
             if self.flooding(options):
                 # It keeps going past its bounds: end it (a reconnect counts on, too).
@@ -101,6 +109,24 @@ class Invocations:
             return True
         await self._call(connection, message, method)
         return True
+
+    async def _shared(
+        self, connection: Connection, units: int, now: float
+    ) -> ratelimit.Refusal | None:
+        """Charge the user's rate limit (Redis), unless it refused lately and the
+        refusal still holds."""
+        limited = self.limited
+        if limited is not None:
+            if now < limited[0]:
+                metrics.hub_rate_limited.labels(scope=ratelimit.INVOCATIONS).inc()
+                return limited[1]
+            self.limited = None
+        refusal = await ratelimit.acheck(
+            ratelimit.INVOCATIONS, connection.user_id, connection.options, units
+        )
+        if refusal is not None:
+            self.limited = (now + refusal.retry_after, refusal)
+        return refusal
 
     async def _call(
         self, connection: Connection, message: dict[str, Any], method: HubMethod | None
