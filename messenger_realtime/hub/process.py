@@ -50,6 +50,7 @@ from messenger_realtime.hub import user_connections
 from messenger_realtime.hub.admission import Admission
 from messenger_realtime.hub.clock import Clock
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.connection.budget import Budget, Budgets
 from messenger_realtime.hub.database_clock import DatabaseClock
 from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.presence.changes import Announcer
@@ -99,6 +100,7 @@ class HubProcess:
         )
         self._tasks: set[asyncio.Future[None]] = set()  # nobody awaits them: kept till done
         self.built = BuiltEvents()
+        self.budgets = Budgets()  # each user's share of this process (connection/budget.py)
         # A Recover's read has a thread of its own (on a connection borrowed per read): one
         # user's heavy or stuck recovery never holds up the reads every connect makes
         # (reads.py). Its thread starts at the first recovery, not here.
@@ -151,6 +153,10 @@ class HubProcess:
         if parts.announcer is None:
             parts.announcer = Announcer(get_channel_layer())
         return parts.announcer
+
+    def user_budget(self, user_id: UUID, options: HubOptions, now: float) -> Budget:
+        """The user's share of this process, which their connections' messages all pay."""
+        return self.budgets.for_user(user_id, options, now)
 
     def rosters(self) -> Rosters:
         """This event loop's chat rosters (hub/rosters.py)."""

@@ -2,7 +2,9 @@
 discovery, its arity read from its signature; a HubError's message reaches the client."""
 
 import asyncio
+import gc
 import json
+import uuid
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,7 +13,7 @@ import pytest
 from messenger_realtime.exceptions import HubError
 from messenger_realtime.hub import ratelimit
 from messenger_realtime.hub.connection import invocations, methods
-from messenger_realtime.hub.connection.budget import Budget
+from messenger_realtime.hub.connection.budget import Budget, Budgets
 from messenger_realtime.hub.protocols.json_protocol import JsonProtocol
 from messenger_realtime.hub.recovery import RecoverError
 
@@ -65,9 +67,8 @@ def test_a_method_cannot_be_declared_without_a_cost() -> None:
 def test_a_connection_s_budget_refills_at_its_rate_up_to_its_burst(
     steps: list[tuple[float, int]], refused: list[bool]
 ) -> None:
-    options = SimpleNamespace(invocation_budget=2.0, invocation_burst=4)
     now = 100.0
-    budget = Budget(options, now)  # type: ignore[arg-type]
+    budget = Budget(2.0, 4, now, "one connection")
     got = []
     for elapsed, units in steps:
         now += elapsed
@@ -75,9 +76,32 @@ def test_a_connection_s_budget_refills_at_its_rate_up_to_its_burst(
     assert got == refused
 
 
+def test_a_user_s_connections_share_what_they_may_spend_in_a_process() -> None:
+    """One user's 32 connections flooding at once spent 32 bursts; a message pays its
+    connection's budget and its user's share of the process, both or neither."""
+    options = SimpleNamespace(invocation_budget=10.0, invocation_burst=10)
+    budgets = Budgets()
+    user, other = uuid.uuid4(), uuid.uuid4()
+    share = budgets.for_user(user, options, 0.0)  # type: ignore[arg-type]
+    assert budgets.for_user(user, options, 0.0) is share  # type: ignore[arg-type]
+    connections = [Budget.of_connection(options, 0.0) for _ in range(3)]  # type: ignore[arg-type]
+    spent = [c.spend(10, 0.0, share) for c in connections]
+    assert [s is None for s in spent] == [True, True, False]  # the share: two bursts
+    refusal = spent[2]
+    assert refusal is not None and "one user's connections to this server" in str(refusal)
+    assert connections[2].spend(10, 0.0) is None  # refused by the share: its own untouched
+    other_share = budgets.for_user(other, options, 0.0)  # type: ignore[arg-type]
+    assert Budget.of_connection(options, 0.0).spend(10, 0.0, other_share) is None  # type: ignore[arg-type]
+    del share, spent, refusal
+    gc.collect()
+    # Once no connection holds it the share goes; the next connection's is whole again
+    # (the old one, spent at 0.0, would refuse this).
+    anew = budgets.for_user(user, options, 0.0)  # type: ignore[arg-type]
+    assert anew.spend(20, 0.0) is None
+
+
 def test_work_owed_after_a_call_empties_the_budget_but_leaves_no_debt() -> None:
-    options = SimpleNamespace(invocation_budget=1.0, invocation_burst=10)
-    budget = Budget(options, 0.0)  # type: ignore[arg-type]
+    budget = Budget(1.0, 10, 0.0, "one connection")
     budget.owe(14, 0.0)  # a Recover that sent more than its burst
     assert budget.spend(1, 0.5) is not None  # nothing left: the next call waits
     assert budget.spend(1, 1.0) is None  # a second's refill, not four
@@ -101,6 +125,11 @@ class Sent:
 
 
 OPTIONS = SimpleNamespace(invocation_budget=10.0, invocation_burst=10, rate_limit_flood=3)
+
+
+def user_share() -> Budget:
+    """A user's share of the process larger than any test here spends."""
+    return Budget(1000.0, 1000, 0.0, "one user's connections to this server")
 
 
 def fake_connection(outbound: Sent) -> Any:
@@ -131,7 +160,7 @@ def invoke(monkeypatch: pytest.MonkeyPatch, call: Any, arguments: list[Any]) -> 
     outbound = Sent()
     connection = fake_connection(outbound)
     message = {"type": 1, "invocationId": "1", "target": "Try", "arguments": arguments}
-    asyncio.run(invocations.Invocations(OPTIONS, 0.0).handle(connection, message))  # type: ignore[arg-type]
+    asyncio.run(invocations.Invocations(OPTIONS, 0.0, user_share()).handle(connection, message))  # type: ignore[arg-type]
     (frame,) = outbound.frames
     return json.loads(frame.rstrip("\x1e"))  # type: ignore[no-any-return]
 
@@ -175,7 +204,9 @@ def test_a_local_method_runs_without_a_rate_limit_round_trip(
     monkeypatch.setitem(invocations.HUB_METHODS, "Local", method)
     outbound = Sent()
     message = {"type": 1, "invocationId": "1", "target": "Local", "arguments": []}
-    handled = invocations.Invocations(OPTIONS, 0.0).handle(fake_connection(outbound), message)
+    handled = invocations.Invocations(OPTIONS, 0.0, user_share()).handle(
+        fake_connection(outbound), message
+    )
     asyncio.run(handled)
     (frame,) = outbound.frames
     assert json.loads(frame.rstrip("\x1e"))["result"] == "ran"
@@ -191,7 +222,7 @@ def test_past_its_budget_a_call_is_refused_and_a_flood_ends_the_connection(
     monkeypatch.setitem(invocations.HUB_METHODS, "Local", method)
     outbound = Sent()
     connection = fake_connection(outbound)
-    calls = invocations.Invocations(OPTIONS, 0.0)
+    calls = invocations.Invocations(OPTIONS, 0.0, user_share())
 
     async def run() -> list[bool]:
         going = []
@@ -212,7 +243,7 @@ def test_past_its_budget_a_call_is_refused_and_a_flood_ends_the_connection(
 def test_a_ping_is_charged_like_any_message() -> None:
     outbound = Sent()
     connection = fake_connection(outbound)
-    calls = invocations.Invocations(OPTIONS, 0.0)
+    calls = invocations.Invocations(OPTIONS, 0.0, user_share())
 
     async def run() -> list[bool]:
         return [await calls.handle(connection, {"type": 6}) for _ in range(14)]
@@ -243,7 +274,7 @@ def test_a_refusal_of_the_user_s_rate_limit_is_kept_until_its_retry_time(
     clock = [0.0]
     connection = fake_connection(outbound)
     connection.loop = SimpleNamespace(time=lambda: clock[0])
-    calls = invocations.Invocations(OPTIONS, 0.0)
+    calls = invocations.Invocations(OPTIONS, 0.0, user_share())
 
     async def run() -> None:
         for at in (0.0, 1.0, 2.9, 3.0):

@@ -37,10 +37,11 @@ FLOOD_CONNECTS = 10
 class Invocations:
     """What a connection's client invokes: charged, answered, counted when refused."""
 
-    __slots__ = ("budget", "limited", "refused")
+    __slots__ = ("budget", "limited", "refused", "user_budget")
 
-    def __init__(self, options: HubOptions, now: float) -> None:
-        self.budget = Budget(options, now)
+    def __init__(self, options: HubOptions, now: float, user_budget: Budget) -> None:
+        self.budget = Budget.of_connection(options, now)
+        self.user_budget = user_budget  # its user's share of the process (budget.py)
         self.refused = 0  # messages refused on this connection, for its budget or the limit
         # The user's rate limit's last refusal and until when (loop time) it holds: a
         # shared call meanwhile is refused here, without a round trip (a flood of them
@@ -56,7 +57,7 @@ class Invocations:
         """One unit for a message that is not an invocation (a Ping, an Ack, a Sequence,
         a completion): None, or how the connection ends when that refusal makes it a
         flood (nothing is answered to such a message, refused or not)."""
-        over = self.budget.spend(1, now)
+        over = self.budget.spend(1, now, self.user_budget)
         if over is None:
             return None
         metrics.hub_rate_limited.labels(scope=BUDGET).inc()
@@ -95,7 +96,7 @@ class Invocations:
         options = connection.options
         refusal: OverBudget | ratelimit.Refusal | None
         now = connection.loop.time()
-        refusal = self.budget.spend(units, now)
+        refusal = self.budget.spend(units, now, self.user_budget)
         if refusal is not None:
             metrics.hub_rate_limited.labels(scope=BUDGET).inc()
         elif method is not None and method.cost.shared:
@@ -159,6 +160,7 @@ class Invocations:
             result, units = result
             if units > 0:
                 self.budget.owe(units, connection.loop.time())
+                self.user_budget.owe(units, connection.loop.time())
                 if method.cost.shared:
                     await ratelimit.acharge(
                         ratelimit.INVOCATIONS, connection.user_id, units, connection.options

@@ -144,7 +144,8 @@ class HubConnection:
         self.auth = Authentication(identity, token, self.loop)
         self.groups = Groups(self.user_id, owner=self)
         self.outbound = Outbound(owner=self, opened_at=opened_at)
-        self.invocations = Invocations(options, opened_at)
+        user_budget = hub.user_budget(self.user_id, options, opened_at)
+        self.invocations = Invocations(options, opened_at, user_budget)
         self.composing = Composing(
             self.user_id,
             loop=self.loop,

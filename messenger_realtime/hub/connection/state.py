@@ -24,6 +24,7 @@ from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.hub.clock import Clock
 from messenger_realtime.hub.connection.acknowledgements import Acknowledgements
 from messenger_realtime.hub.connection.authentication import Authentication
+from messenger_realtime.hub.connection.budget import Budget
 from messenger_realtime.hub.connection.composing import Composing
 from messenger_realtime.hub.connection.ending import Ending
 from messenger_realtime.hub.connection.groups import Groups
@@ -47,6 +48,8 @@ class Process(Protocol):
     def fanout(self, layer: Any) -> Fanout: ...
 
     def rosters(self) -> Rosters: ...
+
+    def user_budget(self, user_id: UUID, options: HubOptions, now: float) -> Budget: ...
 
     def recovering(self, user_id: UUID) -> asyncio.Lock: ...
 
