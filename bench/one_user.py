@@ -563,7 +563,7 @@ async def forget_counts() -> None:
 
 # What each hub method costs and what bounds it (hub/connection/methods/, issue 56).
 DECLARED = {
-    "GetGroups": "1 unit; shared",
+    "GetGroups": "1 unit",
     "Typing": "1 unit",
     "Acknowledge": "1 unit + 1 per 64 streams",
     "WatchPresence": "1 unit + 1 per 10 users; shared",

@@ -170,12 +170,13 @@ def test_one_recover_sends_at_most_its_bytes_and_resyncs_the_streams_past_them(
         _, got = recover_frames(ws, {small_stream: 1}, "2")
         assert [r["result"] for r in got if r.get("type") == 3] == [{small_stream: "recovered"}]
         assert len([r for r in got if r.get("target") == "message_received"]) == 40
-    # 50 invocations a window: two Recovers and 47 more fit, unless the 40 events
-    # recovered were charged (4 more): then the last 3 or 4 are refused.
+    # 50 units a window: two Recovers (3 each) and 44 one-unit calls fit, unless the 40
+    # events recovered were charged (4 more): then the last 4 or so are refused.
     with joined(small_daphne, bob) as ws:
         refused = 0
-        for n in range(47):
-            call = {"type": 1, "invocationId": f"g{n}", "target": "GetGroups", "arguments": []}
+        for n in range(44):
+            call = {"type": 1, "invocationId": f"g{n}", "target": "WatchPresence"}
+            call["arguments"] = [[]]  # a shared method that reads nothing: one unit
             ws.send(json.dumps(call) + RS)
             (reply,) = records(ws)
             refused += "rate limit exceeded" in reply.get("error", "")

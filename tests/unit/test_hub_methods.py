@@ -35,7 +35,7 @@ def test_every_method_declares_its_cost_and_those_that_read_are_shared() -> None
     costs = {name: m.cost for name, m in methods.discover().items()}
     assert all(cost.call >= 1 for cost in costs.values())
     shared = {name for name, cost in costs.items() if cost.shared}
-    assert shared == {"GetGroups", "Recover", "RenewToken", "WatchPresence"}
+    assert shared == {"Recover", "RenewToken", "WatchPresence"}
     # Those whose work grows with what a call names pay by it.
     assert costs["WatchPresence"].units([[f"u{n}" for n in range(200)]]) == 21
     assert costs["Acknowledge"].units([{f"s{n}": 1 for n in range(256)}, 0]) == 5
