@@ -19,8 +19,10 @@ markdown table (docs/reliability.md, "What one user can cost a process").
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import json
+import multiprocessing
 import os
 import sys
 import time
@@ -467,13 +469,33 @@ async def listeners(ws_base: str, members: list[uuid.UUID], stop: asyncio.Event)
     await asyncio.gather(*(listen(m) for m in members[:LISTENERS]))
 
 
+def bystander_for(base: str, ws_base: str, token: str, seconds: float) -> dict[str, Any]:
+    """The bystander, in a process of its own for `seconds`: the abuser's clients, busy
+    in this process, must not delay its requests or its clock."""
+
+    async def measure() -> dict[str, Any]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(bystander(base, ws_base, token, stop))
+        await asyncio.sleep(seconds)
+        stop.set()
+        return await task
+
+    return asyncio.run(measure())
+
+
+BYSTANDERS = concurrent.futures.ProcessPoolExecutor(
+    max_workers=1, mp_context=multiprocessing.get_context("spawn")
+)
+
+
 async def phase(
     name: str, seconds: float, daphne: Daphne, probe: Any, abuse: Any | None
 ) -> dict[str, Any]:
     stop = asyncio.Event()
     before = daphne.sample()
     peak = asyncio.create_task(peak_rss(daphne, stop))
-    tasks = [asyncio.create_task(probe(stop))]
+    loop = asyncio.get_running_loop()
+    tasks = [loop.run_in_executor(BYSTANDERS, bystander_for, *probe, seconds)]
     if abuse is not None:
         tasks.append(asyncio.create_task(abuse(stop)))
     await asyncio.sleep(seconds)
@@ -503,8 +525,7 @@ async def run(
             raise RuntimeError("Daphne did not answer within 30 s")
         await asyncio.sleep(0.2)
 
-    def probe(stop: asyncio.Event) -> Any:
-        return bystander(base, ws_base, other, stop)
+    probe = (base, ws_base, other)  # bystander_for's, in its own process
 
     def method(target: str | None, arguments: list[Any]) -> Any:
         frame = records_of(target, arguments)

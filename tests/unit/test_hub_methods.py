@@ -100,6 +100,15 @@ def test_a_user_s_connections_share_what_they_may_spend_in_a_process() -> None:
     assert anew.spend(20, 0.0) is None
 
 
+def test_bytes_read_are_paid_by_waiting_for_the_slowest_budget_at_most_a_burst() -> None:
+    connection = Budget(10.0, 10, 0.0, "one connection")
+    share = Budget(20.0, 20, 0.0, "one user's connections to this server")
+    assert connection.delay(4, 0.0, share) == 0  # within both: read at once
+    assert connection.delay(8, 0.0, share) == pytest.approx(0.2)  # 6 - 8: 2 units at 10/s
+    assert connection.delay(100, 0.0, share) == pytest.approx(1.0)  # owed: a burst at most
+    assert connection.spend(1, 0.5) is not None  # the next calls wait for it, too
+
+
 def test_work_owed_after_a_call_empties_the_budget_but_leaves_no_debt() -> None:
     budget = Budget(1.0, 10, 0.0, "one connection")
     budget.owe(14, 0.0)  # a Recover that sent more than its burst

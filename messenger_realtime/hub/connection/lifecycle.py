@@ -33,6 +33,7 @@ from messenger_realtime.hub import protocols, ratelimit
 from messenger_realtime.hub.admission import Opening
 from messenger_realtime.hub.connection.acknowledgements import Acknowledgements
 from messenger_realtime.hub.connection.authentication import Authentication
+from messenger_realtime.hub.connection.budget import BYTES_PER_UNIT
 from messenger_realtime.hub.connection.composing import Composing, claim_in
 from messenger_realtime.hub.connection.ending import SEND_BUFFER_OVER, UNEXPECTED, Ending
 from messenger_realtime.hub.connection.groups import Groups
@@ -249,6 +250,14 @@ class HubConnection:
                     return
                 data = rest
             assert self.protocol is not None
+            units = len(data) // BYTES_PER_UNIT  # a small frame's reading is in its calls
+            if units:
+                invocations = self.invocations
+                wait = invocations.budget.delay(units, now, invocations.user_budget)
+                if wait > 0:  # its socket is not read meanwhile (the server's flow control)
+                    await asyncio.sleep(wait)
+                    if self.closing:
+                        return
             for message in self.protocol.parse(data):
                 if not await self._receive_message(message):
                     return
