@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from messenger_realtime.hub.daphne.capacity import FULL_COLLECTION_AFTER
+from messenger_realtime.hub.daphne.capacity import FULL_COLLECTION_AFTER, SWITCH_INTERVAL
 from tests.support.factories import UserFactory
 from tests.support.runtime import wait_until
 from tests.support.wire import joined
@@ -89,3 +89,11 @@ def test_the_hub_process_runs_full_collections_rarely(census: Census) -> None:
     young, middle, full = census.take()["gc_threshold"]
     assert full == FULL_COLLECTION_AFTER
     assert (young, middle) == gc.get_threshold()[:2]
+
+
+def test_the_hub_process_s_threads_take_the_gil_from_a_busy_loop_within_a_millisecond(
+    census: Census,
+) -> None:
+    """REST views and the hub's reads run on threads beside the event loop; at CPython's
+    5 ms a flooding user's busy loop doubled a bystander's REST p95 (docs/reliability.md)."""
+    assert census.take()["switch_interval"] == SWITCH_INTERVAL == 0.001

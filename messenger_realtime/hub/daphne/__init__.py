@@ -47,4 +47,5 @@ def install(hub: "HubProcess", also_stop: Callable[[], Awaitable[None]] | None =
     server.install_server()  # Daphne's Server: factory (controls), checkers, backlog
     server.format_debug_lazily()  # Autobahn: its per-socket debug dump
     capacity.collect_in_full_rarely()  # CPython: the collector's thresholds
+    capacity.switch_often()  # CPython: threads waiting for a busy loop's GIL
     server.scrub_access_logs()  # Daphne's CLI and runserver: tokens out of access logs

@@ -13,15 +13,24 @@ deploy or a crash every client of a process comes back at once (docs/performance
   of ~0.37 s each, a fifth of the process's CPU. The hub's Daphne runs a full
   collection after at most FULL_COLLECTION_AFTER middle-generation collections instead
   of 10; the young ones, which free almost all of its garbage, run as before.
+- The interpreter's switch interval: the event loop shares the GIL with the threads
+  that run Django's views (REST) and the hub's reads. After each database round trip
+  such a thread waits for the loop to let go of the GIL, up to the switch interval
+  (5 ms by default) while the loop is busy, and a view makes several: one user's
+  32 connections flooding moved a bystander's REST p95 from 18 to 39-42 ms, mostly
+  waiting for the GIL. At SWITCH_INTERVAL (1 ms) it moved to 28-29 ms
+  (bench/one_user.py, docs/reliability.md).
 """
 
 import gc
 import re
+import sys
 from typing import Any
 
 LISTEN_BACKLOG = 4096
 # Generation-1 collections between two full collections at most (CPython's default: 10).
 FULL_COLLECTION_AFTER = 100
+SWITCH_INTERVAL = 0.001  # seconds (CPython's default: 0.005)
 # Endpoint kinds whose listen() takes a backlog (an adopted fd: its owner listened).
 _BACKLOG_KINDS = ("tcp", "tcp6", "ssl", "unix")
 
@@ -46,6 +55,11 @@ def listen_with_backlog(server_class: Any) -> None:
         run(server)
 
     server_class.run = run_with_backlog
+
+
+def switch_often() -> None:
+    """This process's threads take the GIL from a busy event loop within SWITCH_INTERVAL."""
+    sys.setswitchinterval(SWITCH_INTERVAL)
 
 
 def collect_in_full_rarely() -> None:

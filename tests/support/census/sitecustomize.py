@@ -41,6 +41,7 @@ if OUT and "daphne" in os.path.basename(sys.argv[0]):
             elif isinstance(obj, types.CoroutineType) and obj.__qualname__ in ROUTERS:
                 counts["router_frames"] += 1
         counts["gc_threshold"] = list(gc.get_threshold())
+        counts["switch_interval"] = sys.getswitchinterval()
         path = os.path.join(OUT, f"{taken[0]}.json")
         taken[0] += 1
         with open(path + ".tmp", "w") as out:
