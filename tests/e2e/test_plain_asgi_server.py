@@ -137,6 +137,7 @@ def test_a_client_that_stops_reading_is_closed_by_the_hubs_own_bound(
     4 MB here) and Uvicorn's are full, the hub's own buffer fills, past SEND_BUFFER_LIMIT
     the connection ends, and a reader of the same chat misses nothing."""
     server = UvicornProcess(live_env)  # SEND_BUFFER_LIMIT: its default, 1 MiB
+    stuck: StuckClient | None = None
     try:
         alice, bob = UserFactory(), UserFactory()
         chat = services.create_chat(alice.id, [bob.id])
@@ -175,6 +176,7 @@ def test_a_client_that_stops_reading_is_closed_by_the_hubs_own_bound(
             flooding.join()
         line = server.wait_for(f"hub connection closed.*UserId={bob.id}")
         assert "SEND_BUFFER_LIMIT" in line
-        stuck.sock.close()
     finally:
+        if stuck is not None:
+            stuck.sock.close()  # even when an assertion failed: no socket left to the GC
         server.kill()

@@ -90,6 +90,7 @@ class StuckClient:
     """A WebSocket client that completes the hub handshake and then never reads again."""
 
     def __init__(self, server: HubServer, token: str) -> None:
+        self.pinged = 0.0  # when ping() last sent one (monotonic)
         self.sock = socket.create_connection(("127.0.0.1", server.port))
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         key = base64.b64encode(os.urandom(16)).decode()
@@ -108,8 +109,14 @@ class StuckClient:
         self._send_text('{"protocol":"json","version":1}' + RS)
 
     def ping(self) -> None:
-        """A SignalR ping: the client is alive, it just does not read. Once the server
-        has dropped it (the point of these tests) there is nobody left to ping."""
+        """A SignalR ping, at most one a second (the official clients ping every 15 s;
+        faster, Pings are a flood the hub closes): the client is alive, it just does not
+        read. Once the server has dropped it (the point of these tests) there is nobody
+        left to ping."""
+        now = time.monotonic()
+        if now - self.pinged < 1:
+            return
+        self.pinged = now
         with contextlib.suppress(OSError):
             self._send_text('{"type":6}' + RS)
 
