@@ -2,14 +2,16 @@
 and what each message costs.
 
 A part of HubConnection (`invocations`) whose state is its own: its connection's budget
-(budget.py) and how many messages were refused. Every message the client sends pays
-here, the one place where a cost is applied: an invocation what its method declares
-(methods/: its `Cost`, to the connection's budget and, when `shared`, to the user's rate
-limit in Redis), anything else (a Ping, a completion, an unknown type) one unit of the
-budget. A refused invocation is answered with the reason; past RATE_LIMIT_FLOOD
-refusals the connection is closed as a flood. The connection is passed to `handle`
-with each message, never kept. Wording of errors follows ASP.NET Core SignalR, which
-clients may show or match.
+(budget.py), the last refusal of its user's rate limit while it holds, and how many
+messages were refused; it is handed its user's share of the process (a Budget the
+HubProcess keeps). Every message the client sends pays here, the one place where a cost
+is applied: an invocation what its method declares (methods/: its `Cost`, to both
+budgets and, when `shared`, to the user's rate limit in Redis), anything else (a Ping,
+an Ack, a completion, an unknown type) one unit of both budgets (lifecycle.py calls
+`pay` for the Pings Daphne takes itself and for stateful reconnect's Acks). A refused
+invocation is answered with the reason; past RATE_LIMIT_FLOOD refusals the connection
+is closed as a flood. The connection is passed to `handle` with each message, never
+kept. Wording of errors follows ASP.NET Core SignalR, which clients may show or match.
 """
 
 import dataclasses
