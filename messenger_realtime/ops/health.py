@@ -156,15 +156,21 @@ class HealthServer:
         self._thread.start()
 
     def shutdown(self) -> None:
+        """Stop serving and wait (at most 5 s) for the thread to end."""
         if not self._stopped.is_set():
-            self._loop.call_soon_threadsafe(self._stop_serving)
+            # Its loop may close between the check and the call (it stopped by itself).
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stop_serving)
             self._thread.join(timeout=5)
 
     def _run(self, sock: socket.socket) -> None:
         asyncio.set_event_loop(self._loop)
         try:
-            self._loop.run_until_complete(self._serve(sock))
+            # A shutdown() may come before the server even started: cancelled, not an error.
+            with contextlib.suppress(asyncio.CancelledError):
+                self._loop.run_until_complete(self._serve(sock))
         finally:
+            sock.close()  # (the server closed it already, unless stopped before it started)
             self._loop.close()
             self._stopped.set()
 
