@@ -91,8 +91,8 @@ def prepare(redis_url: str = REDIS_URL) -> dict[str, uuid.UUID]:
             for user in who:
                 conn.execute(
                     "INSERT INTO messenger_participant (id, chat_id, user_id, is_active,"
-                    " last_read_seq, joined_at) VALUES (gen_random_uuid(), %s, %s, true, 0,"
-                    " now())",
+                    " took_part, last_read_seq, joined_at) VALUES (gen_random_uuid(), %s, %s,"
+                    " true, true, 0, now())",  # members who talked: their presence shows
                     (ids[chat], user),
                 )
     return ids

@@ -52,17 +52,19 @@ SEED_SQL = [
     "INSERT INTO messenger_chat (id, kind, title, last_seq, created_at, updated_at)"
     " SELECT gen_random_uuid(), 'Group', 'pres ' || lpad(g::text, 6, '0'), 0, now(), now()"
     " FROM generate_series(0, (%(users)s - 1) / %(group)s) g",
-    "INSERT INTO messenger_participant (id, chat_id, user_id, is_active, last_read_seq, joined_at)"
-    " SELECT gen_random_uuid(), c.id, u.id, true, 0, now()"
+    # Members who talked (took_part): each may see the others' presence.
+    "INSERT INTO messenger_participant (id, chat_id, user_id, is_active, took_part,"
+    " last_read_seq, joined_at) SELECT gen_random_uuid(), c.id, u.id, true, true, 0, now()"
     " FROM (SELECT id, row_number() OVER (ORDER BY title) - 1 AS k FROM messenger_chat) c"
     " JOIN (SELECT id, row_number() OVER (ORDER BY username) - 1 AS k FROM messenger_user) u"
     "   ON u.k / %(group)s = c.k",
     # One big chat besides: its first %(big)s users (the typing burst's).
     "INSERT INTO messenger_chat (id, kind, title, last_seq, created_at, updated_at)"
     " VALUES (gen_random_uuid(), 'Group', 'pres big', 0, now(), now())",
-    "INSERT INTO messenger_participant (id, chat_id, user_id, is_active, last_read_seq, joined_at)"
-    " SELECT gen_random_uuid(), (SELECT id FROM messenger_chat WHERE title = 'pres big'), u.id,"
-    " true, 0, now() FROM (SELECT id FROM messenger_user ORDER BY username LIMIT %(big)s) u",
+    "INSERT INTO messenger_participant (id, chat_id, user_id, is_active, took_part,"
+    " last_read_seq, joined_at) SELECT gen_random_uuid(),"
+    " (SELECT id FROM messenger_chat WHERE title = 'pres big'), u.id, true, true, 0, now()"
+    " FROM (SELECT id FROM messenger_user ORDER BY username LIMIT %(big)s) u",
     "ANALYZE",
 ]
 

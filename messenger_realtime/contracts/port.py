@@ -232,10 +232,12 @@ class DomainPort(abc.ABC):
     # the outbox. Optional too: without visible_users nobody may watch anyone's presence.
 
     def visible_users(self, viewer_id: UUID, user_ids: Ids) -> Collection[UUID]:
-        """Which of `user_ids` the viewer may see online and last seen: typically those
-        who share an active chat with the viewer or are their contacts, and neither of
-        whom blocked the other. Read once per WatchPresence call, for at most
-        PRESENCE_WATCH_MAX users."""
+        """Which of `user_ids` the viewer may see online and last seen. Presence is by
+        consent: sharing a chat grants it only once the watched user took part in that
+        chat (created it, sent a message in it, or accepted it, as the host's domain
+        says), since anyone may open a direct chat with anyone; an accepted contact grants
+        it too; a block either way never. (The project's rule: realtime_port.py.) Read
+        once per WatchPresence call, for at most PRESENCE_WATCH_MAX users."""
         raise NotProvided("visible_users")
 
     def viewers_of(self, user_id: UUID, viewer_ids: Ids) -> Collection[UUID]:
@@ -243,8 +245,9 @@ class DomainPort(abc.ABC):
         way round from visible_users): read when a watched user's presence changes, for
         the watchers whose last check is over a minute old (hub/presence/visibility.py),
         once per change and hub process, so that a block or a leave ends a watch. This default
-        asks visible_users once per viewer; a host whose rule is symmetric (the
-        project's) answers with visible_users(user_id, viewer_ids), one read."""
+        asks visible_users once per viewer; a host answers in one read (the project's).
+        Not visible_users(user_id, viewer_ids): the consent is the watched user's, so
+        the rule is not symmetric."""
         return [v for v in viewer_ids if user_id in self.visible_users(v, [user_id])]
 
     def users_blocking(self, user_id: UUID) -> Collection[UUID]:

@@ -214,7 +214,7 @@ class HubProcess:
         self.keep_places(options)
         taken = await user_connections.take(user_id, connection_id, options, connect=connect)
         if taken.came_online:
-            self.announcer().announce(user_id, True)
+            self.announcer().announce(user_id, True, taken.last_seen)
         return taken
 
     def keep_places(self, options: HubOptions) -> None:

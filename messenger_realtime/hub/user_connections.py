@@ -60,13 +60,15 @@ SURELY_HELD = LEASE - 2 * RENEW_EVERY
 # A take is a connect: it is counted against RATE_LIMIT_CONNECTS in the same round trip
 # (the Lua function ratelimit.SLIDING_LOG_FUNCTION), one script where a connect used to
 # make two.
-# KEYS[1]: the user's set, KEYS[2]: LAPSES, KEYS[3]: the user's connect log; ARGV[1]: the
-# cap (0: none), ARGV[2]: the connection id, ARGV[3]: the lease in microseconds, ARGV[4]:
-# the user id, ARGV[5]: the connect limit (0: none), ARGV[6]: its window in µs. Counts
-# the connect (past the limit: {0, 0, µs until the next is let through}, no place
-# taken), drops lapsed places, then takes (or renews) this connection's. Returns
-# {1, came online, 0} when it has a place (came online: it is the user's only one),
-# {0, 0, 0} when the user holds the cap.
+# KEYS[1]: the user's set, KEYS[2]: LAPSES, KEYS[3]: the user's connect log, KEYS[4]:
+# LAST_SEEN; ARGV[1]: the cap (0: none), ARGV[2]: the connection id, ARGV[3]: the lease in
+# microseconds, ARGV[4]: the user id, ARGV[5]: the connect limit (0: none), ARGV[6]: its
+# window in µs. Counts the connect (past the limit: {0, 0, µs until the next is let
+# through}, no place taken), drops lapsed places, then takes (or renews) this
+# connection's. Returns {1, came online, 0, last seen} when it has a place (came online:
+# it is the user's only one; last seen: when they last went offline, as WatchPresence
+# reads it, so the `presence` event and the call say the same), {0, 0, 0} when the user
+# holds the cap.
 TAKE = (
     ratelimit.SLIDING_LOG_FUNCTION
     + """
@@ -87,7 +89,7 @@ end
 redis.call('ZADD', KEYS[1], t + lease, ARGV[2])
 redis.call('PEXPIRE', KEYS[1], math.ceil(lease / 1000))
 redis.call('ZADD', KEYS[2], 'GT', t + lease, ARGV[4])
-if held == 0 then return {1, 1, 0} end
+if held == 0 then return {1, 1, 0, redis.call('HGET', KEYS[4], ARGV[4])} end
 return {1, 0, 0}
 """
 )
@@ -139,6 +141,7 @@ class Taken(NamedTuple):
     granted: bool
     came_online: bool
     limited: ratelimit.Refusal | None = None
+    last_seen: float | None = None  # came online: when they last went offline, if known
 
 
 class Place(Protocol):
@@ -182,15 +185,16 @@ async def take(
         limit = 0
     try:
         script = ratelimit.registered_script(url, TAKE)
-        keys = [KEY.format(user=user_id), LAPSES, log]
+        keys = [KEY.format(user=user_id), LAPSES, log, LAST_SEEN]
         args = [cap, connection_id, lease_us, str(user_id), limit, window_us]
-        granted, came_online, wait_us = await script(keys, args)
+        granted, came_online, wait_us, *seen = await script(keys, args)
     except (redis.RedisError, OSError) as exc:
         _failed("take, and the connect's rate limit", user_id, exc)
         return Taken(True, False)
     if wait_us:
         return Taken(False, False, ratelimit.verdict(ratelimit.CONNECTS, int(wait_us), options))
-    return Taken(bool(granted), bool(came_online))
+    last_seen = float(seen[0]) if seen and seen[0] else None
+    return Taken(bool(granted), bool(came_online), last_seen=last_seen)
 
 
 async def give_back(user_id: UUID, connection_id: str, options: HubOptions) -> float | None:

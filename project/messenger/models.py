@@ -63,6 +63,10 @@ class Participant(models.Model):
     chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="participants")
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="participations")
     is_active = models.BooleanField(default=True)
+    # Whether this member took part in the chat (created it, or sent a message in it):
+    # only then does sharing the chat let the others see their presence. Anyone may open a
+    # chat with anyone; being put in one is no consent (realtime_port.VISIBLE_USERS_SQL).
+    took_part = models.BooleanField(default=False, db_default=False)
     last_read_seq = models.BigIntegerField(default=0)
     joined_at = models.DateTimeField(db_default=Now())
 

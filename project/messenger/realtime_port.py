@@ -87,17 +87,37 @@ STANDING_AND_CHATS_SQL = (
 # Presence: which of the asked users the viewer may see (a shared active chat or an
 # accepted contact, and no active block either way; the viewer sees themselves). One
 # statement for a whole watch list (ix_participant_user finds the viewer's chats).
+# Presence by consent: a viewer sees a user who is themselves, an accepted contact, or a
+# member of an active chat they share in which that user took part (created it or sent a
+# message: Participant.took_part); a chat anyone opened with a stranger grants nothing
+# until the stranger answers. Never when either blocked the other.
 VISIBLE_USERS_SQL = (
     "SELECT u FROM unnest(%(users)s::uuid[]) AS u WHERE (u = %(viewer)s"
     f" OR EXISTS (SELECT 1 FROM {Participant._meta.db_table} a"
     f" JOIN {Participant._meta.db_table} b ON b.chat_id = a.chat_id"
-    " WHERE a.user_id = %(viewer)s AND a.is_active AND b.user_id = u AND b.is_active)"
+    " WHERE a.user_id = %(viewer)s AND a.is_active"
+    " AND b.user_id = u AND b.is_active AND b.took_part)"
     f" OR EXISTS (SELECT 1 FROM {Contact._meta.db_table} c WHERE c.status = 'Accepted'"
     " AND ((c.requester_id = %(viewer)s AND c.addressee_id = u)"
     " OR (c.addressee_id = %(viewer)s AND c.requester_id = u))))"
     f" AND NOT EXISTS (SELECT 1 FROM {BlacklistEntry._meta.db_table} x WHERE x.is_active"
     " AND ((x.owner_id = %(viewer)s AND x.blocked_user_id = u)"
     " OR (x.owner_id = u AND x.blocked_user_id = %(viewer)s)))"
+)
+# The other way round (DomainPort.viewers_of): which of the viewers may see one user; the
+# same rule, the consent being the watched user's.
+VIEWERS_OF_SQL = (
+    "SELECT v FROM unnest(%(viewers)s::uuid[]) AS v WHERE (v = %(user)s"
+    f" OR EXISTS (SELECT 1 FROM {Participant._meta.db_table} a"
+    f" JOIN {Participant._meta.db_table} b ON b.chat_id = a.chat_id"
+    " WHERE a.user_id = v AND a.is_active"
+    " AND b.user_id = %(user)s AND b.is_active AND b.took_part)"
+    f" OR EXISTS (SELECT 1 FROM {Contact._meta.db_table} c WHERE c.status = 'Accepted'"
+    " AND ((c.requester_id = v AND c.addressee_id = %(user)s)"
+    " OR (c.addressee_id = v AND c.requester_id = %(user)s))))"
+    f" AND NOT EXISTS (SELECT 1 FROM {BlacklistEntry._meta.db_table} x WHERE x.is_active"
+    " AND ((x.owner_id = v AND x.blocked_user_id = %(user)s)"
+    " OR (x.owner_id = %(user)s AND x.blocked_user_id = v)))"
 )
 USERS_BLOCKING_SQL = (
     f"SELECT owner_id FROM {BlacklistEntry._meta.db_table} WHERE blocked_user_id = %s AND is_active"
@@ -300,9 +320,10 @@ class HostDomainPort(DomainPort):
             return {row[0] for row in cursor.fetchall()}
 
     def viewers_of(self, user_id: UUID, viewer_ids: Ids) -> Collection[UUID]:
-        # The project's rule is symmetric (a shared chat, a contact either way, a block
-        # either way), so who may see the user is whom the user may see.
-        return self.visible_users(user_id, viewer_ids)
+        # Not visible_users the other way round: the consent is the watched user's.
+        with connection.cursor() as cursor:
+            cursor.execute(VIEWERS_OF_SQL, {"user": user_id, "viewers": list(viewer_ids)})
+            return {row[0] for row in cursor.fetchall()}
 
     def users_blocking(self, user_id: UUID) -> Collection[UUID]:
         with connection.cursor() as cursor:

@@ -148,7 +148,7 @@ def test_a_client_within_its_budget_is_never_refused(daphne: DaphneProcess) -> N
     """What the official clients do, as fast as they do it: a burst of a page's calls
     at connect, then typing at keystroke rate and an acknowledgement now and then."""
     alice, bob = UserFactory(), UserFactory()
-    chat = services.create_chat(alice.id, [bob.id])
+    chat = services.create_chat(bob.id, [alice.id])  # bob took part: alice may watch him
     with joined(daphne, alice) as ws:
         ws.send(call("GetGroups", [], "g") + call("WatchPresence", [[str(bob.id)]], "w"))
         for n in range(30):
@@ -372,7 +372,9 @@ def test_watch_presence_is_charged_by_the_users_it_checks(counted: DaphneProcess
     checks: a watch of 30 users costs 4, so the third in a window of 12 is refused."""
     alice = UserFactory()
     others = UserFactory.create_batch(30)
-    services.create_chat(alice.id, [u.id for u in others])
+    chat = services.create_chat(alice.id, [u.id for u in others])
+    for other in others:  # each took part: alice may watch them
+        services.post_message(other.id, chat.id, "here")
     users = [str(u.id) for u in others]
     with joined(counted, alice) as ws:
         answers = []

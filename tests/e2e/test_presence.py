@@ -69,7 +69,7 @@ def test_a_watcher_hears_a_user_come_online_once_and_go_offline_with_the_last_de
     daphnes: list[DaphneProcess],
 ) -> None:
     alice, bob = UserFactory(), UserFactory()
-    services.create_chat(alice.id, [bob.id])
+    services.create_chat(bob.id, [alice.id])  # bob took part
     with joined(daphnes[0], alice) as watcher:
         assert watch(watcher, [bob])["result"] == {str(bob.id): {"online": False, "lastSeen": None}}
         with joined(daphnes[1], bob):  # on the other process
@@ -83,9 +83,31 @@ def test_a_watcher_hears_a_user_come_online_once_and_go_offline_with_the_last_de
     assert int(went) - 1 <= change["lastSeen"] <= time.time()
 
 
+def test_a_user_coming_back_online_carries_the_last_seen_the_call_gives(
+    daphnes: list[DaphneProcess],
+) -> None:
+    """The `presence` event and WatchPresence say the same lastSeen: a user seen offline
+    before comes online with that time, never null (null: never seen offline)."""
+    alice, bob = UserFactory(), UserFactory()
+    services.create_chat(bob.id, [alice.id])  # bob took part
+    with joined(daphnes[0], alice) as watcher:
+        assert watch(watcher, [bob])["result"][str(bob.id)]["lastSeen"] is None
+        with joined(daphnes[1], bob):
+            next_change(watcher)
+        went = next_change(watcher)
+        assert went["online"] is False and went["lastSeen"] is not None
+        called = watch(watcher, [bob], "offline")["result"][str(bob.id)]
+        assert called == {"online": False, "lastSeen": went["lastSeen"]}
+        with joined(daphnes[1], bob):
+            back = next_change(watcher)
+            assert back == {"userId": str(bob.id), "online": True, "lastSeen": went["lastSeen"]}
+            called = watch(watcher, [bob], "online")["result"][str(bob.id)]
+            assert called == {"online": True, "lastSeen": went["lastSeen"]}
+
+
 def test_only_users_one_may_see_can_be_watched(daphnes: list[DaphneProcess]) -> None:
     alice, friend, stranger, blocker = UserFactory(), UserFactory(), UserFactory(), UserFactory()
-    services.create_chat(alice.id, [friend.id, blocker.id])
+    services.create_chat(friend.id, [alice.id, blocker.id], title="f")
     BlacklistEntry.objects.create(owner=blocker, blocked_user=alice)
     with joined(daphnes[0], alice) as ws:
         assert set(watch(ws, [friend])["result"]) == {str(friend.id)}
@@ -99,6 +121,22 @@ def test_only_users_one_may_see_can_be_watched(daphnes: list[DaphneProcess]) -> 
         assert watch(ws, [], "none")["result"] == {}
         with joined(daphnes[1], friend):  # watching nobody now
             assert changes(ws, timeout=1) == []
+
+
+def test_a_stranger_who_opened_a_direct_chat_sees_nothing_until_answered(
+    daphnes: list[DaphneProcess],
+) -> None:
+    """Presence by consent: opening a direct chat with someone grants the opener nothing
+    (the other side was never asked); once they reply, the opener may watch them."""
+    stranger, bob = UserFactory(), UserFactory()
+    chat = services.create_chat(stranger.id, [bob.id])
+    with joined(daphnes[0], stranger) as ws:
+        refused = watch(ws, [bob])
+        assert refused["error"].endswith(f"HubException: may not watch these users: {bob.id}")
+        services.post_message(bob.id, chat.id, "hello?")
+        assert watch(ws, [bob], "answered")["result"] == {
+            str(bob.id): {"online": False, "lastSeen": None}
+        }
 
 
 def test_a_bad_watch_list_is_refused_with_its_reason(daphnes: list[DaphneProcess]) -> None:
@@ -120,7 +158,7 @@ def test_a_killed_daphnes_users_go_offline_within_the_bound(live_env: dict[str, 
     lapses LEASE after its last renewal and the next sweep of a live process tells the
     watchers, within LEASE + SWEEP_EVERY (the issue's bound: 30 s)."""
     alice, bob = UserFactory(), UserFactory()
-    services.create_chat(alice.id, [bob.id])
+    services.create_chat(bob.id, [alice.id])  # bob took part
     live, doomed = DaphneProcess(live_env), DaphneProcess(live_env)
     try:
         with joined(live, alice) as watcher:
@@ -156,7 +194,7 @@ def test_after_redis_restarts_the_reconnected_clients_know_again_who_is_online(
     knows again that its friend is online, and hears them go."""
     env = dict(live_env, REDIS_URL=private_redis.url)  # the layer's and the places' Redis
     alice, bob = UserFactory(), UserFactory()
-    services.create_chat(alice.id, [bob.id])
+    services.create_chat(bob.id, [alice.id])  # bob took part
     daphnes = [DaphneProcess(env), DaphneProcess(env)]
     clients: list[HubClient] = []
     try:
@@ -187,7 +225,7 @@ def test_presence_over_messagepack_with_the_official_client(
 ) -> None:
     """The watch's answer and the presence event in the other hub protocol."""
     alice, bob = UserFactory(), UserFactory()
-    services.create_chat(alice.id, [bob.id])
+    services.create_chat(bob.id, [alice.id])  # bob took part
     url = f"{daphnes[0].http}/hubs/messenger"
     watcher = HubClient(
         "@microsoft/signalr", url, token_for(alice.id), live_env, {"messagepack": True}

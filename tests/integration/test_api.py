@@ -14,6 +14,7 @@ from messenger_realtime.outbox.streams import current_offsets
 from project.messenger import services
 from project.messenger.api.base import STATUS_OF_ERROR, BadRequest, CsrfRefused, status_of
 from project.messenger.models import Chat, Message, Participant
+from project.messenger.realtime_port import HostDomainPort
 from project.messenger.services import errors
 from tests.support.factories import MessageFactory, UserFactory
 from tests.support.hub_helpers import token_for
@@ -56,6 +57,18 @@ def test_list_messages_is_ordered_by_seq_and_pages_after_a_seq(people: Any) -> N
         5,
         {str(alice.user.id), str(bob.user.id)},
     )
+
+
+def test_accepting_a_chat_lets_its_members_see_ones_presence(people: Any) -> None:
+    """POST /api/chats/{id}/accept: a member put in a chat by someone else consents to
+    being seen there (presence by consent, the project's port); a non-member gets 404."""
+    alice, bob, eve, chat = people
+    port = HostDomainPort()
+    assert set(port.visible_users(alice.user.id, [bob.user.id])) == set()
+    status, body = bob("POST", f"/api/chats/{chat.id}/accept")
+    assert status == 200 and body["userId"] == str(bob.user.id)
+    assert set(port.visible_users(alice.user.id, [bob.user.id])) == {bob.user.id}
+    assert eve("POST", f"/api/chats/{chat.id}/accept") == (404, {"error": "chat not found"})
 
 
 def test_a_non_participant_gets_404_and_learns_nothing(people: Any) -> None:

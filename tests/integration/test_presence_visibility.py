@@ -218,3 +218,22 @@ def test_the_ports_default_asks_visible_users_once_per_viewer() -> None:
     port = OneWay()
     viewers = DomainPort.viewers_of(port, ids[2], ids)  # type: ignore[arg-type]
     assert set(viewers) == {ids[0], ids[1]} and port.calls == 5
+
+
+@pytest.mark.parametrize("title", ["", "a group the stranger made"])
+def test_a_chat_a_stranger_opened_grants_presence_only_once_the_other_took_part(
+    title: str,
+) -> None:
+    """Presence by consent (the project's port): anyone may open a chat with anyone, so
+    sharing it shows the other's presence only once they took part (sent a message);
+    its creator took part by creating it. Both reads of the rule agree."""
+    stranger, bob = UserFactory(), UserFactory()
+    chat = services.create_chat(stranger.id, [bob.id], title=title)
+    port = HostDomainPort()
+    assert set(port.visible_users(stranger.id, [bob.id])) == set()  # bob was never asked
+    assert set(port.viewers_of(bob.id, [stranger.id])) == set()
+    assert set(port.visible_users(bob.id, [stranger.id])) == {stranger.id}  # who opened it
+    assert set(port.viewers_of(stranger.id, [bob.id])) == {bob.id}
+    services.post_message(bob.id, chat.id, "who is this?")  # bob answers: he took part
+    assert set(port.visible_users(stranger.id, [bob.id])) == {bob.id}
+    assert set(port.viewers_of(bob.id, [stranger.id])) == {stranger.id}

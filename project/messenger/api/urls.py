@@ -26,6 +26,7 @@ urlpatterns = [
     path(f"{CHAT}/messages", views.messages),
     path(f"{CHAT}/messages/<id:message_id>", views.message),
     path(f"{CHAT}/read", views.read),
+    path(f"{CHAT}/accept", views.accept),
     path(f"{CHAT}/participants", views.participants),
     path(f"{CHAT}/participants/<id:user_id>", views.participant),
     path(f"{CHAT}/calls", views.calls),

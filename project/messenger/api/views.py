@@ -129,6 +129,13 @@ def mark_read(user: UUID, request: HttpRequest, chat_id: UUID) -> Any:
     )
 
 
+def accept_chat(user: UUID, request: HttpRequest, chat_id: UUID) -> Any:
+    participant = services.accept_chat(user, chat_id)
+    return serializers.participant(
+        Participant.objects.select_related("user").get(id=participant.id)
+    )
+
+
 def add_participant(user: UUID, request: HttpRequest, chat_id: UUID) -> Any:
     services.add_participant(user, chat_id, uuid_of(body(request), "userId"))
     return 201, _chat_out(chat_id)
@@ -247,6 +254,7 @@ chat = endpoint(get=get_chat, patch=rename_chat)
 messages = endpoint(get=list_messages, post=post_message)
 message = endpoint(patch=edit_message, delete=delete_message)
 read = endpoint(post=mark_read)
+accept = endpoint(post=accept_chat)
 participants = endpoint(post=add_participant)
 participant = endpoint(delete=remove_participant)
 contacts = endpoint(post=request_contact)

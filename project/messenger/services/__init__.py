@@ -9,7 +9,14 @@ from .calls import (
     reap_missed_calls,
     start_call,
 )
-from .chats import add_participant, create_chat, mark_read, remove_participant, rename_chat
+from .chats import (
+    accept_chat,
+    add_participant,
+    create_chat,
+    mark_read,
+    remove_participant,
+    rename_chat,
+)
 from .conferences import (
     finalize_recording,
     invite,
@@ -30,6 +37,7 @@ __all__ = [
     "Forbidden",
     "InvalidInput",
     "NotFound",
+    "accept_chat",
     "accept_contact",
     "add_participant",
     "answer_call",

@@ -95,10 +95,23 @@ def create_chat(creator_id: UUID, member_ids: Iterable[UUID], title: str = "") -
     refuse_if_blocked(creator_id, members, "a chat with them")
     with transaction.atomic():
         chat = Chat.objects.create(title=title, kind=kind)
-        Participant.objects.bulk_create([Participant(chat=chat, user_id=uid) for uid in members])
+        Participant.objects.bulk_create(
+            [Participant(chat=chat, user_id=uid, took_part=uid == creator_id) for uid in members]
+        )
         _chat_updated(chat.id, ChatEvent.Kind.CREATED, creator_id, title=title, notify=members)
         membership_changed(*members)
     return chat
+
+
+def accept_chat(user_id: UUID, chat_id: UUID) -> Participant:
+    """The member accepts a chat someone put them in without writing in it: the others
+    may see their presence from now on, as after their first message (took_part)."""
+    with transaction.atomic():
+        participant = active_participant(chat_id, user_id)
+        if not participant.took_part:
+            participant.took_part = True
+            participant.save(update_fields=["took_part"])
+    return participant
 
 
 def rename_chat(actor_id: UUID, chat_id: UUID, title: str) -> Chat:

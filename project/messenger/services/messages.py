@@ -64,7 +64,9 @@ def post_once(
     it committed. The same id for another chat is a Conflict."""
     content = _content(kind, body, file_meta, card_text)
     with transaction.atomic():
-        active_participant(chat_id, sender_id)
+        sender = active_participant(chat_id, sender_id)
+        if not sender.took_part:  # the first message: the others may now see their presence
+            Participant.objects.filter(pk=sender.pk).update(took_part=True)
         # The chat row lock serialises senders of one chat: Seq is gapless and ordered.
         chat = Chat.objects.select_for_update().get(id=chat_id)
         if client_message_id is not None:

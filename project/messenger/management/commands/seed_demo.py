@@ -26,8 +26,11 @@ class Command(BaseCommand):
         ]
         alice, bob, carol = users
         if not Participant.objects.filter(user=alice).exists():
-            services.create_chat(alice.id, [bob.id, carol.id], title="Demo team")
-            services.create_chat(alice.id, [bob.id])
+            team = services.create_chat(alice.id, [bob.id, carol.id], title="Demo team")
+            direct = services.create_chat(alice.id, [bob.id])
+            # They accept the chats alice made: presence is by consent (realtime_port.py).
+            for user, chat in ((bob, team), (carol, team), (bob, direct)):
+                services.accept_chat(user.id, chat.id)
         self.stdout.write(listing(users))
 
 
