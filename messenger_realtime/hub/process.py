@@ -52,6 +52,7 @@ from messenger_realtime.hub.clock import Clock
 from messenger_realtime.hub.connection import HubConnection
 from messenger_realtime.hub.connection.budget import Budget, Budgets
 from messenger_realtime.hub.database_clock import DatabaseClock
+from messenger_realtime.hub.delivery_slo import ClientShares
 from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.presence.changes import Announcer
 from messenger_realtime.hub.presence.last_seen import save_forever
@@ -101,6 +102,8 @@ class HubProcess:
         self._tasks: set[asyncio.Future[None]] = set()  # nobody awaits them: kept till done
         self.built = BuiltEvents()
         self.budgets = Budgets()  # each user's share of this process (connection/budget.py)
+        # Each user's share of the client delivery histogram (hub/delivery_slo.py).
+        self.client_shares = ClientShares()
         # A Recover's read has a thread of its own (on a connection borrowed per read): one
         # user's heavy or stuck recovery never holds up the reads every connect makes
         # (reads.py). Its thread starts at the first recovery, not here.

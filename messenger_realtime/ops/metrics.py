@@ -160,15 +160,40 @@ hub_recovered_events = Counter(
     "messenger_realtime_hub_recovered_events",
     "Events a Recover invocation sent from the database (missed while away).",
 )
-client_delivery = Histogram(
-    "messenger_realtime_hub_client_delivery_seconds",
-    "From an event's commit (its row's created_at, the database's clock) to the client's "
-    "acknowledgement of it, for live events to clients that acknowledge (stateful "
-    "reconnect's Acks, the web client's Acknowledge), by event and transport; the hub's "
-    "clock is corrected by its measured offset from the database's "
-    "(messenger_realtime_hub_database_clock_offset_seconds). The spec's SLO reads it.",
+hub_delivery = Histogram(
+    "messenger_realtime_hub_delivery_seconds",
+    "From an event's commit (its row's created_at, the database's clock) to its frame "
+    "handed to the connection's transport by this hub process, for live events, by event "
+    "and transport: the server's own measure of the spec's SLO, which no client can move "
+    "(alert RealtimeDeliverySLOBreached; hub/delivery_slo.py).",
     ["kind", "transport"],
     buckets=DELIVERY_BUCKETS,
+)
+client_delivery = Histogram(
+    "messenger_realtime_hub_client_delivery_seconds",
+    "From an event's commit to the client's acknowledgement of it, for live events to "
+    "clients that acknowledge (stateful reconnect's Acks, the web client's Acknowledge), "
+    "by event and transport: a second signal, told by clients, so bounded (acknowledged "
+    "within 10 s of the send, at most 8 observations per user, process and minute; "
+    "hub/delivery_slo.py). The hub's clock is corrected by its measured offset from the "
+    "database's (messenger_realtime_hub_database_clock_offset_seconds).",
+    ["kind", "transport"],
+    buckets=DELIVERY_BUCKETS,
+)
+client_delivery_unmeasured = Counter(
+    "messenger_realtime_hub_client_delivery_unmeasured",
+    "Acknowledged live events left out of messenger_realtime_hub_client_delivery_seconds, "
+    "by reason: late (acknowledged over 10 s after the send), share (their user had added "
+    "their 8 observations of the minute on this process).",
+    ["reason"],
+)
+client_delivery_users = Counter(
+    "messenger_realtime_hub_client_delivery_users",
+    "User-minutes of acknowledged deliveries on this process, by outcome: measured (the "
+    "user's first observation of the minute), slow (their first over 1 s in the minute). "
+    "A user adds at most one of each a minute: alert RealtimeClientDeliverySLOBreached "
+    "needs 20 slow ones in five minutes, so one client alone never fires it.",
+    ["outcome"],
 )
 database_clock_offset = Gauge(
     "messenger_realtime_hub_database_clock_offset_seconds",
@@ -228,7 +253,10 @@ WEB_FAMILIES = (
     hub_recovered_events,
     hub_recovery_duration,
     hub_typing,
+    hub_delivery,
     client_delivery,
+    client_delivery_unmeasured,
+    client_delivery_users,
     database_clock_offset,
     database_clock_uncertainty,
 )

@@ -25,11 +25,18 @@ after the first (never before it was sent, never after the acknowledgement).
 At most KEPT events wait: a client that stops acknowledging costs a bounded list and its
 oldest entries go unobserved. Events a Recover sends carry no `committed_at`: the
 histogram is of live delivery.
+
+What the client says is bounded (hub/delivery_slo.py): an event acknowledged over
+delivery_slo.ACK_WINDOW after its send is not measured (counted `late`), the stated wait
+is taken off only up to that window, and each observation goes through the process's
+ClientShares, which caps what one user adds.
 """
 
 import collections
 from typing import Any, NamedTuple, Protocol
+from uuid import UUID
 
+from messenger_realtime.hub.delivery_slo import ACK_WINDOW, ClientShares
 from messenger_realtime.hub.transports.base import Transport
 from messenger_realtime.ops import metrics
 
@@ -67,10 +74,13 @@ class Owner(Protocol):
 class Acknowledgements:
     """The live events sent to one connection and not acknowledged yet."""
 
-    __slots__ = ("_built", "_clock", "_owner", "_sent")
+    __slots__ = ("_built", "_clock", "_owner", "_sent", "_shares", "_user_id")
 
-    def __init__(self, owner: Owner, clock: DatabaseTime) -> None:
+    def __init__(
+        self, owner: Owner, clock: DatabaseTime, *, user_id: UUID, shares: ClientShares
+    ) -> None:
         self._owner, self._clock = owner, clock
+        self._user_id, self._shares = user_id, shares  # the process's, for every connection
         self._sent: collections.deque[Sent] = collections.deque(maxlen=KEPT)
         # Events whose frames wait in the batch in hand (Outbound.unsent), by their
         # index there: a frame's sequence id is known once the batch is emitted.
@@ -126,16 +136,19 @@ class Acknowledgements:
 
     def _observe(self, window: list[Sent], waited: float) -> None:
         """The events of one acknowledgement, in the order they were sent: the client had
-        the first `waited` seconds before now, each later one as much later as it was
-        sent after the first, but none before it was sent nor after now."""
+        the first `waited` seconds before now (at most ACK_WINDOW), each later one as
+        much later as it was sent after the first, but none before it was sent nor
+        after now. An event sent over ACK_WINDOW ago is not measured."""
         if not window:
             return
         now = self._clock.now()
-        first_had, first_sent = now - waited, window[0].sent_at
+        first_had, first_sent = now - min(waited, ACK_WINDOW), window[0].sent_at
         transport = self._owner.transport
         name = transport.name if transport is not None else "detached"
+        shares, user_id = self._shares, self._user_id
         for entry in window:
+            if now - entry.sent_at > ACK_WINDOW:
+                metrics.client_delivery_unmeasured.labels(reason="late").inc()
+                continue
             had = min(now, max(entry.sent_at, first_had + (entry.sent_at - first_sent)))
-            metrics.client_delivery.labels(kind=entry.event, transport=name).observe(
-                max(0.0, had - entry.committed_at)
-            )
+            shares.observe(user_id, entry.event, name, max(0.0, had - entry.committed_at))

@@ -169,7 +169,12 @@ class HubConnection:
         """Its acknowledgements part: made when stateful reconnect is granted (the
         client's Acks), or at its client's first `Acknowledge`."""
         if self.acks is None:
-            self.acks = Acknowledgements(self, self.hub.database_clock())
+            self.acks = Acknowledgements(
+                self,
+                self.hub.database_clock(),
+                user_id=self.user_id,
+                shares=self.hub.client_shares,
+            )
         return self.acks
 
     def next_sequence_id(self) -> int | None:

@@ -23,9 +23,11 @@ from typing import Any, Protocol
 
 import messenger_realtime.hub.connection.ending as ending
 from messenger_realtime.backplane.publisher import EVENT_TYPE
+from messenger_realtime.hub import delivery_slo
 from messenger_realtime.hub.connection.acknowledgements import Acknowledgements
 from messenger_realtime.hub.connection.ending import Ending
 from messenger_realtime.hub.connection.groups import Groups
+from messenger_realtime.hub.database_clock import DatabaseClock
 from messenger_realtime.hub.protocols.base import Frame, join_frames
 from messenger_realtime.hub.transports.base import Transport
 
@@ -43,9 +45,11 @@ Numbered = Callable[..., Awaitable[None]]
 
 
 class Keeps(Protocol):
-    """Its process, as Outbound uses it (HubProcess.keep)."""
+    """Its process, as Outbound uses it (HubProcess.keep, .database_clock)."""
 
     def keep(self, task: "asyncio.Future[None]") -> None: ...
+
+    def database_clock(self) -> DatabaseClock: ...
 
 
 class Owner(Protocol):
@@ -93,6 +97,8 @@ class Outbound:
     (above): read-only, so it never writes the connection's fields."""
 
     __slots__ = (
+        "_clock",
+        "_live",
         "_numbered",
         "_owner",
         "delivering",
@@ -108,6 +114,9 @@ class Outbound:
         self.delivering = False  # its inbox's messages go out (handshake answered)
         self.task: asyncio.Task[None] | None = None  # while it forwards its inbox
         self.unsent: list[Frame] = []  # built for the current batch, not emitted yet
+        # The live events among them, (committed_at, event name): timed when handed over.
+        self._live: list[tuple[float, str]] = []
+        self._clock: DatabaseClock | None = None  # the process's, at the first live event
 
     def numbered_by(self, emit: Numbered) -> None:
         """Stateful reconnect was granted (at the handshake): from now on hub invocation
@@ -178,6 +187,9 @@ class Outbound:
                         if frame is not None:
                             if owner.acks is not None:
                                 owner.acks.built(len(self.unsent), message)
+                            committed_at = message.get("committed_at")
+                            if committed_at is not None:
+                                self._live.append((committed_at, message["event"]))
                             self.unsent.append(frame)
                             size += len(frame)
                         if size >= FRAME_BYTES:
@@ -202,9 +214,25 @@ class Outbound:
     async def flush(self) -> None:
         """Send the event frames built and not sent yet (a recovery sends them first)."""
         frames, self.unsent = self.unsent, []  # taken first: a Close meanwhile sends none twice
-        if self._owner.acks is not None:
-            self._owner.acks.emitting()  # nothing awaited before emit_many numbers them
+        live, self._live = self._live, []
+        owner = self._owner
+        if owner.acks is not None:
+            owner.acks.emitting()  # nothing awaited before emit_many numbers them
         await self.emit_many(frames)
+        if live:
+            self._handed_over(live)
+
+    def _handed_over(self, live: list[tuple[float, str]]) -> None:
+        """These live events' frames are with the transport now: the server's measure of
+        the delivery SLO (hub/delivery_slo.py). Between sockets (a stateful connection
+        waiting for its client) they are kept for a resume, not handed over: not timed."""
+        transport = self._owner.transport
+        if transport is None:
+            return
+        clock = self._clock
+        if clock is None:
+            clock = self._clock = self._owner.hub.database_clock()
+        delivery_slo.handed_over(live, transport.name, clock.now())
 
     async def send_close(self, close: Frame) -> None:
         """The Close, after the frames built before it (whichever task closes)."""

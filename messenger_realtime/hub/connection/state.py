@@ -31,6 +31,7 @@ from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.outbound import Outbound
 from messenger_realtime.hub.database_clock import DatabaseClock
+from messenger_realtime.hub.delivery_slo import ClientShares
 from messenger_realtime.hub.fanout import Fanout
 from messenger_realtime.hub.protocols.base import HubProtocol
 from messenger_realtime.hub.recovery import StreamRecovery
@@ -41,6 +42,8 @@ class Process(Protocol):
     """hub/process.HubProcess, as a connection uses it: the process owns its registry
     entry and its place among its user's open connections, and what its event loop runs
     for every connection (the clock, the fan-out, the rosters)."""
+
+    client_shares: ClientShares  # each user's share of the client delivery histogram
 
     def clock(self) -> Clock: ...
     def database_clock(self) -> DatabaseClock: ...
