@@ -82,10 +82,21 @@ def read_access_token(token: str, options: HubOptions) -> Identity:
     return identity
 
 
-def _verify(token: str, options: HubOptions) -> Identity:
+def read_expired_token(token: str, options: HubOptions) -> Identity:
+    """What a token that is valid but for its expiry says (its `expires_at` passed):
+    only for a request to a connection renewed since (transports/http.py), which
+    decides whether that connection took this very token. InvalidToken for anything
+    else wrong with it."""
+    key = (token, options.jwt_signing_key, options.jwt_issuer, options.jwt_audience)
+    identity = _verified.get(key)
+    return identity if identity is not None else _verify(token, options, expired=True)
+
+
+def _verify(token: str, options: HubOptions, *, expired: bool = False) -> Identity:
     """The token's identity. It must say when it was issued (`iat`: revocation compares
     with it) and live at most JWT_MAX_LIFETIME; JWT_LEEWAY forgives a skewed clock on
-    iat, nbf and exp, and the connection's expiry is exp plus it (the same rule)."""
+    iat, nbf and exp, and the connection's expiry is exp plus it (the same rule).
+    `expired`: its expiry is not checked (read_expired_token)."""
     try:
         claims: dict[str, Any] = jwt.decode(
             token,
@@ -94,7 +105,7 @@ def _verify(token: str, options: HubOptions) -> Identity:
             audience=options.jwt_audience,
             issuer=options.jwt_issuer,
             leeway=options.jwt_leeway,
-            options={"require": ["exp", "iat", "sub", "iss", "aud"]},
+            options={"require": ["exp", "iat", "sub", "iss", "aud"], "verify_exp": not expired},
         )
     except jwt.MissingRequiredClaimError as exc:
         raise InvalidToken(f"token lacks the {exc.claim!r} claim") from exc

@@ -25,6 +25,7 @@ from messenger_realtime.conf.settings import HubOptions, load_hub_options
 from messenger_realtime.exceptions import InvalidToken, TooManyConnections
 from messenger_realtime.hub import user_connections
 from messenger_realtime.hub.connection import HubConnection
+from messenger_realtime.hub.credentials import tokens
 from messenger_realtime.hub.credentials.request import cors_headers, identify_scope, query_of
 from messenger_realtime.hub.process import HubProcess
 from messenger_realtime.hub.protocols.base import message_too_big
@@ -107,10 +108,13 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
         try:
             identity, _ = await identify_scope(self.scope, options, lookup=False)
         except InvalidToken as exc:
-            logger.info("hub request refused", extra={"action": "refused", "reason": str(exc)})
-            www = (b"www-authenticate", b'Bearer realm="messenger"')
-            await self.respond(401, f"Unauthorized: {exc}".encode(), [*TEXT, www])
-            return
+            renewed = self._renewed(ids[0], options)
+            if renewed is None:
+                logger.info("hub request refused", extra={"action": "refused", "reason": str(exc)})
+                www = (b"www-authenticate", b'Bearer realm="messenger"')
+                await self.respond(401, f"Unauthorized: {exc}".encode(), [*TEXT, www])
+                return
+            identity = renewed
         try:
             _, connection = opening.find(self.hub, ids[0], identity.user_id)
         except InvalidToken as exc:
@@ -125,6 +129,27 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
             await self._open(ids[0], options)
         else:
             await self._get(connection)
+
+    def _renewed(self, connection_token: str, options: HubOptions) -> tokens.Identity | None:
+        """The identity of a request whose token expired, when the connection it names
+        took that very token and was renewed since (RenewToken): the official clients
+        send the token they negotiated with on every poll and POST, whatever RenewToken
+        was given. Accepted only for that connection, live in this process, of the
+        token's user, and only until the connection's own (renewed) expiry; None
+        otherwise (the request is refused as before)."""
+        token = tokens.bearer_token(dict(self.scope.get("headers", [])), query_of(self.scope))
+        if token is None:
+            return None
+        try:
+            identity = tokens.read_expired_token(token, options)
+            _, connection = opening.find(self.hub, connection_token, identity.user_id)
+        except InvalidToken:
+            return None
+        if connection is None or connection.closing or not connection.auth.took_token(token):
+            return None
+        if connection.auth.expires_at <= connection.loop.time():
+            return None  # past the connection's own expiry too: it is being closed
+        return identity
 
     async def _open(self, connection_token: str, options: HubOptions) -> None:
         """The first GET of a fresh token: an event stream, or the first (empty) poll."""

@@ -5,7 +5,8 @@
 // "LongPolling" (only that one), "messagepack": true (the MessagePack hub protocol).
 // Prints one JSON object per line (connection states, events, invocation results; a
 // Date in a payload prints as {"$date": ISO}); reads commands from stdin: "groups"
-// (invoke GetGroups), "recover JSON" (invoke Recover with that object), "token JWT" (the token the next (re)connect uses), "transport"
+// (invoke GetGroups), "recover JSON" (invoke Recover with that object), "token JWT" (the token the next (re)connect uses),
+// "renew JWT" (invoke RenewToken with it; the token the client sends stays the one it has), "transport"
 // (print the transport in use), "watch JSON" (invoke WatchPresence with that list of user
 // ids, and again after every reconnect, as a real client must: the watch is the
 // connection's), "typing CHAT_ID" (send Typing), "drop" (destroy the WebSocket's TCP socket),
@@ -103,6 +104,12 @@ for await (const line of commands) {
   } else if (line.startsWith("typing ")) {
     await connection.send("Typing", line.slice("typing ".length));
     print({ typed: true });
+  } else if (line.startsWith("renew ")) {
+    try {
+      print({ renewed: await connection.invoke("RenewToken", line.slice("renew ".length)) });
+    } catch (error) {
+      print({ invokeError: String(error) });
+    }
   } else if (line.startsWith("token ")) {
     token = line.slice("token ".length);
     print({ token: "set" });
