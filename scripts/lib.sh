@@ -21,24 +21,41 @@ stop_services() {
 }
 
 ensure_venv() {  # ensure_venv runtime|dev: serve needs the runtime only; test and bench dev
-  local profile=${1:-dev} py want req stamp
-  py=$(command -v python3.11 || command -v python3)
-  [ -x .venv/bin/python ] || "$py" -m venv .venv
+  ensure_venv_at .venv "$(command -v python3.11 || command -v python3)" "${1:-dev}"
+}
+
+ensure_venv_at() {  # ensure_venv_at DIR PYTHON runtime|dev: a virtualenv of PYTHON in DIR
+  local venv=$1 py=$2 profile=$3 want req stamp
+  [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
   case "$profile" in
     runtime) req=requirements.txt ;;
     dev) req=requirements-dev.txt ;;  # includes requirements.txt and bench/requirements.txt
     *) log "ensure_venv: unknown profile $profile"; return 1 ;;
   esac
   want=$(requirements_hash "$profile")
-  stamp=.venv/.requirements-$profile.sha256
+  stamp=$venv/.requirements-$profile.sha256
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    log "installing the pinned $profile requirements ($req) into .venv"
-    .venv/bin/python -m pip install -q --disable-pip-version-check -r "$req"
+    log "installing the pinned $profile requirements ($req) into $venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
     echo "$want" >"$stamp"
     # The dev set holds the runtime set: a later serve has nothing to install.
-    [ "$profile" = dev ] && requirements_hash runtime >.venv/.requirements-runtime.sha256
+    [ "$profile" = dev ] && requirements_hash runtime >"$venv/.requirements-runtime.sha256"
   fi
   return 0
+}
+
+find_python() {  # find_python 3.12: that interpreter (pyenv's newest, else on PATH), or fail
+  local candidate
+  # pyenv's shims are on PATH even for a version that is not selected: they fail to run.
+  for candidate in $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$1".*/bin/python 2>/dev/null | sort -V | tac) \
+    "$(command -v "python$1" || true)"; do
+    if [ -n "$candidate" ] && "$candidate" -c 'import sys' 2>/dev/null; then
+      echo "$candidate"
+      return 0
+    fi
+  done
+  log "Python $1 not found (under pyenv, or on PATH as python$1): install it, e.g. pyenv install $1"
+  return 1
 }
 
 requirements_hash() {  # requirements_hash runtime|dev

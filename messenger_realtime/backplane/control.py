@@ -8,7 +8,6 @@ is logged and never fails the owner.
 """
 
 import hashlib
-import logging
 from typing import Any
 from uuid import UUID
 
@@ -19,9 +18,9 @@ from django.db import transaction
 from messenger_realtime.backplane.group_names import layer_group
 from messenger_realtime.contracts.events import HubTarget
 from messenger_realtime.exceptions import describe_error
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 MEMBERSHIP_EVENT = "realtime.membership"
 DISCONNECT_EVENT = "realtime.disconnect"
 SESSION_ENDED_EVENT = "realtime.session_ended"

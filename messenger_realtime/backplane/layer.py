@@ -35,7 +35,6 @@ import asyncio
 import collections
 import contextlib
 import functools
-import logging
 import socket
 import time
 from typing import Any
@@ -49,10 +48,10 @@ from messenger_realtime.backplane.reservations import ConnectionReservation
 from messenger_realtime.conf.settings import network_timeout
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.ops import metrics
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 from messenger_realtime.ops.network import REDIS, WAITS
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 RECEIVE_BATCH = 100
 

@@ -25,7 +25,6 @@ which close with allowReconnect. The count returned is lost messages: one per dr
 message per channel it was for, what messenger_realtime_channel_overruns_total adds up.
 """
 
-import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -37,8 +36,9 @@ from messenger_realtime.backplane import shards
 from messenger_realtime.backplane.backlog import QueueState
 from messenger_realtime.exceptions import UnencodablePayload
 from messenger_realtime.ops import metrics
+from messenger_realtime.ops.logging import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 OVERRUN_SUFFIX = "$overrun"  # beside channels-redis' own "$inflight" backup key

@@ -4,9 +4,12 @@ Each check is tagged with the process roles it concerns, so `dispatch_realtime` 
 the worker's (a hub-only secret cannot stop the worker) while `manage.py check` runs all.
 DOMAIN_PORT's check (E011) lives with the port, in contracts/checks.py. An environment
 variable with the settings' prefix that names no setting is a warning (W001): the
-process starts, and says which variable it ignores and the closest real name. A
-database pool that does not bound every reply by NETWORK_TIMEOUT is a warning (W002), in
-hub/checks.py beside the connection class it asks for.
+process starts, and says which variable it ignores and the closest real name (an unknown
+settings key, E001, says it too). A database pool that does not bound every reply by
+NETWORK_TIMEOUT, or no pool at all, is a warning (W002, W005), in hub/checks.py beside
+the connection class it asks for. Mistakes that work but silently lose what the app is
+for are warnings too: channels-redis' own layer in place of the app's (W003), no
+RATE_LIMIT_REDIS_URL (W004).
 `check --deploy` adds the secrets' own (secrets.py): a known placeholder is an error (E038),
 and so is a Django SECRET_KEY weaker than Django's rule (E039, where Django only warns).
 """
@@ -48,13 +51,24 @@ def _named(key: str, values: dict[str, Any]) -> str:
     return _secret_source(name, key, str(values.get(key) or "")) if key in _SECRETS else name
 
 
+def _closest(key: str) -> str:
+    """' Did you mean ...?' for a misspelled key (empty when nothing is close)."""
+    close = difflib.get_close_matches(key.upper(), list(DEFAULTS), n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
 def _errors(keys: frozenset[str]) -> list[Error]:
     values, problems = collect()
     hint = "Fix settings.MESSENGER_REALTIME[{key!r}] or ${env}."
     errors = [
         Error(
             f"MESSENGER_REALTIME[{key!r}]: {problem}",
-            hint=hint.format(key=key, env=env_name(key)),
+            hint=(
+                hint.format(key=key, env=env_name(key))
+                if problem != "unknown key"
+                else f"Remove it or correct its name.{_closest(key)} The settings: "
+                "docs/operations.md, Settings."
+            ),
             id="messenger_realtime.E001" if problem == "unknown key" else "messenger_realtime.E002",
         )
         for key, problem in problems
@@ -90,12 +104,59 @@ def check_worker_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]
             Error(
                 "REALTIME_BACKPLANE_ENABLED is true but CHANNEL_LAYERS['default'] is in-memory: "
                 "the worker process could not reach the hub.",
-                hint="Use messenger_realtime.backplane.layer.BatchReceiveRedisChannelLayer (or "
-                "channels_redis.core.RedisChannelLayer), or disable the backplane.",
+                hint="Use messenger_realtime.backplane.layer.BatchReceiveRedisChannelLayer, or "
+                "disable the backplane.",
                 id="messenger_realtime.E013",
             )
         )
     return errors
+
+
+APP_LAYER = "messenger_realtime.backplane.layer.BatchReceiveRedisChannelLayer"
+PLAIN_LAYERS = (
+    "channels_redis.core.RedisChannelLayer",
+    "channels_redis.pubsub.RedisPubSubChannelLayer",
+)
+
+
+@register(WORKER_TAG, HUB_TAG)
+def check_channel_layer_backend(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """W003: channels-redis' own layer where the app's is meant. It works, without what
+    the app's adds: one batched receive per process instead of a round trip per message,
+    a push's groups in one pipeline, overruns reported per connection, volatile typing,
+    the backplane-restart check (docs/integration.md, step 4)."""
+    backend = getattr(settings, "CHANNEL_LAYERS", {}).get("default", {}).get("BACKEND", "")
+    if backend not in PLAIN_LAYERS:
+        return []
+    return [
+        Warning(
+            f"CHANNEL_LAYERS['default']['BACKEND'] is {backend}: the app's layer batches "
+            "receives and pushes, reports overruns to the connections that lost events and "
+            "notices a Redis that forgot its groups; this one does none of that.",
+            hint=f"Set CHANNEL_LAYERS['default']['BACKEND'] = {APP_LAYER!r} (same CONFIG; "
+            "docs/integration.md, step 4).",
+            id="messenger_realtime.W003",
+        )
+    ]
+
+
+@register(HUB_TAG)
+def check_rate_limit_store(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """W004: no RATE_LIMIT_REDIS_URL: every per-user bound is off, silently."""
+    values, _ = collect()
+    if values.get("RATE_LIMIT_REDIS_URL"):
+        return []
+    return [
+        Warning(
+            "MESSENGER_REALTIME['RATE_LIMIT_REDIS_URL'] is empty: no per-user bound holds "
+            "(REST and invocation rate limits, connects, MAX_CONNECTIONS_PER_USER, the "
+            "typing claims) and presence has nowhere to live.",
+            hint=f"Set it (or ${env_name('RATE_LIMIT_REDIS_URL')}) to a Redis URL, e.g. the "
+            "channel layer's; to run without per-user bounds on purpose, add "
+            "'messenger_realtime.W004' to SILENCED_SYSTEM_CHECKS.",
+            id="messenger_realtime.W004",
+        )
+    ]
 
 
 @register(WORKER_TAG, HUB_TAG)

@@ -15,7 +15,6 @@ and reported in batch order, at most one batch behind the pushes.
 """
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -31,9 +30,9 @@ from messenger_realtime.dispatch.claimer import Claimer
 from messenger_realtime.dispatch.outcomes import PassResult, report
 from messenger_realtime.dispatch.push import Pace, push
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # The suspects' own time per pass, as a share of MAX_RUN_DURATION (1.25 s by default):
 # after a crash a backlog of suspects gets a fifth of the worker's time while a fair

@@ -11,7 +11,6 @@ deadline is decided before any read: it expires instead of being pushed.
 
 import asyncio
 import contextlib
-import logging
 import queue
 import threading
 import time
@@ -25,9 +24,9 @@ from messenger_realtime.contracts.port import DomainPort
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
 from messenger_realtime.exceptions import InvalidRow, UnencodablePayload, describe_error
 from messenger_realtime.ops import metrics
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 HEALTH_CHECK_EVERY = 1.0  # seconds between checks of the build thread's Django connection
 BUILD_TIMEOUT_ERROR = "BuildTimeout: the domain read did not return within BUILD_TIMEOUT"

@@ -43,12 +43,12 @@ from messenger_realtime.exceptions import (
 )
 from messenger_realtime.ops import metrics, tracing
 from messenger_realtime.ops.health import Liveness
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 from messenger_realtime.outbox.checks import expiry_problem
 from messenger_realtime.outbox.enums import RealtimeDispatchKind
 from messenger_realtime.uuid7 import uuid7
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 RECONNECT_DELAY = 1.0  # seconds between attempts to get a lost database session back
 STATS_INTERVAL = 1.0  # seconds between backlog gauge refreshes

@@ -14,7 +14,6 @@ a while after a restart; the standby then takes the stale lease over and is read
 """
 
 import asyncio
-import logging
 
 from channels.layers import get_channel_layer
 
@@ -22,8 +21,9 @@ from messenger_realtime.backplane.publisher import ChannelLayerPublisher
 from messenger_realtime.conf.settings import load_options
 from messenger_realtime.dispatch.runner import build_runner
 from messenger_realtime.ops import webhealth
+from messenger_realtime.ops.logging import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 ANOTHER_LEADER = (
     "REALTIME_BACKPLANE_ENABLED is false (one process dispatches inside Daphne), but "

@@ -46,9 +46,9 @@ import psycopg
 from messenger_realtime.dispatch import connections as db
 from messenger_realtime.dispatch import sql
 from messenger_realtime.exceptions import LeadershipLost, describe_error
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 Conn = psycopg.AsyncConnection[Any]
 
 TERMINATE_WAIT_MS = 5000  # pg_terminate_backend waits this long for the backend to exit

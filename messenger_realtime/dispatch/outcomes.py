@@ -18,17 +18,17 @@ from typing import Any
 
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
 from messenger_realtime.ops import metrics
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
 from messenger_realtime.outbox.signals import (
     RealtimeDispatchQuarantinedEvent,
     realtime_dispatch_quarantined,
 )
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 # Its own logger: under load an operator can lower it (LOG_LEVELS or LOGGING) without
 # losing the retry and quarantine lines.
-dispatched_logger = logging.getLogger(f"{__name__}.dispatched")
+dispatched_logger = get_logger(f"{__name__}.dispatched")
 
 
 @dataclass

@@ -13,7 +13,6 @@ answered by a bound when it can be (ChannelLayerPublisher.hub_backlog's `within`
 """
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -31,9 +30,9 @@ from messenger_realtime.contracts.events import OutgoingEvent
 from messenger_realtime.dispatch.rows import Fate, RowOutcome
 from messenger_realtime.exceptions import InvalidRow, LeadershipLost, describe_error
 from messenger_realtime.ops import metrics, tracing
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 PIPELINE_CHUNK = 100
 
 

@@ -10,15 +10,15 @@ Quarantined rows are never deleted.
 """
 
 import asyncio
-import logging
 import time
 from typing import Any
 
 from messenger_realtime.conf.settings import RealtimeDispatchOptions
 from messenger_realtime.dispatch import store
 from messenger_realtime.ops import metrics
+from messenger_realtime.ops.logging import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class Retention:

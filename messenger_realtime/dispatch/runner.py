@@ -28,9 +28,9 @@ from messenger_realtime.dispatch.lease import advisory_key
 from messenger_realtime.dispatch.partitions import Partition
 from messenger_realtime.exceptions import DatabaseUnusable, database_cause, describe_error
 from messenger_realtime.ops.health import Liveness, LivenessGroup
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 

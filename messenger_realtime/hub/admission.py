@@ -42,15 +42,15 @@ a storm does not become a flood of log lines.
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator
 
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.ops import metrics
+from messenger_realtime.ops.logging import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 RETRY_AFTER = 2  # seconds (Retry-After is whole seconds), after a wait that ran out
 SHED_LOG_EVERY = 1.0  # seconds between two "connects shed" log lines at most
 # Seconds a negotiate's slot waits for its connection's transport: a client opens it

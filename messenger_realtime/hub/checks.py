@@ -1,5 +1,6 @@
 """W002: the web process's database pool lends connections that bound every reply
-(hub/bounded_pool.py). Beside the class it asks for: conf/ imports nothing above it."""
+(hub/bounded_pool.py); W005: it has a pool at all. Beside the class it asks for: conf/
+imports nothing above it."""
 
 from typing import Any
 
@@ -23,6 +24,21 @@ def unbounded_pools(databases: dict[str, Any]) -> list[Warning]:
         # given: docs/integration.md says what bounds that case.
         pool = database.get("OPTIONS", {}).get("pool")
         chosen = pool.get("connection_class") if isinstance(pool, dict) else None
+        if "postgresql" in database.get("ENGINE", "") and not pool:
+            warnings.append(
+                Warning(
+                    f"DATABASES[{alias!r}] has no pool: the web process's PostgreSQL waits "
+                    "have no bound but the kernel's keepalives (minutes), so a silent flow "
+                    "(a NAT that forgot it, a failover) holds a Daphne request or a hub read "
+                    "that long.",
+                    hint=f"Set DATABASES[{alias!r}]['OPTIONS']['pool'] = {{'connection_class': "
+                    "messenger_realtime.hub.bounded_pool.BoundedConnection, ...} "
+                    "(docs/integration.md, step 3); behind PgBouncer, where no pool is "
+                    "right, add 'messenger_realtime.W005' to SILENCED_SYSTEM_CHECKS.",
+                    id="messenger_realtime.W005",
+                )
+            )
+            continue
         if not pool or (isinstance(chosen, type) and issubclass(chosen, BoundedConnection)):
             continue
         where = f"DATABASES[{alias!r}]['OPTIONS']['pool']"

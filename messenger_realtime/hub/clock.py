@@ -25,11 +25,12 @@ connection alive past its end.
 import asyncio
 import heapq
 import itertools
-import logging
 import math
 from typing import Protocol
 
-logger = logging.getLogger(__name__)
+from messenger_realtime.ops.logging import get_logger
+
+logger = get_logger(__name__)
 
 GRANULE = 0.05  # seconds: how late a deadline may fire, at most, to share a loop turn
 

@@ -12,7 +12,6 @@ the shortest round trip is used (a slow round trip is the likeliest to be off).
 
 import asyncio
 import collections
-import logging
 import time
 
 from django.db import connection
@@ -20,8 +19,9 @@ from django.db import connection
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.hub.reads import hub_read
 from messenger_realtime.ops import metrics
+from messenger_realtime.ops.logging import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 MEASURE_EVERY = 60.0  # seconds between two measurements
 KEEP = 5  # measurements the offset is chosen from

@@ -48,7 +48,6 @@ channel instead of the batched reader.
 import asyncio
 import contextlib
 import hashlib
-import logging
 import time
 import weakref
 from typing import Any
@@ -59,9 +58,9 @@ from messenger_realtime.exceptions import describe_error
 from messenger_realtime.hub.copies import Copies
 from messenger_realtime.hub.inbox import Inbox
 from messenger_realtime.hub.restarts import BACKPLANE_RESTARTED_MESSAGE, RestartWatch
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 BACKLOG_LIMIT = 1000  # deliveries waiting in memory before the reader stops popping
 STALL_AFTER = 0.5  # s an inbox with messages may take nothing before it stops counting
 # The most one connection adds to the backlog: a frame's worth (outbound.FRAME_RECORDS),

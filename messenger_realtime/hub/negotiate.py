@@ -23,7 +23,6 @@ cause in words (without the internal host, which only the log and /health/ready 
 """
 
 import json
-import logging
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -33,10 +32,10 @@ from messenger_realtime.hub import admission, user_connections
 from messenger_realtime.hub.credentials.request import cors_headers, identify_scope
 from messenger_realtime.hub.credentials.tokens import new_connection_token
 from messenger_realtime.hub.process import HubProcess
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 from messenger_realtime.ops.webhealth import layer_verdict
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # ASP.NET Core's order; Server-Sent Events carry text (JSON) only.
 FORMATS = {

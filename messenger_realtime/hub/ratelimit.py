@@ -18,7 +18,6 @@ Refusals are counted (messenger_realtime_hub_rate_limited_total).
 """
 
 import asyncio
-import logging
 import math
 import weakref
 from dataclasses import dataclass
@@ -32,9 +31,9 @@ import redis.asyncio
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.ops import metrics
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 WRITES = "rest"  # REST writes: POST, PATCH, DELETE under /api/
 INVOCATIONS = "hub"  # hub invocations with a target (not pings, acks or completions)
 CONNECTS = "connect"  # negotiates, and WebSocket upgrades that skip negotiate

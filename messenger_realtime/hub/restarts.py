@@ -17,14 +17,13 @@ server is noticed within NETWORK_TIMEOUT + EPOCH_CHECK.
 """
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from messenger_realtime.exceptions import describe_error
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # How often each Redis server's run id is read: a restart is noticed within this, and the
 # events pushed to its forgotten groups meanwhile are recovered by the reconnecting clients.

@@ -27,7 +27,6 @@ negotiate: a user is online from the connect on, however many processes serve th
 """
 
 import asyncio
-import logging
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
@@ -38,9 +37,9 @@ import redis
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.hub import ratelimit
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 KEY = "messenger_realtime:connections:{user}"
 # When each user's places lapse (a sorted set of user ids scored in µs of Redis' clock),
 # when each went offline (a hash of unix seconds), and which of those PostgreSQL has not

@@ -1,18 +1,31 @@
-"""A log formatter: a readable line plus the record's structured `extra` as key=value.
+"""The app's log lines: their fields in the message text, and a formatter.
+
+Every module logs through `get_logger(__name__)`, a FieldLogger: a line's structured
+`extra` (EntryId, Seq, UserId, rows, ...) is written into its message as key=value as
+well as kept as record attributes, so a host's own LOGGING with a plain `%(message)s`
+formatter keeps them, and a JSON formatter (python-json-logger's, for instance) gets them
+as fields. KeyValueFormatter, the app's own (ensure_handler), renders a record's plain
+extras as key=value after the message, but not those the message already carries.
 
 Only plain values are rendered (objects such as Django's `request` are skipped: their
 repr carries the full URL), and access or connection tokens in a URL are redacted in the
 whole line, whoever logged it.
 """
 
+import json
 import logging
 import re
 import time
+from collections.abc import Mapping, MutableMapping
 from enum import StrEnum
+from typing import Any
 from uuid import UUID
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 _PLAIN = (str, int, float, bool, UUID, type(None))
+# On a record whose message carries its fields already (FieldLogger): the message as the
+# caller wrote it, before the fields (JsonFormatter's `message`).
+BARE_MESSAGE = "_bare_message"
 _SECRET_QUERY = re.compile(r"((?:access_token|id)=)[^&\s\"']*")
 
 
@@ -49,6 +62,38 @@ def scrub_query_secrets(text: str) -> str:
     return _SECRET_QUERY.sub(r"\1[redacted]", text)
 
 
+def fields_text(fields: Mapping[str, Any]) -> str:
+    """`key=value ...` of the plain values among `fields`, by key."""
+    return " ".join(f"{k}={v}" for k, v in sorted(fields.items()) if isinstance(v, _PLAIN))
+
+
+class FieldLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A logger whose lines carry their `extra` fields in the message too (the module's
+    docstring). Costs nothing for a line below the logger's level."""
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if not self.isEnabledFor(level):
+            return
+        extra = kwargs.get("extra")
+        if extra:
+            text = scrub_query_secrets(fields_text(extra))  # whatever formats it next
+            if text:
+                # With %-arguments the message is formatted: a % in a value stays one.
+                kwargs["extra"] = {**extra, BARE_MESSAGE: msg}
+                msg = f"{msg} {text.replace('%', '%%') if args else text}"
+        # The caller's file and line, not this method's (logging skips its own frames).
+        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1
+        self.logger.log(level, msg, *args, **kwargs)
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
+        return msg, kwargs  # the caller's extra as given (the adapter has none of its own)
+
+
+def get_logger(name: str) -> FieldLogger:
+    """The app's logger for a module (`get_logger(__name__)`)."""
+    return FieldLogger(logging.getLogger(name), {})
+
+
 class KeyValueFormatter(logging.Formatter):
     """`time level logger message key=value ...` with the record's plain extra fields."""
 
@@ -71,11 +116,10 @@ class KeyValueFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         fields = vars(record)
-        extras = sorted(
-            (k, fields[k]) for k in fields.keys() - _STANDARD if isinstance(fields[k], _PLAIN)
-        )
-        if extras:
-            line += " " + " ".join(f"{k}={v}" for k, v in extras)
+        if BARE_MESSAGE not in fields:  # else the message has them (FieldLogger)
+            text = fields_text({k: fields[k] for k in fields.keys() - _STANDARD})
+            if text:
+                line += " " + text
         return scrub_query_secrets(line)
 
 
@@ -95,3 +139,33 @@ def ensure_handler() -> None:
     logger.addHandler(handler)
     if logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: `time` (ISO 8601, UTC), `level`, `logger`, `message` (as
+    the caller wrote it, without the fields) and each plain field of the record's `extra`
+    as a key of its own; tokens in URLs redacted as KeyValueFormatter does. For a host
+    that ships JSON logs: `"formatter": "messenger_realtime.ops.logging.JsonFormatter"`
+    under LOGGING's `formatters` ("()" key) (docs/operations.md, Logs and traces)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = vars(record)
+        bare = fields.get(BARE_MESSAGE)
+        if bare is None:
+            message = record.getMessage()
+        else:
+            message = str(bare) % record.args if record.args else str(bare)
+        line: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": message,
+        }
+        for key in sorted(fields.keys() - _STANDARD):
+            value = fields[key]
+            if not key.startswith("_") and isinstance(value, _PLAIN) and key not in line:
+                line[key] = str(value) if isinstance(value, UUID) else value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return scrub_query_secrets(json.dumps(line, ensure_ascii=False))

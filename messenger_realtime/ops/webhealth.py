@@ -24,7 +24,6 @@ back, whatever number of requests met it meanwhile.
 """
 
 import asyncio
-import logging
 import time
 import weakref
 from collections.abc import Callable
@@ -38,8 +37,9 @@ from django.views.decorators.http import require_GET
 
 from messenger_realtime.exceptions import database_cause
 from messenger_realtime.ops import network
+from messenger_realtime.ops.logging import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 PROBE_TIMEOUT = 2.0  # seconds to get a pooled connection before asking libpq why not
 CONNECT_TIMEOUT = 2  # seconds for that direct attempt: the probe answers within ~4 s

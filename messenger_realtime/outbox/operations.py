@@ -7,7 +7,6 @@ requeue of thousands of rows never holds thousands of row locks (or one huge sta
 while the worker runs; every batch that changed rows wakes the worker.
 """
 
-import logging
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 from uuid import UUID
@@ -18,11 +17,12 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Concat, Left, Now
 
 from messenger_realtime.exceptions import INVALID_ROW_CODES
+from messenger_realtime.ops.logging import get_logger
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
 from messenger_realtime.outbox.models import RealtimeOutboxEntry
 from messenger_realtime.outbox.notify import notify
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 # An incident's fingerprint: last_error with ids and numbers blanked, so one outage's
 # rows group together.

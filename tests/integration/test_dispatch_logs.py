@@ -2,6 +2,7 @@
 the outcome they report is committed (the probe reads the row as the line is emitted),
 never a body or a token; and a pass's lines agree with its counts and the counters."""
 
+import io
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -47,7 +48,12 @@ class Probe(logging.Handler):
         self.lines.append((record, self.format(record), seen))
 
     def named(self, message: str) -> list[tuple[logging.LogRecord, str, Any]]:
-        return [line for line in self.lines if line[0].getMessage() == message]
+        """The lines of `message` (the text before the fields the message carries)."""
+        return [
+            line
+            for line in self.lines
+            if line[0].getMessage() == message or line[0].getMessage().startswith(message + " ")
+        ]
 
 
 @pytest.fixture
@@ -75,6 +81,37 @@ class FailingChat(RecordingPublisher):
         self.events.append(event)
         if str(event.target) == self.bad:
             raise ConnectionError(111, "refused")
+
+
+def test_a_hosts_plain_formatter_keeps_every_lines_fields() -> None:
+    """A host's LOGGING with a bare `%(message)s` formatter (no extras rendered): the
+    fields are in the message text itself, so a row can still be followed by EntryId.
+    Before: `dispatched`, `batch claimed`, `job completed`, nothing else."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    app = logging.getLogger("messenger_realtime")
+    level = app.level
+    app.addHandler(handler)
+    app.setLevel(logging.INFO)
+    try:
+        (row,) = OutboxEntryFactory.create_batch(1)
+        run(one_pass(options(), RecordingPublisher()))
+    finally:
+        app.removeHandler(handler)
+        app.setLevel(level)
+    lines = stream.getvalue().splitlines()
+    assert f"EntryId={row.id}" in next(line for line in lines if line.startswith("dispatched "))
+    assert f"Seq={row.seq}" in next(line for line in lines if line.startswith("dispatched "))
+    assert "rows=1" in next(line for line in lines if line.startswith("batch claimed "))
+    assert "dispatched=1" in next(line for line in lines if line.startswith("job completed "))
+
+
+def test_the_apps_formatter_writes_each_field_once(probe: Probe) -> None:
+    OutboxEntryFactory.create_batch(1)
+    run(one_pass(options(), RecordingPublisher()))
+    ((_record, text, _seen),) = probe.named("batch claimed")
+    assert text.count("rows=1") == 1
 
 
 def test_batch_claimed_is_logged_once_the_claim_committed_with_rows(probe: Probe) -> None:

@@ -2,13 +2,22 @@
 record's plain extra fields in name order, with tokens in URLs redacted; and the handler
 the app gives itself when a host's logging config reaches none of its loggers."""
 
+import io
+import json
 import logging
 import uuid
 from collections.abc import Iterator
+from uuid import UUID
 
 import pytest
 
-from messenger_realtime.ops.logging import APP_LOGGER, KeyValueFormatter, ensure_handler
+from messenger_realtime.ops.logging import (
+    APP_LOGGER,
+    JsonFormatter,
+    KeyValueFormatter,
+    ensure_handler,
+    get_logger,
+)
 
 
 def record(created: float, **extra: object) -> logging.LogRecord:
@@ -74,3 +83,49 @@ def test_a_host_s_own_handler_is_left_in_control(bare_app_logger: logging.Logger
     assert logging.getLogger().handlers
     ensure_handler()
     assert bare_app_logger.handlers == [] and bare_app_logger.level == logging.NOTSET
+
+
+def test_the_apps_lines_carry_their_fields_in_the_message_under_a_plain_formatter() -> None:
+    """A host's LOGGING with `%(message)s` only: the fields are in the text. Before: the
+    worker printed a bare `dispatched`."""
+    stream, logger = io.StringIO(), logging.getLogger("messenger_realtime.test_fields")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        log = get_logger("messenger_realtime.test_fields")
+        log.info("dispatched", extra={"EntryId": UUID(int=7), "Seq": 3, "request": object()})
+        log.warning("odd %s", "50%", extra={"share": "10%"})
+        log.debug("not written", extra={"Seq": 1})
+    finally:
+        logger.removeHandler(handler)
+    assert stream.getvalue().splitlines() == [
+        f"dispatched EntryId={UUID(int=7)} Seq=3",
+        "odd 50% share=10%",
+    ]
+
+
+def test_json_lines_have_the_bare_message_and_each_field() -> None:
+    record = logging.LogRecord("messenger_realtime.x", logging.INFO, "f", 1, "m %s", ("a",), None)
+    line = json.loads(JsonFormatter().format(record))
+    assert (line["message"], line["level"], line["logger"]) == (
+        "m a",
+        "INFO",
+        "messenger_realtime.x",
+    )
+    stream, logger = io.StringIO(), logging.getLogger("messenger_realtime.test_json")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        get_logger("messenger_realtime.test_json").info(
+            "hub connected", extra={"UserId": UUID(int=1), "url": "/hubs?access_token=eyJ.x"}
+        )
+    finally:
+        logger.removeHandler(handler)
+    line = json.loads(stream.getvalue())
+    assert line["message"] == "hub connected" and line["UserId"] == str(UUID(int=1))
+    assert line["url"] == "/hubs?access_token=[redacted]"
+    assert line["time"].endswith("Z")

@@ -405,3 +405,48 @@ def test_a_database_pool_without_the_bounded_connection_is_a_warning() -> None:
     assert unbounded_pools(bounded) == []
     assert unbounded_pools({"default": {"OPTIONS": {}}}) == []  # no pool: no class to give
     assert HUB_TAG in check_database_pool.tags  # type: ignore[attr-defined]  # the hub's checks
+
+
+def test_a_misspelled_settings_key_is_told_the_closest_name() -> None:
+    with realtime({"BATCH_SIZ": 100}):
+        (error,) = [m for m in check_realtime_settings() if m.id == "messenger_realtime.E001"]
+    assert "'BATCH_SIZ'" in error.msg and "Did you mean 'BATCH_SIZE'?" in str(error.hint)
+
+
+def test_channels_redis_own_layer_in_place_of_the_apps_is_a_warning_naming_it() -> None:
+    """Before: it passed `check`; the hub then ran without batched receives, overrun
+    reports or the backplane-restart check."""
+    layers = {
+        "default": {
+            **settings.CHANNEL_LAYERS["default"],
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+        }
+    }
+    with override_settings(CHANNEL_LAYERS=layers):
+        found = [m for m in check_realtime_settings() if m.id == "messenger_realtime.W003"]
+    assert len(found) == 1 and found[0].level == WARNING
+    assert "messenger_realtime.backplane.layer.BatchReceiveRedisChannelLayer" in str(found[0].hint)
+
+
+def test_no_rate_limit_store_is_a_warning_saying_what_is_off() -> None:
+    """Before: every per-user bound was off without a word."""
+    with realtime({"RATE_LIMIT_REDIS_URL": ""}):
+        (warning,) = [m for m in check_realtime_settings() if m.id == "messenger_realtime.W004"]
+        assert "messenger_realtime.W004" not in check_ids([WORKER_TAG])  # the hub's alone
+    assert "MAX_CONNECTIONS_PER_USER" in warning.msg
+    assert "SILENCED_SYSTEM_CHECKS" in str(warning.hint)
+
+
+def test_no_database_pool_at_all_is_a_warning_and_a_bounded_one_is_not() -> None:
+    """Before: W002 fired for a pool of the wrong class only; none at all passed."""
+    from messenger_realtime.hub.bounded_pool import BoundedConnection
+    from messenger_realtime.hub.checks import unbounded_pools
+
+    engine = {"ENGINE": "django.db.backends.postgresql"}
+    bounded = {"pool": {"connection_class": BoundedConnection}}
+    (none,) = unbounded_pools({"default": {**engine, "OPTIONS": {}}})
+    assert none.id == "messenger_realtime.W005" and "BoundedConnection" in str(none.hint)
+    assert "PgBouncer" in str(none.hint)
+    assert unbounded_pools({"default": {**engine, "OPTIONS": bounded}}) == []
+    (other,) = unbounded_pools({"default": {**engine, "OPTIONS": {"pool": {"max_size": 4}}}})
+    assert other.id == "messenger_realtime.W002"

@@ -15,7 +15,6 @@ kept. Wording of errors follows ASP.NET Core SignalR, which clients may show or 
 """
 
 import dataclasses
-import logging
 from typing import Any
 
 import messenger_realtime.hub.connection.ending as ending
@@ -27,8 +26,9 @@ from messenger_realtime.hub.connection.methods import Billed, HubMethod, discove
 from messenger_realtime.hub.connection.state import Connection
 from messenger_realtime.hub.protocols.base import MessageType
 from messenger_realtime.ops import metrics
+from messenger_realtime.ops.logging import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 BUDGET = "budget"  # messenger_realtime_hub_rate_limited_total's scope for the budget
 # A connection closed as a flood costs its user this many connects of RATE_LIMIT_CONNECTS
 # (120 a minute): one user's 32 connections flooding at once leave no reconnect in the

@@ -15,7 +15,6 @@ outlive the physical connection: a stateful WebSocket that dropped waits for its
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
@@ -49,9 +48,9 @@ from messenger_realtime.hub.protocols import handshake
 from messenger_realtime.hub.protocols.base import Frame, HubProtocol, MessageType
 from messenger_realtime.hub.transports.base import WEBSOCKETS, Transport
 from messenger_realtime.ops import metrics
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 FIRST_MESSAGE_WAIT = 0.5  # stateful: the longest events wait for the client's first message
 POSTS_AT_ONCE = 2  # POSTs of one connection in hand at once (PostTurns)
 

@@ -17,7 +17,6 @@ is how the client learns to resync.
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -30,8 +29,9 @@ from messenger_realtime.hub.connection.groups import Groups
 from messenger_realtime.hub.database_clock import DatabaseClock
 from messenger_realtime.hub.protocols.base import Frame, join_frames
 from messenger_realtime.hub.transports.base import Transport
+from messenger_realtime.ops.logging import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 # Several events waiting for a connection go out in one frame (the protocols allow any
 # number of records per frame): at most this many records, or about this many bytes.
 FRAME_RECORDS = 100

@@ -16,7 +16,6 @@ resume window passing. A refused resume makes the official client start afresh.
 """
 
 import asyncio
-import logging
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -32,9 +31,9 @@ from messenger_realtime.hub.protocols.base import (
     join_frames,
 )
 from messenger_realtime.hub.transports.base import Transport
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 ACK_INTERVAL = 1.0  # seconds between Acks at most, as ASP.NET and the official client
 
 

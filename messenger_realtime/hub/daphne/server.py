@@ -40,9 +40,9 @@ from typing import Any
 import messenger_realtime.hub.connection.ending as ending
 import messenger_realtime.hub.daphne.capacity as capacity
 from messenger_realtime.hub.process import HubProcess
-from messenger_realtime.ops.logging import scrub_query_secrets
+from messenger_realtime.ops.logging import get_logger, scrub_query_secrets
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 daphne_logger = logging.getLogger("daphne.server")  # its messages, under its own name
 FULL_SCAN_EVERY = 30  # runs of a checker between two visits of every connection
 

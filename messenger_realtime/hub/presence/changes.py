@@ -14,7 +14,6 @@ trip per window, not one or two per connect.
 """
 
 import asyncio
-import logging
 import time
 from typing import Any
 from uuid import UUID
@@ -22,9 +21,9 @@ from uuid import UUID
 from messenger_realtime.backplane import pipeline
 from messenger_realtime.backplane.group_names import presence_group
 from messenger_realtime.exceptions import describe_error
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 PRESENCE_MESSAGE = "realtime.presence"  # the Channels message type
 PRESENCE_EVENT = "presence"  # what a watching client receives (docs/hub.md, "Presence")
 

@@ -10,7 +10,6 @@ leaves it in Redis only: a restarted Redis then forgets it.
 """
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from uuid import UUID
 
@@ -20,9 +19,9 @@ from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.hub import ratelimit
 from messenger_realtime.hub.user_connections import LAST_SEEN, UNSAVED
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 SAVE_EVERY = 30.0  # seconds between two saves of a process
 SAVE_BATCH = 1000  # users a save takes at most
 

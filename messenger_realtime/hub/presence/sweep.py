@@ -13,7 +13,6 @@ per sweep: a sweep never blocks Redis for long, and what is left goes in the nex
 """
 
 import asyncio
-import logging
 from typing import Any
 from uuid import UUID
 
@@ -25,9 +24,9 @@ from messenger_realtime.exceptions import describe_error
 from messenger_realtime.hub import ratelimit
 from messenger_realtime.hub.presence.changes import announce_many
 from messenger_realtime.hub.user_connections import KEY, LAPSES, LAST_SEEN, LEASE, UNSAVED
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 SWEEP_EVERY = 5.0  # seconds between two sweeps of a process
 SWEEP_BATCH = 500  # users a sweep takes at most
 

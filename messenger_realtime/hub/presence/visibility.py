@@ -27,16 +27,15 @@ watchers are checked again at the next change.
 """
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 from uuid import UUID
 
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import describe_error
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 RECHECK_AFTER = 60.0  # s a watcher's check of a watched user holds for
 _BATCH = "_viewers"  # the message's key for its batch (the payload is what is sent)
 

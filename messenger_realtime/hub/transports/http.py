@@ -14,7 +14,6 @@ mid-connection`, 409 for a second event stream, 405 for POST on a WebSocket conn
 """
 
 import asyncio
-import logging
 from typing import Any
 
 from channels.consumer import AsyncConsumer, get_handler_name
@@ -37,9 +36,10 @@ from messenger_realtime.hub.transports.base import (
 )
 from messenger_realtime.hub.transports.longpolling import NO_CACHE, LongPollingTransport
 from messenger_realtime.hub.transports.server import controls_of
+from messenger_realtime.ops.logging import get_logger
 from messenger_realtime.ops.webhealth import layer_verdict
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 POST_LIMIT_MESSAGES = 16  # a POST body may batch messages: up to this many at the limit
 NOT_FOUND = "No Connection with that ID"
 TEXT = [(b"content-type", b"text/plain")]

@@ -9,7 +9,6 @@ outlive this socket.
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -29,10 +28,10 @@ from messenger_realtime.hub.transports.base import WEBSOCKETS
 from messenger_realtime.hub.transports.plain_asgi import PlainAsgiControls
 from messenger_realtime.hub.transports.server import ServerControls, controls_of
 from messenger_realtime.ops import metrics
-from messenger_realtime.ops.logging import Field
+from messenger_realtime.ops.logging import Field, get_logger
 from messenger_realtime.ops.webhealth import layer_verdict
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 _check_standing = hub_read(check_standing)
 ABNORMAL_CLOSURE = 1006  # the TCP connection went without a close frame: resumable
 

@@ -14,7 +14,6 @@ A connection runs its invocations one at a time, so one Recover is in flight per
 connection, and a user's recoveries read one at a time per process, on a thread of
 their own, never ahead of the reads other users' connects make."""
 
-import logging
 import time
 from typing import Any
 
@@ -30,8 +29,9 @@ from messenger_realtime.hub.recovery import (
     parse,
 )
 from messenger_realtime.ops import metrics
+from messenger_realtime.ops.logging import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 SEND_CHUNK = 64 * 1024  # bytes per message of recovered events (Twisted's own threshold)
 # What a Recover costs beyond its own invocation: one more per 10 events and one more per
 # 16 KiB it sent (bench/one_user.py: at one per 10 events alone, one user recovering 25
