@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import environ
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
@@ -32,7 +31,8 @@ from messenger_realtime.conf.numbers import parse_number
 DEFAULTS: dict[str, Any] = {s.name: s.default for s in SETTINGS}  # declared.py
 _KINDS: dict[str, type] = {s.name: s.kind for s in SETTINGS}
 ENV_PREFIX = "MESSENGER_REALTIME_"
-_BOOL_WORDS = {"true", "false", "1", "0", "yes", "no", "on", "off"}
+_TRUE_WORDS = {"true", "1", "yes", "on"}
+_BOOL_WORDS = _TRUE_WORDS | {"false", "0", "no", "off"}
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def _coerce(key: str, value: Any) -> Any:
         # Strict: a typo such as "ture" must not silently read as False.
         if value.strip().lower() not in _BOOL_WORDS:
             raise ValueError(f"not a boolean (use one of {sorted(_BOOL_WORDS)})")
-        return value.strip().lower() in environ.Env.BOOLEAN_TRUE_STRINGS
+        return value.strip().lower() in _TRUE_WORDS
     if kind is dict:
         return _deadlines(value)
     if kind is list:
