@@ -203,29 +203,39 @@ class DomainPort(abc.ABC):
         return self.user_standing(user_id), self.active_chats(user_id)
 
     @abc.abstractmethod
-    def messages(self, ids: Ids) -> Mapping[UUID, MessageView]: ...
+    def messages(self, ids: Ids) -> Mapping[UUID, MessageView]:
+        """The messages of these ids (deleted ones too, with deleted_at): the Message*
+        kinds' rows refer to them by message_id. One call per claimed batch."""
 
     @abc.abstractmethod
-    def participants(self, ids: Ids) -> Mapping[UUID, ParticipantView]: ...
+    def participants(self, ids: Ids) -> Mapping[UUID, ParticipantView]:
+        """The participations of these ids (ReadReceiptUpdated rows refer to them)."""
 
     @abc.abstractmethod
-    def chat_events(self, ids: Ids) -> Mapping[UUID, ChatEventView]: ...
+    def chat_events(self, ids: Ids) -> Mapping[UUID, ChatEventView]:
+        """The chat events of these ids (ChatUpdated rows: created, renamed, members)."""
 
     # Optional capabilities: a host without them leaves these as they are.
 
     def contacts(self, ids: Ids) -> Mapping[UUID, ContactView]:
+        """The contact requests of these ids (the Contact* kinds)."""
         raise NotProvided("contacts")
 
     def blacklist_entries(self, ids: Ids) -> Mapping[UUID, BlacklistView]:
+        """The block entries of these ids (BlacklistChanged)."""
         raise NotProvided("blacklist_entries")
 
     def calls(self, ids: Ids) -> Mapping[UUID, CallView]:
+        """The calls and conferences of these ids (the Call* and Conference* kinds)."""
         raise NotProvided("calls")
 
     def call_participants(self, ids: Ids) -> Mapping[UUID, CallParticipantView]:
+        """The call participations of these ids, each with its call (participants
+        joining and leaving, screen sharing)."""
         raise NotProvided("call_participants")
 
     def recordings(self, ids: Ids) -> Mapping[UUID, RecordingView]:
+        """The recordings of these ids, each with its call (the Recording* kinds)."""
         raise NotProvided("recordings")
 
     # Presence and typing (hub/presence/, hub/connection/methods/): live state, never in
