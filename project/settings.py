@@ -110,6 +110,9 @@ DATABASES = {
     },
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# No pool on purpose (DATABASE_POOL_MAX_SIZE=0: behind PgBouncer, or a management command,
+# which manage.py runs without one): the app's warning about a missing pool is answered.
+SILENCED_SYSTEM_CHECKS = ["messenger_realtime.W005"] if _POOL_MAX_SIZE == 0 else []
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 # The channel layer's Redis servers, comma-separated (default: REDIS_URL alone). With
