@@ -54,6 +54,11 @@ class Authentication:
         self.tokens: tuple[bytes, ...] = ()
         self.renew(identity, token, loop)
 
+    def holds(self, now: float) -> bool:
+        """Whether its credentials still hold at `now` (the loop's clock): the expiry rule,
+        decided here only (ending.expired says how an expired connection ends)."""
+        return now < self.expires_at
+
     def took_token(self, token: str) -> bool:
         """Whether this connection took `token` (at its opening, a resume or a renewal):
         a request of its long polling or event stream may then present it past its own

@@ -13,7 +13,11 @@ once (the registry entry, its place, its groups, its clock entry).
 from dataclasses import dataclass
 from typing import Any
 
-from messenger_realtime.hub.connection.authentication import REVOKED, SESSION_ENDED
+from messenger_realtime.hub.connection.authentication import (
+    REVOKED,
+    SESSION_ENDED,
+    Authentication,
+)
 
 CLOSED, ENDED = "hub connection closed", "hub connection ended"  # the log lines
 UNEXPECTED = "Connection closed with an error."  # ASP.NET's words when it does not say why
@@ -83,6 +87,13 @@ def dropped(reason: str, **fields: Any) -> Ending:
         close=True,
         allow_reconnect=True,
     )
+
+
+def expired(auth: Authentication, now: float) -> Ending | None:
+    """How a connection whose credentials no longer hold at `now` ends (a Close with
+    allowReconnect, for the reason they give: token or session expired); None while they
+    hold. Every place that checks expiry asks this."""
+    return None if auth.holds(now) else dropped(auth.expiry_reason)
 
 
 def session_ended(reason: str = SESSION_ENDED, *, metric: str = "logout") -> Ending:

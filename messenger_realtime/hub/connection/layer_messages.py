@@ -32,9 +32,11 @@ async def event_frame(
     it (or not yet: `hold`, a recovery of its stream holds it; recovery.py). One message
     object reaches every local connection of its group, so the frame is encoded once per
     protocol and process and kept on the message."""
-    auth = connection.auth
-    if connection.closing or connection.loop.time() >= auth.expires_at:
-        await connection.end(ending.dropped(auth.expiry_reason))  # none once expired
+    if connection.closing:
+        return None
+    ended = ending.expired(connection.auth, connection.loop.time())
+    if ended is not None:
+        await connection.end(ended)  # none once expired
         return None
     chat = message.get("chat")
     groups = connection.groups
@@ -97,7 +99,7 @@ async def _event(connection: Connection, message: dict[str, Any]) -> None:
 async def _typing(connection: Connection, message: dict[str, Any]) -> None:
     """Someone typing in a chat of this connection (composing.py): volatile, so sent only
     to a connection that may see it and has nothing waiting to reach its client."""
-    if connection.closing or connection.loop.time() >= connection.auth.expires_at:
+    if connection.closing or not connection.auth.holds(connection.loop.time()):
         return  # an event, or the clock, ends it
     if connection.outbound.backlogged():
         metrics.hub_typing.labels(outcome="dropped").inc()

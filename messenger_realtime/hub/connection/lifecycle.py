@@ -194,9 +194,9 @@ class HubConnection:
         now = self.timeouts.heard()
         if self.closing:
             return
-        auth = self.auth
-        if now >= auth.expires_at:
-            self.end_soon(ending.dropped(auth.expiry_reason))
+        ended = ending.expired(self.auth, now)
+        if ended is not None:
+            self.end_soon(ended)
             return
         flooded = self.invocations.pay(now, self.options)
         if flooded is not None:
@@ -243,9 +243,9 @@ class HubConnection:
         now = self.timeouts.heard()
         if self.closing:
             return
-        auth = self.auth
-        if now >= auth.expires_at:
-            await self.end(ending.dropped(auth.expiry_reason))
+        ended = ending.expired(self.auth, now)
+        if ended is not None:
+            await self.end(ended)
             return
         try:
             if not self.handshaken:

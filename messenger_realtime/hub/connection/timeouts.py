@@ -129,9 +129,9 @@ class Timeouts:
         if not handshaken and now - self.opened_at >= o.handshake_timeout:
             end_soon(ending.handshake_refused("Handshake was canceled."))
             return
-        auth = self.auth
-        if now >= auth.expires_at:
-            end_soon(ending.dropped(auth.expiry_reason))
+        ended = ending.expired(self.auth, now)
+        if ended is not None:
+            end_soon(ended)
             return
         stateful = owner.stateful
         idle = self.unreachable_since()
@@ -152,7 +152,7 @@ class Timeouts:
             self.outbound.write_now(protocol.ping())
         if stateful is not None and stateful.ack_at is not None and now >= stateful.ack_at:
             stateful.send_ack_now()
-        deadlines = [auth.expires_at, now + LONGEST_NAP]
+        deadlines = [self.auth.expires_at, now + LONGEST_NAP]  # when it expires: next wake
         if not handshaken:
             deadlines.append(self.opened_at + o.handshake_timeout)
         if idle is not None:

@@ -147,7 +147,7 @@ class HubHttpConsumer(AsyncConsumer):  # type: ignore[misc]
             return None
         if connection is None or connection.closing or not connection.auth.took_token(token):
             return None
-        if connection.auth.expires_at <= connection.loop.time():
+        if not connection.auth.holds(connection.loop.time()):
             return None  # past the connection's own expiry too: it is being closed
         return identity
 
