@@ -264,6 +264,12 @@ class Fanout:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # A cancellation that reached redis-py mid-read can come out as a
+                    # ConnectionError: the reader was stopped (its loop is closing), so it
+                    # stops instead of logging a failure and retrying a second later.
+                    raise asyncio.CancelledError from exc
                 logger.error(
                     "hub receive failed; retrying",
                     extra={"action": "receive", Field.ERROR_CODE: describe_error(exc)},

@@ -17,6 +17,8 @@ def test_across_two_processes_behind_nginx_a_watcher_hears_presence_and_typing(
 ) -> None:
     users = [UserFactory(name=f"member{n}") for n in range(8)]
     chat = services.create_chat(users[0].id, [u.id for u in users[1:]])
+    for member in users[1:]:  # each accepts it: the others may see their presence
+        services.accept_chat(member.id, chat.id)
     readers: list[Reader] = []
     try:
         watcher = connect_on(served, users, readers)

@@ -21,7 +21,12 @@ from tests.support.hub_helpers import token_for
 from tests.support.hub_http import HUB, RS, LongPoller, bearer, request
 from tests.support.runtime import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("transactional_db")]
+# The first test runs its clients for over two minutes past their first token.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.usefixtures("transactional_db"),
+    pytest.mark.timeout(300),
+]
 TRANSPORTS = ["WebSockets", "ServerSentEvents", "LongPolling"]
 FIRST_LIFETIME = 4  # s: the token each client connects with
 LEEWAY = 2  # JWT_LEEWAY: a token holds until its exp plus this
