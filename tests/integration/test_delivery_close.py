@@ -88,7 +88,7 @@ def test_frames_built_before_a_mid_batch_expiry_go_out_before_the_close(
         assert delivery is not None
         if closer == "the connection's clock":
             connection.auth.expires_at = connection.loop.time()  # the token's exp passes now
-            connection.timeouts.moved(connection.loop.time())  # tell its clock
+            connection.wake_at(connection.loop.time())  # tell its clock
             await asyncio.wait_for(transport.closed.wait(), 10)
         groups.release.set()
         await asyncio.wait_for(asyncio.gather(delivery, return_exceptions=True), 10)

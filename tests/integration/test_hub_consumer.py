@@ -12,6 +12,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from messenger_realtime.conf.settings import load_hub_options
+from messenger_realtime.hub.clock import cancel
 from messenger_realtime.hub.connection import HubConnection, layer_messages
 from messenger_realtime.hub.credentials.tokens import Identity
 from messenger_realtime.hub.process import HubProcess
@@ -226,7 +227,7 @@ def test_an_open_connection_has_no_task_of_its_own_until_it_delivers() -> None:
         await asyncio.wait_for(task, 5)
         for connection in connections:
             hub.forget(connection.connection_id, connection)
-            connection.timeouts.stop()
+            cancel(connection.deadline)
         transport = first.transport
         assert isinstance(transport, Recorder)
         return before, opened, delivering, len(timers), transport.sent, first.outbound.task is None

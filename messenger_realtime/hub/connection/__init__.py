@@ -12,8 +12,9 @@ through the connection's attribute of the same name:
   delivery of its inbox;
 - `stateful` (stateful.py, replay.py): stateful reconnect, when granted: numbering both
   ways, the replay buffer, the resume;
-- `timeouts` (timeouts.py): its deadlines, kept by the process's one clock (hub/clock.py),
-  and the times they count from (its opening, when the client was last heard);
+- `timeouts` (timeouts.py): the times its deadlines count from (its opening, when the
+  client was last heard) and the rule that says what fell due; the connection itself is
+  what the process's one clock (hub/clock.py) calls (`fire`, `wake_at`);
 - `invocations` (invocations.py): what its client invokes, what it may still spend (its
   budget, budget.py: every message pays its declared cost) and how many messages were
   refused;

@@ -30,6 +30,7 @@ from messenger_realtime.exceptions import (
 )
 from messenger_realtime.hub import protocols, ratelimit
 from messenger_realtime.hub.admission import Opening
+from messenger_realtime.hub.clock import Entry, cancel
 from messenger_realtime.hub.connection.acknowledgements import Acknowledgements
 from messenger_realtime.hub.connection.authentication import Authentication
 from messenger_realtime.hub.connection.budget import BYTES_PER_UNIT
@@ -42,7 +43,7 @@ from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.outbound import Outbound
 from messenger_realtime.hub.connection.state import Process
 from messenger_realtime.hub.connection.stateful import StatefulReconnect
-from messenger_realtime.hub.connection.timeouts import Timeouts
+from messenger_realtime.hub.connection.timeouts import SLACK, Timeouts
 from messenger_realtime.hub.credentials.tokens import Identity
 from messenger_realtime.hub.protocols import handshake
 from messenger_realtime.hub.protocols.base import Frame, HubProtocol, MessageType
@@ -90,9 +91,11 @@ class HubConnection:
         "admission",  # a connect in progress from admit() to the handshake (hub/admission.py)
         "auth",
         "channel_layer",
+        "clock",  # its process's (hub/clock.py): calls fire() at its nearest deadline
         "closing",  # no more events; a Close may be on its way
         "composing",  # its user's typing indicators (composing.py)
         "connection_id",
+        "deadline",  # its entry in that clock
         "ended",
         "groups",
         "handshake_buffer",  # until the handshake: what arrived of its record
@@ -155,14 +158,11 @@ class HubConnection:
         self.stateful: StatefulReconnect | None = None
         self.acks: Acknowledgements | None = None
         self.marks: StreamMarks | None = None
-        self.timeouts = Timeouts(  # its deadlines, on the process's clock
-            hub.clock(),
-            options,
-            owner=self,
-            opened_at=opened_at,
-            auth=self.auth,
-            outbound=self.outbound,
-        )
+        # Its deadlines: the times they count from (timeouts.py), and its entry in the
+        # process's clock, which calls fire() when the nearest one passes.
+        self.timeouts = Timeouts(options, opened_at=opened_at)
+        self.clock = hub.clock()
+        self.deadline: Entry | None = None
 
     def acknowledging(self) -> Acknowledgements:
         """Its acknowledgements part: made when stateful reconnect is granted (the
@@ -191,7 +191,7 @@ class HubConnection:
     def pinged(self) -> None:
         """A Ping the transport took itself (Outbound.take_pings): the client is alive,
         as receive() would record it, expiry and cost included."""
-        now = self.timeouts.heard()
+        now = self.timeouts.heard(self.loop.time())
         if self.closing:
             return
         ended = ending.expired(self.auth, now)
@@ -221,7 +221,7 @@ class HubConnection:
         HubProcess.open)."""
         metrics.hub_connections.inc()
         self.opened = True
-        self.timeouts.start()
+        self.wake_at(self.loop.time())
 
     async def admit(
         self,
@@ -240,7 +240,7 @@ class HubConnection:
 
     async def receive(self, data: Frame) -> None:
         """What the transport got from the client: a frame, or a POST body."""
-        now = self.timeouts.heard()
+        now = self.timeouts.heard(self.loop.time())
         if self.closing:
             return
         ended = ending.expired(self.auth, now)
@@ -382,9 +382,9 @@ class HubConnection:
             await self.end(ending.session_ended())
             return
         await stateful.replay(transport)
-        now = self.timeouts.heard()  # the client counts as heard, and written to, now
-        self.outbound.sent(now)
-        self.timeouts.moved(now)
+        now = self.timeouts.heard(self.loop.time())  # the client counts as heard, and
+        self.outbound.sent(now)  # written to, now
+        self.wake_at(now)
 
     def may_resume(self) -> bool:
         """Whether a resume may carry it on: stateful, handshaken, not closing, and its
@@ -435,6 +435,39 @@ class HubConnection:
                 await transport.close(drop=how.drop)  # after what was sent
         await self._release()
 
+    def fire(self, now: float) -> None:
+        """The process's clock: the nearest of its deadlines passed. Timeouts says what
+        fell due (timeouts.py); the connection does it and asks to be called again."""
+        self.deadline = None
+        if self.closing:
+            return
+        stateful = self.stateful
+        due = self.timeouts.due(
+            now,
+            handshaken=self.handshaken,
+            transport=self.transport,
+            stateful=stateful,
+            auth=self.auth,
+            last_sent=self.outbound.last_sent,
+        )
+        if due.end is not None:
+            self.end_soon(due.end)
+            return
+        if due.ping:
+            protocol = self.protocol
+            assert protocol is not None
+            self.outbound.write_now(protocol.ping())
+        next_at = due.next_at
+        if due.ack and stateful is not None:
+            stateful.send_ack_now()
+            if stateful.ack_at is not None:  # the client could not hear it: later
+                next_at = min(next_at, stateful.ack_at)
+        self.wake_at(next_at)
+
+    def wake_at(self, when: float) -> None:
+        """A deadline may now be as early as `when` (loop time): fire() by then."""
+        self.deadline = self.clock.schedule(self, when + SLACK, self.deadline)
+
     def end_soon(self, how: Ending) -> None:
         """As end(), from code that cannot wait (the clock): in a task of its own, so one
         connection's close never holds up the others'. An ending that is not `once`
@@ -448,7 +481,8 @@ class HubConnection:
         if self.ended:
             return
         self.ended = self.closing = True
-        self.timeouts.stop()
+        cancel(self.deadline)
+        self.deadline = None
         self.admission.done()
         # Its place among its user's open connections frees (hub/user_connections.py).
         self.hub.give_back_place(self.user_id, self.connection_id, self.options)

@@ -37,12 +37,6 @@ logger = get_logger(__name__)
 ACK_INTERVAL = 1.0  # seconds between Acks at most, as ASP.NET and the official client
 
 
-class Moves(Protocol):
-    """Its connection's deadlines (timeouts.Timeouts), as StatefulReconnect uses them."""
-
-    def moved(self, when: float) -> None: ...
-
-
 class Owner(Protocol):
     """Its connection (lifecycle.HubConnection), as StatefulReconnect reads and calls it:
     all read-only here (the connection writes its own fields)."""
@@ -62,8 +56,7 @@ class Owner(Protocol):
     @property
     def closing(self) -> bool: ...
 
-    @property
-    def timeouts(self) -> Moves: ...  # an Ack or the resume window falling due
+    def wake_at(self, when: float) -> None: ...  # an Ack or the resume window falls due
 
     async def end(self, how: Ending) -> None: ...
 
@@ -125,7 +118,7 @@ class StatefulReconnect:
             return False
         if self.ack_at is None:
             self.ack_at = self._owner.loop.time() + ACK_INTERVAL
-            self._owner.timeouts.moved(self.ack_at)  # the clock sends it (timeouts.py)
+            self._owner.wake_at(self.ack_at)  # the clock sends it (timeouts.py)
         return True
 
     def send_ack_now(self) -> None:
@@ -164,7 +157,7 @@ class StatefulReconnect:
         self.detached_at = self._owner.loop.time()
         self.protocol.reset()  # a message cut in half is resent whole after the resume
         logger.info("hub connection detached", extra=self._log_ids())
-        self._owner.timeouts.moved(self.detached_at + self.disconnect_timeout)
+        self._owner.wake_at(self.detached_at + self.disconnect_timeout)
 
     def attach(self) -> None:
         """A new WebSocket carries it (HubConnection.resume): live sends wait in the
