@@ -76,6 +76,7 @@ from bench.chaos_report import (  # noqa: E402
     passed,
     plot,
 )
+from bench.failover_servers import PostgresPair, SentinelRedis  # noqa: E402
 from bench.private_postgres import PrivatePostgres  # noqa: E402
 
 LOCK_TTL = 6  # s: a stopped leader is replaced within this (the lease's heartbeat)
@@ -89,6 +90,14 @@ PARTITION = (5.0, 30.0)  # s a partition lasts before it heals
 LATENCY, LATENCY_FOR = 0.1, 60.0  # s added each way, for how long
 FLAPPING_FOR, FLAP = 30.0, (1.0, 4.0)  # s a link flaps; each phase down or up
 DEPENDENCIES = ("redis", "postgresql")
+# --failover: the servers fail over instead of restarting in place, and the processes
+# reach Redis through its Sentinels, directly (a Sentinel names the master's own port,
+# so no proxy stands between): Redis's network faults are left out of that topology.
+# What each engine's failover replaces: its restart in place (and Redis's proxied faults).
+REPLACED_BY_FAILOVER = {
+    "postgresql": ("postgres_restart",),
+    "redis": ("redis_restart", "redis_silent_worker", "redis_silent_hub"),
+}
 
 
 class PrivateRedis:
@@ -122,20 +131,27 @@ class Network:
         self.proc, self.ports = proc, ports
 
     @classmethod
-    def start(cls, redis_port: int, postgres_port: int, names: list[str]) -> "Network":
+    def start(cls, redis_port: int, postgres_ports: list[int], names: list[str]) -> "Network":
         argv = [sys.executable, str(ROOT / "bench" / "chaos_network.py")]
-        argv += [str(redis_port), str(postgres_port), *names]
+        argv += [str(redis_port), ",".join(map(str, postgres_ports)), *names]
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None
         return cls(proc, json.loads(proc.stdout.readline()))
 
-    def env(self, name: str, postgres: "PrivatePostgres", redis: "PrivateRedis") -> dict[str, str]:
-        """DATABASE_URL and REDIS_URL of process `name`: through its own proxies."""
+    def env(self, name: str, postgres: Any, redis: Any) -> dict[str, str]:
+        """DATABASE_URL and REDIS_URL of process `name`: through its own proxies (both
+        PostgreSQL servers of a pair, in one multi-host URL); Redis through Sentinel
+        directly."""
         ports = self.ports[name]
-        return {
-            "DATABASE_URL": postgres.url.replace(f":{postgres.port}/", f":{ports['postgresql']}/"),
-            "REDIS_URL": redis.url.replace(f":{redis.port}/", f":{ports['redis']}/"),
-        }
+        if isinstance(postgres, PostgresPair):
+            database = postgres.url(ports["postgresql"])
+        else:
+            database = postgres.url.replace(f":{postgres.port}/", f":{ports['postgresql'][0]}/")
+        if isinstance(redis, SentinelRedis):
+            redis_url = redis.url
+        else:
+            redis_url = redis.url.replace(f":{redis.port}/", f":{ports['redis'][0]}/")
+        return {"DATABASE_URL": database, "REDIS_URL": redis_url}
 
     def command(self, cmd: str, targets: list[tuple[str, str]], **extra: Any) -> int:
         """Apply `cmd` to the proxies of (process, dependency) `targets`: the flows open."""
@@ -173,8 +189,8 @@ class World:
     """The run's processes and what the traffic knows of the chats."""
 
     env: dict[str, str]
-    postgres: PrivatePostgres
-    redis: PrivateRedis
+    postgres: PrivatePostgres | PostgresPair
+    redis: PrivateRedis | SentinelRedis
     network: Network
     daphne_ports: list[int]
     worker_argv: list[str]
@@ -183,6 +199,19 @@ class World:
     raw_clients: list[asyncio.subprocess.Process] = field(default_factory=list)
     node_clients: list[asyncio.subprocess.Process] = field(default_factory=list)
     raw_ids: list[str] = field(default_factory=list)
+    failovers: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # by kind
+
+    @property
+    def dependencies(self) -> tuple[str, ...]:
+        """What network faults may reach: not Redis behind Sentinels (no proxy there)."""
+        return ("postgresql",) if isinstance(self.redis, SentinelRedis) else DEPENDENCIES
+
+    @property
+    def database_url(self) -> str:
+        """The harness's own way to the database (whichever server is the primary)."""
+        if isinstance(self.postgres, PostgresPair):
+            return self.postgres.url()
+        return self.postgres.url
 
     def env_of(self, name: str) -> dict[str, str]:
         return {**self.env, **self.network.env(name, self.postgres, self.redis)}
@@ -213,7 +242,7 @@ class World:
 
         with contextlib.suppress(Exception):
             async with await psycopg.AsyncConnection.connect(
-                self.postgres.url, connect_timeout=3
+                self.database_url, connect_timeout=3
             ) as conn:
                 row = await (
                     await conn.execute("SELECT holder FROM messenger.realtime_dispatch_lease")
@@ -279,6 +308,8 @@ class Traffic:
         self.sent: dict[str, list[tuple[str, str]]] = defaultdict(list)  # chat -> (msg, user)
         self.calls: dict[str, tuple[str, str]] = {}  # direct chat -> (call id, caller)
         self.counts: dict[str, int] = defaultdict(int)
+        self.accepted: dict[str, float] = {}  # message id -> when its POST was answered
+        self.deleted: set[str] = set()
         self.failures: dict[str, int] = defaultdict(int)
         # Requests wait on threads of their own: a Daphne that answers slowly (a silent
         # database flow takes NETWORK_TIMEOUT to notice) must not queue the faults' own
@@ -327,6 +358,7 @@ class Traffic:
         answer = await self.call("post", "POST", f"/api/chats/{chat}/messages", user, data)
         if answer:
             self.sent[chat].append((answer["messageId"], user))
+            self.accepted[answer["messageId"]] = time.time()
 
     async def act(self) -> None:
         roll = self.rng.random()
@@ -346,6 +378,7 @@ class Traffic:
             await self.call("edit", "PATCH", path, sender, {"body": "edited"})
         elif roll < 0.88:
             message, sender = self.sent[chat].pop(self.rng.randrange(len(self.sent[chat])))
+            self.deleted.add(message)
             await self.call("delete", "DELETE", f"/api/chats/{chat}/messages/{message}", sender)
         else:
             seq = self.rng.randint(1, max(1, len(self.sent[chat])))  # at most last_seq
@@ -419,14 +452,28 @@ def _uuid(rng: random.Random) -> Any:
 # -- faults ---------------------------------------------------------------------------
 
 
-def schedule(
-    rng: random.Random, minutes: float, kinds: list[str] | None
-) -> list[tuple[float, str]]:
+def failing_over(failover: str | None) -> tuple[str, ...]:
+    """The engines that fail over in this run (--failover postgresql|redis|both)."""
+    return ("postgresql", "redis") if failover == "both" else (failover,) if failover else ()
+
+
+def fault_kinds(failover: str | None) -> tuple[str, ...]:
+    """The faults a run may inject: an engine's failover in place of its restart."""
+    engines = failing_over(failover)
+    left_out = {kind for engine in engines for kind in REPLACED_BY_FAILOVER[engine]}
+    # postgres_failover: the primary crashed, the standby promoted, a new standby made;
+    # redis_failover: the master killed, the Sentinels' switch, the old one a replica.
+    added = {"postgresql": "postgres_failover", "redis": "redis_failover"}
+    kinds = [k for k in FAULT_KINDS if k not in left_out]
+    return tuple(kinds + [added[engine] for engine in engines])
+
+
+def schedule(rng: random.Random, minutes: float, kinds: list[str]) -> list[tuple[float, str]]:
     """(seconds after the start, kind): evenly spread with jitter, kinds in turn."""
     count = max(2, round(minutes * FAULTS_PER_MINUTE))
     pool: list[str] = []
     while len(pool) < count:
-        batch = list(kinds or FAULT_KINDS)
+        batch = list(kinds)
         rng.shuffle(batch)
         pool += batch
     span = minutes * 60 / count
@@ -456,9 +503,23 @@ async def inject(kind: str, world: World, traffic: Traffic, rng: random.Random) 
         fault.detail = f"daphne{i}"
         await world.start_daphne(i)
     elif kind == "redis_restart":
+        assert isinstance(world.redis, PrivateRedis)
         await asyncio.to_thread(world.redis.crash_restart)
     elif kind == "postgres_restart":
+        assert isinstance(world.postgres, PrivatePostgres)
         await asyncio.to_thread(world.postgres.crash_restart)
+    elif kind in ("postgres_failover", "redis_failover"):
+        # Crashed (connections reset) and frozen (a host gone silent) in turn; the
+        # standby promoted or the Sentinels' switch; the old server then made the new
+        # one's standby or replica, so the next failover goes back.
+        servers = world.postgres if kind == "postgres_failover" else world.redis
+        assert isinstance(servers, (PostgresPair, SentinelRedis))
+        freeze = world.failovers[kind] % 2 == 1
+        world.failovers[kind] += 1
+        fault.switched = await asyncio.to_thread(servers.failover, freeze)
+        how = "frozen" if freeze else "crashed"
+        fault.detail = f"{how}; switched {fault.switched - fault.at:.1f} s after"
+        await asyncio.to_thread(servers.rebuild)
     elif kind == "slow_reader":
         client = rng.choice(world.raw_ids)
         fault.detail = client
@@ -479,21 +540,21 @@ async def inject(kind: str, world: World, traffic: Traffic, rng: random.Random) 
         flows = await network(world, "silence", [(name, dependency)])
         fault.detail = f"{name}: {flows} connections"
     elif kind == "partition":
-        dependency, seconds = rng.choice(DEPENDENCIES), rng.uniform(*PARTITION)
+        dependency, seconds = rng.choice(world.dependencies), rng.uniform(*PARTITION)
         targets = everyone(world, dependency)
         fault.detail = f"{dependency}, {seconds:.1f} s"
         await network(world, "partition", targets)
         await asyncio.sleep(seconds)  # the partition's length
         await network(world, "heal", targets)
     elif kind == "latency":
-        dependency = rng.choice(DEPENDENCIES)
+        dependency = rng.choice(world.dependencies)
         targets = everyone(world, dependency)
         fault.detail = f"{dependency}, +{LATENCY * 1000:.0f} ms each way"
         await network(world, "delay", targets, seconds=LATENCY)
         await asyncio.sleep(LATENCY_FOR)  # the slow link's length
         await network(world, "delay", targets, seconds=0.0)
     elif kind == "flapping":
-        dependency = rng.choice(DEPENDENCIES)
+        dependency = rng.choice(world.dependencies)
         targets = everyone(world, dependency)
         ends, downs = time.monotonic() + FLAPPING_FOR, 0
         while time.monotonic() < ends:
@@ -598,6 +659,26 @@ async def settle(directory: Path, limit: float) -> None:
         await asyncio.sleep(0.5)  # watching files grow
 
 
+# Which of the messages the owners were told were committed are in the database now.
+PRESENT = "SELECT id::text FROM messenger_message WHERE id = ANY(%s::uuid[])"
+
+
+async def lost_with_a_primary(url: str, traffic: "Traffic") -> dict[str, Any]:
+    """Messages whose POST was answered 201 and that the database no longer has: with
+    asynchronous replication, what the crashed primary committed and had not yet sent
+    to the standby (the recovery point objective). Nothing else may be missing."""
+    import psycopg
+
+    wanted = sorted(set(traffic.accepted) - traffic.deleted)
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        rows = await (await conn.execute(PRESENT, (wanted,))).fetchall()
+    missing = sorted(set(wanted) - {row[0] for row in rows})
+    return {
+        "messages": len(missing),
+        "acknowledged_at": [round(traffic.accepted[m], 3) for m in missing[:20]],
+    }
+
+
 OUTBOX_LEFT = """
 SELECT count(*) FILTER (WHERE status = 'Pending'), count(*) FILTER (WHERE status = 'Quarantined')
 FROM messenger.realtime_outbox
@@ -624,17 +705,30 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
     directory = Path(tempfile.mkdtemp(prefix="chaos-"))
     directory.chmod(0o755)  # the postgres user runs the private cluster below it
-    postgres = PrivatePostgres(
-        directory / "pg", hubclients.free_port(), {"max_connections": "200", "fsync": "off"}
-    )
-    redis = PrivateRedis(hubclients.free_port())
-    env = {**os.environ, "DATABASE_URL": postgres.url, "REDIS_URL": redis.url}
+    server_settings = {"max_connections": "200", "fsync": "off"}
+    postgres: PrivatePostgres | PostgresPair
+    redis: PrivateRedis | SentinelRedis
+    engines = failing_over(args.failover)
+    if "postgresql" in engines:  # a primary and its streaming standby
+        postgres = PostgresPair(directory, server_settings)
+        postgres_ports = [node.port for node in postgres.nodes]
+    else:
+        postgres = PrivatePostgres(directory / "pg", hubclients.free_port(), server_settings)
+        postgres_ports = [postgres.port]
+    if "redis" in engines:  # a master, its replica and three Sentinels
+        redis = SentinelRedis(directory / "redis")
+    else:
+        redis = PrivateRedis(hubclients.free_port())
+    world_url = postgres.url() if isinstance(postgres, PostgresPair) else postgres.url
+    env = {**os.environ, "DATABASE_URL": world_url, "REDIS_URL": redis.url}
     env.update(
         DJANGO_SETTINGS_MODULE="project.settings",
         PYTHONUNBUFFERED="1",
         MESSENGER_REALTIME_LOCK_TTL=str(LOCK_TTL),
         MESSENGER_REALTIME_METRICS_PORT="0",
-        MESSENGER_REALTIME_RATE_LIMIT_REDIS_URL="",
+        # Through Sentinel the per-user bounds (rate limits, places, typing, presence)
+        # follow the failover too; on the restarting server they are left out.
+        MESSENGER_REALTIME_RATE_LIMIT_REDIS_URL=redis.url if "redis" in engines else "",
     )
     worker = [sys.executable, "manage.py", "dispatch_realtime"]
     if args.self_test:
@@ -642,19 +736,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     daphne_ports = [hubclients.free_port(), hubclients.free_port()]
     names = ["daphne0", "daphne1", "worker0", "worker1"]
     result: dict[str, Any] = {
+        "failover": list(engines),
         "seed": args.seed,
         "minutes": args.minutes,
         "self_test": args.self_test,
     }
     async with contextlib.AsyncExitStack() as stack:
-        network = Network.start(redis.port, postgres.port, names)  # connects on demand
+        redis_port = redis.ports[0] if isinstance(redis, SentinelRedis) else redis.port
+        network = Network.start(redis_port, postgres_ports, names)  # connects on demand
         stack.callback(network.stop)
         world = World(env, postgres, redis, network, daphne_ports, worker)
         postgres.start()
         stack.callback(postgres.stop)
         redis.start()
         stack.callback(redis.stop)
-        os.environ.update(DATABASE_URL=postgres.url, REDIS_URL=redis.url)
+        os.environ.update(DATABASE_URL=world_url, REDIS_URL=redis.url)
         await e2e.check_call(sys.executable, "scripts/ensure_database.py", env=env)
         await e2e.check_call(sys.executable, "manage.py", "migrate", "--noinput", "-v0", env=env)
         people = await asyncio.to_thread(seed, args.clients, args.seed)
@@ -697,14 +793,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"[chaos] {time.time() - started:7.1f} s: {kind}", file=sys.stderr)
             faults.append(await inject(kind, world, traffic, rng))
         await load
-        drained, pending, quarantined = await drain(postgres.url, DRAIN_LIMIT)
+        drained, pending, quarantined = await drain(world_url, DRAIN_LIMIT)
         await wait_connected(world, args.clients, 30)
         await settle(directory, 30)
         await stop_all()
         result.update(traffic={**traffic.counts}, refused={**traffic.failures})
         seconds = None if drained is None else round(drained, 2)
         result["drain"] = {"seconds": seconds, "pending": pending, "quarantined": quarantined}
-        result.update(await analyse(postgres.url, people, directory, faults, started))
+        result.update(await analyse(world_url, people, directory, faults, started))
+        result["acknowledged_then_lost"] = await lost_with_a_primary(world_url, traffic)
         result["faults"] = [vars(f) | {"at": round(f.at - started, 1)} for f in faults]
         if args.plot:
             plot(directory, faults, started, args.plot)
@@ -725,6 +822,13 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=10.0, help="owner actions per second")
     parser.add_argument("--faults", type=lambda s: s.split(","), default=None)
     parser.add_argument("--self-test", action="store_true")
+    parser.add_argument(
+        "--failover",
+        nargs="?",
+        const="both",
+        choices=("postgresql", "redis", "both"),
+        help="a PostgreSQL standby and/or Redis Sentinels; their failovers among the faults",
+    )
     parser.add_argument("--plot")
     parser.add_argument("--markdown")
     parser.add_argument("--keep", action="store_true", help="keep the run's directory")
@@ -733,9 +837,11 @@ def main() -> None:
         args.minutes = 1.0 if args.self_test else 30.0
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1, 1_000_000)
+    kinds = fault_kinds(args.failover)
     for kind in args.faults or ():
-        if kind not in FAULT_KINDS:
-            parser.error(f"--faults: unknown kind {kind!r} (one of {', '.join(FAULT_KINDS)})")
+        if kind not in kinds:
+            parser.error(f"--faults: unknown kind {kind!r} (one of {', '.join(kinds)})")
+    args.faults = args.faults or list(kinds)
     print(f"[chaos] seed {args.seed}", file=sys.stderr)
     result = asyncio.run(run(args))
     print(json.dumps(result, indent=2, default=str))

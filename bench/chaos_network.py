@@ -3,11 +3,12 @@ process and dependency, so that a fault can reach the worker's PostgreSQL withou
 hub's, or one Daphne's Redis alone. Its own process, so that forwarding every byte of
 the run does not share a GIL with the traffic and the fault schedule.
 
-    python bench/chaos_network.py REDIS_PORT POSTGRES_PORT NAME...
+    python bench/chaos_network.py REDIS_PORT POSTGRES_PORT[,POSTGRES_PORT] NAME...
 
-Prints one JSON line, {NAME: {"redis": port, "postgresql": port}}: the ports each named
-process connects to instead of the servers'. Then reads one JSON command a line and
-answers one JSON line each:
+Prints one JSON line, {NAME: {"redis": [port], "postgresql": [port, ...]}}: the ports
+each named process connects to instead of the servers' (a proxy per server: with a
+primary and a standby, `--failover`, a process names both in its multi-host URL). Then
+reads one JSON command a line and answers one JSON line each:
 
     {"cmd": "silence"|"partition"|"heal"|"cut"|"restore", "targets": [[NAME, DEP], ...]}
     {"cmd": "delay", "targets": [...], "seconds": 0.1}
@@ -30,16 +31,26 @@ DEPENDENCIES = ("redis", "postgresql")
 
 
 def main() -> None:
-    redis_port, postgres_port, *names = sys.argv[1:]
-    upstream = {"redis": int(redis_port), "postgresql": int(postgres_port)}
-    proxies = {(name, dep): TcpProxy(upstream[dep]) for name in names for dep in DEPENDENCIES}
-    ports = {name: {dep: proxies[name, dep].port for dep in DEPENDENCIES} for name in names}
+    redis_ports, postgres_ports, *names = sys.argv[1:]
+    upstream = {
+        "redis": [int(p) for p in redis_ports.split(",")],
+        "postgresql": [int(p) for p in postgres_ports.split(",")],
+    }
+    proxies = {
+        (name, dep): [TcpProxy(port) for port in upstream[dep]]
+        for name in names
+        for dep in DEPENDENCIES
+    }
+    ports = {
+        name: {dep: [proxy.port for proxy in proxies[name, dep]] for dep in DEPENDENCIES}
+        for name in names
+    }
     print(json.dumps(ports), flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue
         command = json.loads(line)
-        targets = [proxies[name, dep] for name, dep in command["targets"]]
+        targets = [proxy for name, dep in command["targets"] for proxy in proxies[name, dep]]
         flows = sum(proxy.open_flows() for proxy in targets)
         for proxy in targets:
             match command["cmd"]:
@@ -58,8 +69,9 @@ def main() -> None:
                 case other:
                     raise SystemExit(f"chaos_network: unknown command {other!r}")
         print(json.dumps({"flows": flows}), flush=True)
-    for proxy in proxies.values():
-        proxy.close()
+    for group in proxies.values():
+        for proxy in group:
+            proxy.close()
 
 
 if __name__ == "__main__":

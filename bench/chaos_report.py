@@ -42,6 +42,7 @@ class Fault:
     at: float  # epoch s
     ended: float = 0.0
     detail: str = ""
+    switched: float = 0.0  # a failover's promotion or Sentinel switch (epoch s)
 
 
 COMMITTED = """
@@ -161,9 +162,13 @@ async def analyse(
     in_fault = [lag for t, lag in lags if in_a_fault(t)]
     outside = [lag for t, lag in lags if not in_a_fault(t)]
     recovery: dict[str, float] = {}
+    after_switch: dict[str, float] = {}  # a failover's recovery from its promotion
     for f in faults:
         seconds = recovered_after(lags, f.at)
         recovery[f.kind] = max(recovery.get(f.kind, 0.0), seconds)
+        if f.switched:
+            resumed = max(0.0, seconds - (f.switched - f.at))
+            after_switch[f.kind] = max(after_switch.get(f.kind, 0.0), resumed)
     return {
         "committed": len(rows),
         "messages": sum(1 for r in rows if r[2] == "MessageReceived"),
@@ -174,6 +179,7 @@ async def analyse(
         **found.summary(),
         "duplicates_by_fault": duplicates_by_fault(directory, faults),
         "recovery_seconds": {k: round(v, 1) for k, v in sorted(recovery.items())},
+        "resumed_after_switch_seconds": {k: round(v, 1) for k, v in sorted(after_switch.items())},
         "p95_ms": {"outside_faults": p95(outside), "during_faults": p95(in_fault)},
         "violations": {
             "lost": named(found.lost),

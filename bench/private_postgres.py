@@ -52,6 +52,29 @@ class PrivatePostgres:
         self.options = options
         self._ctl("-l", str(self.dir / "server.log"), "-w", "-o", options, "start")
 
+    def start_standby_of(self, primary: "PrivatePostgres") -> None:
+        """A streaming standby of `primary` (asynchronous): its data directory copied by
+        pg_basebackup (-R writes primary_conninfo and standby.signal), then started with
+        the primary's settings on this cluster's port. A directory left by an earlier
+        life (a killed primary) is removed first."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if os.getuid() == 0:
+            shutil.chown(self.dir, "postgres")
+        shutil.rmtree(self.dir / "data", ignore_errors=True)
+        basebackup = [str(self.bin / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary.port)]
+        basebackup += ["-U", "postgres", "-D", str(self.dir / "data"), "-R", "-X", "stream"]
+        basebackup += ["-c", "fast"]
+        subprocess.run(as_postgres(basebackup), check=True, capture_output=True, timeout=120)
+        self.settings = dict(primary.settings)
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
+        options += "".join(f" -c {name}={value}" for name, value in self.settings.items())
+        self.options = options
+        self._ctl("-l", str(self.dir / "server.log"), "-w", "-o", options, "start")
+
+    def promote(self) -> None:
+        """A standby made primary (pg_ctl promote, waiting until it accepts writes)."""
+        self._ctl("-w", "promote")
+
     def crash_restart(self) -> None:
         """Immediate shutdown (no checkpoint: a crash, recovered from WAL) and start."""
         self._ctl("-m", "immediate", "-w", "stop")
@@ -79,6 +102,16 @@ def _stat(pid: int) -> list[str] | None:
     with contextlib.suppress(OSError, IndexError):
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return None
+
+
+def cluster_pids(postmaster: int) -> list[int]:
+    """`postmaster` and every process whose parent it is (the cluster's processes)."""
+    pids = [postmaster]
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = _stat(int(entry.name))
+        if fields is not None and int(fields[1]) == postmaster:
+            pids.append(int(entry.name))
+    return pids
 
 
 def cluster_cpu(postmaster: int) -> float:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import environ
 
+from messenger_realtime.conf.layer_hosts import split_urls
 from messenger_realtime.conf.numbers import env_number
 from messenger_realtime.hub.bounded_pool import BoundedConnection
 from project.devkeys import dev_keys
@@ -118,11 +119,11 @@ REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 # The channel layer's Redis servers, comma-separated (default: REDIS_URL alone). With
 # several, channels-redis shards groups and Daphne process queues over them by consistent
 # hashing (docs/operations.md, "Sharded Redis"); the list's order is the hash ring, so
-# every process must be given the same list. Kept as written: a bad entry (an empty one
+# every process must be given the same list. An entry may be a redis+sentinel:// URL
+# (messenger_realtime/backplane/sentinel.py): a master found through Sentinels, followed
+# across a failover (docs/operations.md, "Failover"). Kept as written: a bad entry (an empty one
 # included) is named by system check messenger_realtime.E024, not silently dropped.
-CHANNEL_REDIS_URLS = [
-    url.strip() for url in env.str("CHANNEL_REDIS_URLS", default=REDIS_URL).split(",")
-]
+CHANNEL_REDIS_URLS = split_urls(env.str("CHANNEL_REDIS_URLS", default=REDIS_URL))
 
 # The realtime dispatcher (messenger_realtime.conf.settings reads this and the
 # MESSENGER_REALTIME_<KEY> / REALTIME_BACKPLANE_ENABLED environment overrides).

@@ -20,6 +20,9 @@ params = {
     "password": config.get("PASSWORD") or None,
     "host": config.get("HOST") or None,
     "port": config.get("PORT") or None,
+    # The URL's libpq options: with several hosts (a primary and its standbys),
+    # target_session_attrs=read-write keeps CREATE DATABASE off a standby.
+    **config.get("OPTIONS", {}),
 }
 name = config["NAME"]
 with psycopg.connect(autocommit=True, **{k: v for k, v in params.items() if v}) as conn:

@@ -43,7 +43,7 @@ import redis
 import redis.asyncio
 from channels_redis.core import RedisChannelLayer
 
-from messenger_realtime.backplane import pipeline, shards
+from messenger_realtime.backplane import pipeline, sentinel, shards
 from messenger_realtime.backplane.reservations import ConnectionReservation
 from messenger_realtime.conf.settings import network_timeout
 from messenger_realtime.exceptions import describe_error
@@ -152,17 +152,18 @@ class BatchReceiveRedisChannelLayer(RedisChannelLayer):  # type: ignore[misc]
         """channels-redis' pool for the host at `index`, bounded: POOL_SIZE connections
         (or the host entry's "max_connections"), a command waiting for one at most the
         network timeout ("No connection available" then, a ConnectionError like any
-        other Redis failure). Sentinel hosts keep channels-redis' pool."""
+        other Redis failure). An "address" may be a redis+sentinel:// URL (sentinel.py):
+        the pool then asks the Sentinels for the master at each new connection.
+        channels-redis' own Sentinel entries ("master_name", "sentinels") keep its pool."""
         host = dict(self.hosts[index])
         if "master_name" in host:
             pool: redis.asyncio.ConnectionPool = super().create_pool(index)
             return pool
         bound = {"max_connections": host.pop("max_connections", POOL_SIZE)}
         bound["timeout"] = self.network_timeout
-        pools = redis.asyncio.BlockingConnectionPool
         if "address" in host:
-            return pools.from_url(host.pop("address"), **host, **bound)
-        return pools(**host, **bound)
+            return sentinel.async_pool(host.pop("address"), **host, **bound)
+        return redis.asyncio.BlockingConnectionPool(**host, **bound)
 
     def consistent_hash(self, value: str) -> int:
         """A process channel's host by its non-local part, where its receive reads and

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from messenger_realtime.conf.layer_hosts import url_problem
+
 WORKER = "worker"
 HUB = "hub"
 
@@ -180,7 +182,7 @@ def _transports(names: Any, _: Mapping[str, Any]) -> bool:
 
 
 def _redis_url_or_empty(url: Any, _: Mapping[str, Any]) -> bool:
-    return not url or str(url).startswith(("redis://", "rediss://", "unix://"))
+    return not url or url_problem(str(url)) is None
 
 
 # fmt: off
@@ -357,7 +359,8 @@ SETTINGS: tuple[Setting, ...] = (
          "(a page's calls at connect)", at_least(1, "E026"), at_most(1_000_000, "units")),
     _key("RATE_LIMIT_REDIS_URL", str, "", H, "", "where the counters live (empty: nothing "
          "is counted)", Rule("E026", _redis_url_or_empty,
-                             "must be empty or a redis://, rediss:// or unix:// URL")),
+                             "must be empty or a redis://, rediss://, unix:// or "
+                             "redis+sentinel:// URL")),
     _key("ADMISSION_LIMIT", int, 200, H, "connects", "in progress per hub process, past "
          "which a negotiate waits in line", at_least(1, "E029"),
          at_most(100_000, "connects in progress per hub process")),

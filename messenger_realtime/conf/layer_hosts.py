@@ -11,7 +11,9 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-SCHEMES = ("redis", "rediss", "unix")
+from messenger_realtime.backplane import sentinel
+
+SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
 SETTING = "CHANNEL_REDIS_URLS"
 
 
@@ -20,13 +22,35 @@ def shown(url: str) -> str:
     return re.sub(r"//[^@/]*@", "//***@", url)
 
 
+def split_urls(value: str) -> list[str]:
+    """Comma-separated Redis URLs (CHANNEL_REDIS_URLS), each stripped and kept as written
+    (an empty one too, for E024 to name). A redis+sentinel:// URL's own commas, between
+    its Sentinels, stay inside it: a piece without a scheme continues the Sentinel URL
+    before it while that one has not reached its /SERVICE yet."""
+    urls: list[str] = []
+    for piece in (p.strip() for p in value.split(",")):
+        previous = urls[-1] if urls else ""
+        unfinished = sentinel.is_sentinel(previous) and "/" not in previous.split("://", 1)[1]
+        if unfinished and piece and "://" not in piece:
+            urls[-1] = f"{previous},{piece}"
+        else:
+            urls.append(piece)
+    return urls
+
+
 def url_problem(url: str) -> str | None:
     """Why `url` is not a usable Redis URL, or None."""
     if not url:
         return "is empty"
     parts = urlsplit(url)
     if parts.scheme not in SCHEMES:
-        return "is not a redis://, rediss:// or unix:// URL"
+        return "is not a redis://, rediss://, unix:// or redis+sentinel:// URL"
+    if parts.scheme == "redis+sentinel":
+        try:
+            sentinel.parse(url)
+        except ValueError as exc:
+            return str(exc)
+        return None
     if parts.scheme == "unix":
         return None if parts.path else "names no socket path"
     try:

@@ -28,7 +28,10 @@ from messenger_realtime.ops.network import POSTGRESQL, WAITS
 
 # libpq parameters that may sit in DATABASES[...]["OPTIONS"] and mean the same to psycopg.
 APPLICATION = "messenger-realtime-dispatch"  # the worker sessions' application_name
+# target_session_attrs: with several hosts (host=a,b: a primary and its standbys), only a
+# read-write session will do; the worker's claims and lease are writes.
 _LIBPQ_OPTIONS = {"sslmode", "sslrootcert", "sslcert", "sslkey", "options", "connect_timeout"}
+_LIBPQ_OPTIONS |= {"target_session_attrs", "load_balance_hosts"}
 
 
 def keepalives(timeout: float) -> dict[str, int]:

@@ -28,6 +28,7 @@ from uuid import UUID
 import redis
 import redis.asyncio
 
+from messenger_realtime.backplane import sentinel
 from messenger_realtime.conf.settings import HubOptions
 from messenger_realtime.exceptions import describe_error
 from messenger_realtime.ops import metrics
@@ -187,7 +188,7 @@ async def acharge(scope: str, user_id: UUID, units: int, options: HubOptions) ->
 @cache
 def _script(url: str) -> Any:
     """One client (and its connection pool) per process and URL, with the script."""
-    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+    client = sentinel.client(url, socket_timeout=1, socket_connect_timeout=1)
     return client.register_script(SLIDING_LOG)
 
 
@@ -206,7 +207,7 @@ def registered_script(url: str, source: str = SLIDING_LOG) -> Any:
     if script is None:
         client = next(
             (s.registered_client for (u, _), s in scripts.items() if u == url), None
-        ) or redis.asyncio.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+        ) or sentinel.async_client(url, socket_timeout=1, socket_connect_timeout=1)
         script = scripts[(url, source)] = client.register_script(source)
     return script
 

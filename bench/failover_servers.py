@@ -1,0 +1,219 @@
+"""Servers that fail over, for the soak (bench/chaos.py --failover) and the failover tests
+(tests/e2e/test_failover.py): real processes from Debian's packages, on loopback.
+
+- `PostgresPair`: a primary and a streaming standby (asynchronous replication, made with
+  pg_basebackup). `failover()` crashes the primary (immediate shutdown: its connections
+  reset) or freezes it (SIGSTOP to every process of the cluster: a host gone silent, its
+  connections open and unanswered, new ones never answered) and promotes the standby
+  with `pg_ctl promote`; `rebuild()` makes the dead one a standby of
+  the new primary, so the next failover goes back. Clients name both in one multi-host
+  URL with target_session_attrs=read-write (libpq tries them in turn).
+- `SentinelRedis`: a master, a replica and three `redis-server --sentinel` processes
+  (quorum 2, the master down after DOWN_AFTER_MS). `failover()` kills or freezes the
+  master and waits until the Sentinels name the promoted replica; `rebuild()` starts the old master
+  again, empty, and waits until the Sentinels have made it a replica of the new one.
+
+Every wait here is bounded (LIMIT); a server that does not come up fails the caller.
+"""
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from bench.hubclients import free_port
+from bench.private_postgres import PrivatePostgres, cluster_pids
+
+LIMIT = 60.0  # s: any server's start, switch or catch-up
+SERVICE = "mymaster"  # the Sentinels' name for the master
+DOWN_AFTER_MS = 1000  # the master is down after this long without a reply
+FAILOVER_TIMEOUT_MS = 5000
+
+
+def wait_for(predicate: Callable[[], Any], what: str, limit: float = LIMIT) -> Any:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            value = predicate()
+            if value:
+                return value
+        time.sleep(0.05)  # polling a server's own answer
+    raise RuntimeError(f"{what}: not within {limit:g} s")
+
+
+class PostgresPair:
+    """A primary and a streaming standby; either may be the primary (`primary`)."""
+
+    def __init__(self, directory: Path, settings: dict[str, str] | None = None) -> None:
+        self.nodes = [
+            PrivatePostgres(directory / "pg-a", free_port(), settings),
+            PrivatePostgres(directory / "pg-b", free_port(), settings),
+        ]
+        self.primary = 0
+
+    @property
+    def standby(self) -> int:
+        return 1 - self.primary
+
+    def url(self, ports: list[int] | None = None, dbname: str = "messenger") -> str:
+        """A multi-host URL naming both servers (or `ports`, proxies in front of them, in
+        the nodes' order): libpq connects to the one that takes writes. The standby of
+        the start is named first, so that a client that took the first server to answer
+        would land on a read-only one from its first connection."""
+        ports = ports or [node.port for node in self.nodes]
+        hosts = ",".join(f"127.0.0.1:{port}" for port in reversed(ports))
+        return f"postgres://postgres@{hosts}/{dbname}?target_session_attrs=read-write"
+
+    def start(self) -> None:
+        self.nodes[0].start()
+        self.nodes[1].start_standby_of(self.nodes[0])
+
+    def wait_replayed(self) -> None:
+        """Until the standby has replayed everything the primary has written so far."""
+        import psycopg
+
+        primary, standby = self.nodes[self.primary], self.nodes[self.standby]
+        with psycopg.connect(f"host=127.0.0.1 port={primary.port} user=postgres") as conn:
+            row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+            assert row is not None
+            target = row[0]
+
+        def replayed() -> bool:
+            with psycopg.connect(f"host=127.0.0.1 port={standby.port} user=postgres") as conn:
+                query = "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn"
+                answer = conn.execute(query, (target,)).fetchone()
+                return bool(answer and answer[0])
+
+        wait_for(replayed, "the standby's replay")
+
+    def failover(self, freeze: bool = False) -> float:
+        """Crash (or freeze) the primary, promote the standby; the promotion's end."""
+        old = self.nodes[self.primary]
+        if freeze:
+            self.frozen = cluster_pids(old.postmaster_pid())
+            for pid in self.frozen:
+                os.kill(pid, signal.SIGSTOP)
+        else:
+            old.stop()  # immediate: no checkpoint, no goodbye
+        self.nodes[self.standby].promote()
+        self.primary = self.standby
+        return time.time()
+
+    def rebuild(self) -> None:
+        """The old primary back as a standby of the new one (a frozen one killed first)."""
+        for pid in getattr(self, "frozen", []):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.frozen: list[int] = []
+        self.nodes[self.standby].start_standby_of(self.nodes[self.primary])
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+class SentinelRedis:
+    """A master, a replica and three Sentinels, each a redis-server of its own."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.dir = directory or Path(tempfile.mkdtemp(prefix="sentinel-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.ports = [free_port(), free_port()]  # data servers: master first, at the start
+        self.sentinel_ports = [free_port() for _ in range(3)]
+        self.data: dict[int, subprocess.Popen[bytes]] = {}
+        self.sentinels: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        sentinels = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
+        return f"redis+sentinel://{sentinels}/{SERVICE}/0"
+
+    def _start_data(self, port: int, replica_of: int | None = None) -> None:
+        argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", ""]
+        argv += ["--appendonly", "no", "--dir", str(self.dir)]
+        argv += ["--dbfilename", f"dump-{port}.rdb"]
+        if replica_of is not None:
+            argv += ["--replicaof", "127.0.0.1", str(replica_of)]
+        self.data[port] = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+        wait_for(lambda: self.client(port).ping(), f"redis-server on {port}")
+
+    def client(self, port: int) -> "redis.Redis[bytes]":
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=2, socket_connect_timeout=2)
+
+    def start(self) -> None:
+        self._start_data(self.ports[0])
+        self._start_data(self.ports[1], replica_of=self.ports[0])
+        wait_for(lambda: self._linked(self.ports[1]), "the replica's link")
+        for port in self.sentinel_ports:
+            conf = self.dir / f"sentinel-{port}.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                f"sentinel monitor {SERVICE} 127.0.0.1 {self.ports[0]} 2\n"
+                f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
+                f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
+                f"sentinel parallel-syncs {SERVICE} 1\n"
+            )
+            argv = ["redis-server", str(conf), "--sentinel"]
+            self.sentinels.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL))
+        wait_for(self._watched, "the Sentinels' view of the master, replica and each other")
+
+    def _linked(self, port: int) -> bool:
+        info = self.client(port).info("replication")
+        return info.get("role") == "slave" and info.get("master_link_status") == "up"
+
+    def _watched(self) -> bool:
+        """Every Sentinel knows the replica and the two other Sentinels: a failover can
+        be voted and has somewhere to go."""
+        for port in self.sentinel_ports:
+            client = self.client(port)
+            replicas = client.execute_command("SENTINEL", "REPLICAS", SERVICE)
+            others = client.execute_command("SENTINEL", "SENTINELS", SERVICE)
+            if len(replicas) < 1 or len(others) < 2:
+                return False
+        return True
+
+    def master_port(self) -> int:
+        """The master's port as the Sentinels name it (their majority)."""
+        answers = []
+        for port in self.sentinel_ports:
+            with contextlib.suppress(redis.RedisError):
+                address = self.client(port).execute_command(
+                    "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE
+                )
+                answers.append(int(address[1]))
+        return max(set(answers), key=answers.count)
+
+    def failover(self, freeze: bool = False) -> float:
+        """Kill (or freeze: SIGSTOP) the master; when the Sentinels name the promoted
+        replica (epoch s)."""
+        old = self.master_port()
+        process = self.data.pop(old)
+        process.send_signal(signal.SIGSTOP if freeze else signal.SIGKILL)
+        self._dead = (old, process)
+        wait_for(lambda: self.master_port() != old, "the Sentinels' switch")
+        return time.time()
+
+    def rebuild(self) -> None:
+        """The old master started again (empty); the Sentinels make it a replica."""
+        dead, process = self._dead
+        process.kill()
+        process.wait()
+        self._start_data(dead)
+        wait_for(lambda: self._linked(dead), "the old master turned replica")
+        wait_for(self._watched, "the Sentinels' view after the switch")
+
+    def stop(self) -> None:
+        for process in [*self.sentinels, *self.data.values()]:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        self.sentinels, self.data = [], {}
+        shutil.rmtree(self.dir, ignore_errors=True)
