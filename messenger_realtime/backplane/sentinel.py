@@ -34,8 +34,12 @@ import redis.sentinel
 SCHEME = "redis+sentinel"
 DEFAULT_PORT = 26379
 # Connection settings that concern the Sentinels' connections as well as the master's.
-_SHARED = ("socket_timeout", "socket_connect_timeout", "socket_keepalive")
-_SHARED += ("socket_keepalive_options",)
+_SHARED = (
+    "socket_timeout",
+    "socket_connect_timeout",
+    "socket_keepalive",
+    "socket_keepalive_options",
+)
 
 
 @dataclass(frozen=True)
@@ -134,12 +138,17 @@ def async_pool(url: str, **kwargs: Any) -> redis.asyncio.ConnectionPool:
         return redis.asyncio.ConnectionPool.from_url(url, **kwargs)
     parsed = parse(url)
     master, sentinel_kwargs = _kwargs(parsed, kwargs)
-    manager = redis.asyncio.sentinel.Sentinel(
+    # redis-py's Sentinel classes are untyped.
+    manager = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(parsed.sentinels), sentinel_kwargs=sentinel_kwargs
     )
-    if bound:
-        return BlockingSentinelConnectionPool(parsed.service, manager, **master, **bound)
-    return redis.asyncio.sentinel.SentinelConnectionPool(parsed.service, manager, **master)
+    pools = (
+        BlockingSentinelConnectionPool if bound else redis.asyncio.sentinel.SentinelConnectionPool
+    )
+    pool: redis.asyncio.ConnectionPool = pools(  # type: ignore[no-untyped-call]
+        parsed.service, manager, **master, **bound
+    )
+    return pool
 
 
 def async_client(url: str, **kwargs: Any) -> "redis.asyncio.Redis":
@@ -155,6 +164,10 @@ def client(url: str, **kwargs: Any) -> "redis.Redis":
         return redis.Redis.from_url(url, **kwargs)
     parsed = parse(url)
     master, sentinel_kwargs = _kwargs(parsed, kwargs)
-    manager = redis.sentinel.Sentinel(list(parsed.sentinels), sentinel_kwargs=sentinel_kwargs)
-    pool = redis.sentinel.SentinelConnectionPool(parsed.service, manager, **master)
+    manager = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        list(parsed.sentinels), sentinel_kwargs=sentinel_kwargs
+    )
+    pool = redis.sentinel.SentinelConnectionPool(  # type: ignore[no-untyped-call]
+        parsed.service, manager, **master
+    )
     return redis.Redis(connection_pool=pool)
