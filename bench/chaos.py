@@ -509,12 +509,13 @@ async def inject(kind: str, world: World, traffic: Traffic, rng: random.Random) 
         assert isinstance(world.postgres, PrivatePostgres)
         await asyncio.to_thread(world.postgres.crash_restart)
     elif kind in ("postgres_failover", "redis_failover"):
-        # Crashed (connections reset) and frozen (a host gone silent) in turn; the
+        # Crashed (connections reset) and frozen (a host gone silent) in turn, PostgreSQL
+        # crashed first and Redis frozen first (so a two-fault run has both ways); the
         # standby promoted or the Sentinels' switch; the old server then made the new
         # one's standby or replica, so the next failover goes back.
         servers = world.postgres if kind == "postgres_failover" else world.redis
         assert isinstance(servers, (PostgresPair, SentinelRedis))
-        freeze = world.failovers[kind] % 2 == 1
+        freeze = (world.failovers[kind] + (kind == "redis_failover")) % 2 == 1
         world.failovers[kind] += 1
         fault.switched = await asyncio.to_thread(servers.failover, freeze)
         how = "frozen" if freeze else "crashed"

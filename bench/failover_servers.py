@@ -109,11 +109,16 @@ class PostgresPair:
 
     def rebuild(self) -> None:
         """The old primary back as a standby of the new one (a frozen one killed first)."""
-        for pid in getattr(self, "frozen", []):
+        frozen: list[int] = getattr(self, "frozen", [])
+        for pid in frozen:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        self.frozen: list[int] = []
-        self.nodes[self.standby].start_standby_of(self.nodes[self.primary])
+        wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in frozen), "the kill")
+        self.frozen = []
+        old = self.nodes[self.standby]
+        for leftover in old.dir.glob(".s.PGSQL.*"):  # a killed postmaster's socket and lock
+            leftover.unlink(missing_ok=True)
+        old.start_standby_of(self.nodes[self.primary])
 
     def stop(self) -> None:
         for node in self.nodes:
