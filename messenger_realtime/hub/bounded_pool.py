@@ -28,6 +28,7 @@ from typing import Any
 
 import psycopg
 from psycopg.abc import PQGen
+from psycopg.conninfo import conninfo_to_dict
 
 from messenger_realtime.conf.settings import network_timeout
 from messenger_realtime.ops.network import POSTGRESQL, WAITS
@@ -35,7 +36,20 @@ from messenger_realtime.ops.network import POSTGRESQL, WAITS
 
 class BoundedConnection(psycopg.Connection[Any]):
     """A connection whose every wait for the server is bounded by NETWORK_TIMEOUT (waits
-    the caller bounds itself, such as notifies(timeout=...), are left as asked)."""
+    the caller bounds itself, such as notifies(timeout=...), are left as asked), its
+    connect included."""
+
+    @classmethod
+    def connect(cls, conninfo: str = "", **kwargs: Any) -> "BoundedConnection":
+        """psycopg's connect, each server's attempt given NETWORK_TIMEOUT (at least libpq's
+        2 s) unless the conninfo or the pool's kwargs set connect_timeout. psycopg's own
+        default is 130 s an attempt: with a multi-host DATABASE_URL (a primary and its
+        standbys) whose first server went silent, every new connection of the pool waited
+        that long before trying the promoted standby (docs/operations.md, "Failover")."""
+        if "connect_timeout" not in kwargs and "connect_timeout" not in conninfo_to_dict(conninfo):
+            kwargs["connect_timeout"] = max(2, int(network_timeout()))
+        connection: BoundedConnection = super().connect(conninfo, **kwargs)
+        return connection
 
     def wait(self, gen: PQGen[Any], interval: float = 0.1, timeout: float | None = None) -> Any:
         bounded = timeout is None

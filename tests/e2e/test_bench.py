@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.chaos import chaos_run
 from tests.support.runtime import ROOT
 
 pytestmark = pytest.mark.slow
@@ -85,19 +86,6 @@ def test_hub_bench_smoke_delivers_every_event_to_every_member(worker_env: dict[s
         assert run["events"] > 0 and run["deliveries"] == members * run["events"], name
         assert run["lost"] == 0 and run["clients_closed"] == 0, name
         assert run["cpu_ms_per_delivery"]["daphne"] > 0, name
-
-
-def chaos_run(*args: str) -> tuple[int, dict[str, Any], str]:
-    """bench/chaos.py with its own PostgreSQL and Redis (it starts both): exit status,
-    JSON, stderr."""
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "chaos.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    result: dict[str, Any] = json.loads(proc.stdout[proc.stdout.index("{") :])
-    return proc.returncode, result, proc.stderr
 
 
 def test_one_user_smoke_measures_a_flood_of_a_method_and_of_the_http_sends(

@@ -310,7 +310,8 @@ def test_channel_layer_hosts_must_be_distinct_redis_urls() -> None:
     prefix = "CHANNEL_REDIS_URLS (the channel layer's Redis servers): "
     assert [e.msg.removeprefix(prefix) for e in errors] == [
         "entry 2 ('') is empty.",
-        "entry 3 ('redis//typo:6379') is not a redis://, rediss:// or unix:// URL.",
+        "entry 3 ('redis//typo:6379') is not a redis://, rediss://, unix:// or"
+        " redis+sentinel:// URL.",
         "entry 4 ('redis://***@cache:port/0') has an invalid port.",
         "entry 5 ('redis://cache:6379/x') has a database that is not a number"
         " (redis://host:port/DB).",
