@@ -89,6 +89,7 @@ FAULTS_PER_MINUTE = 0.8
 PARTITION = (5.0, 30.0)  # s a partition lasts before it heals
 LATENCY, LATENCY_FOR = 0.1, 60.0  # s added each way, for how long
 FLAPPING_FOR, FLAP = 30.0, (1.0, 4.0)  # s a link flaps; each phase down or up
+FROZEN_FOR = 30.0  # s a frozen primary or master stays silent before it is killed
 DEPENDENCIES = ("redis", "postgresql")
 # --failover: the servers fail over instead of restarting in place, and the processes
 # reach Redis through its Sentinels, directly (a Sentinel names the master's own port,
@@ -509,17 +510,19 @@ async def inject(kind: str, world: World, traffic: Traffic, rng: random.Random) 
         assert isinstance(world.postgres, PrivatePostgres)
         await asyncio.to_thread(world.postgres.crash_restart)
     elif kind in ("postgres_failover", "redis_failover"):
-        # Crashed (connections reset) and frozen (a host gone silent) in turn, PostgreSQL
-        # crashed first and Redis frozen first (so a two-fault run has both ways); the
-        # standby promoted or the Sentinels' switch; the old server then made the new
-        # one's standby or replica, so the next failover goes back.
+        # Frozen (a host gone silent: its connections open and unanswered, held so for
+        # FROZEN_FOR) and crashed (connections reset) in turn, frozen first; the standby
+        # promoted or the Sentinels' switch; the old server then made the new one's
+        # standby or replica, so the next failover goes back.
         servers = world.postgres if kind == "postgres_failover" else world.redis
         assert isinstance(servers, (PostgresPair, SentinelRedis))
-        freeze = (world.failovers[kind] + (kind == "redis_failover")) % 2 == 1
+        freeze = world.failovers[kind] % 2 == 0
         world.failovers[kind] += 1
         fault.switched = await asyncio.to_thread(servers.failover, freeze)
         how = "frozen" if freeze else "crashed"
         fault.detail = f"{how}; switched {fault.switched - fault.at:.1f} s after"
+        if freeze:
+            await asyncio.sleep(FROZEN_FOR)  # silent until fenced
         await asyncio.to_thread(servers.rebuild)
     elif kind == "slow_reader":
         client = rng.choice(world.raw_ids)
@@ -711,7 +714,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     redis: PrivateRedis | SentinelRedis
     engines = failing_over(args.failover)
     if "postgresql" in engines:  # a primary and its streaming standby
-        postgres = PostgresPair(directory, server_settings)
+        postgres = PostgresPair(directory, server_settings, not args.async_replication)
         postgres_ports = [node.port for node in postgres.nodes]
     else:
         postgres = PrivatePostgres(directory / "pg", hubclients.free_port(), server_settings)
@@ -738,6 +741,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     names = ["daphne0", "daphne1", "worker0", "worker1"]
     result: dict[str, Any] = {
         "failover": list(engines),
+        "replication": "asynchronous" if args.async_replication else "synchronous",
         "seed": args.seed,
         "minutes": args.minutes,
         "self_test": args.self_test,
@@ -747,18 +751,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         network = Network.start(redis_port, postgres_ports, names)  # connects on demand
         stack.callback(network.stop)
         world = World(env, postgres, redis, network, daphne_ports, worker)
+        stack.callback(postgres.stop)  # before the start: a half-started pair is stopped
         postgres.start()
-        stack.callback(postgres.stop)
-        redis.start()
         stack.callback(redis.stop)
+        redis.start()
         os.environ.update(DATABASE_URL=world_url, REDIS_URL=redis.url)
         await e2e.check_call(sys.executable, "scripts/ensure_database.py", env=env)
         await e2e.check_call(sys.executable, "manage.py", "migrate", "--noinput", "-v0", env=env)
         people = await asyncio.to_thread(seed, args.clients, args.seed)
-        for i in range(2):
-            await world.start_daphne(i)
-        for i in range(2):
-            await world.start_worker(i)
 
         async def stop_all() -> None:
             for proc in world.raw_clients + world.node_clients:
@@ -775,7 +775,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 ) if service.proc.returncode is None else None
                 await service.stop()
 
-        stack.push_async_callback(stop_all)
+        stack.push_async_callback(stop_all)  # before any start: a failed one stops the rest
+        for i in range(2):
+            await world.start_daphne(i)
+        for i in range(2):
+            await world.start_worker(i)
         from messenger_realtime.outbox.enums import RealtimeDispatchKind, event_name
 
         targets = [event_name(k) for k in RealtimeDispatchKind.values]
@@ -829,6 +833,12 @@ def main() -> None:
         const="both",
         choices=("postgresql", "redis", "both"),
         help="a PostgreSQL standby and/or Redis Sentinels; their failovers among the faults",
+    )
+    parser.add_argument(
+        "--async-replication",
+        action="store_true",
+        help="the standby replicates asynchronously: a failover loses what it had not got "
+        "(acknowledged_then_lost), and the checker's counts include what follows from it",
     )
     parser.add_argument("--plot")
     parser.add_argument("--markdown")

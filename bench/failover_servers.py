@@ -1,13 +1,16 @@
 """Servers that fail over, for the soak (bench/chaos.py --failover) and the failover tests
 (tests/e2e/test_failover.py): real processes from Debian's packages, on loopback.
 
-- `PostgresPair`: a primary and a streaming standby (asynchronous replication, made with
-  pg_basebackup). `failover()` crashes the primary (immediate shutdown: its connections
-  reset) or freezes it (SIGSTOP to every process of the cluster: a host gone silent, its
-  connections open and unanswered, new ones never answered) and promotes the standby
-  with `pg_ctl promote`; `rebuild()` makes the dead one a standby of
-  the new primary, so the next failover goes back. Clients name both in one multi-host
-  URL with target_session_attrs=read-write (libpq tries them in turn).
+- `PostgresPair`: a primary and a streaming standby made with pg_basebackup, replicating
+  synchronously (a commit waits for the standby's write: nothing acknowledged is lost
+  in a failover; the promoted server runs alone, asynchronously, until its new standby
+  streams) or, with `synchronous=False`, asynchronously (PostgreSQL's default: what the
+  primary had not sent is lost with it). `failover()` crashes the primary (immediate
+  shutdown: its connections reset) or freezes it (SIGSTOP to every process of the
+  cluster: a host gone silent, its connections open and unanswered, new ones never
+  answered) and promotes the standby with `pg_ctl promote`; `rebuild()` makes the old
+  primary a standby of the new one, so the next failover goes back. Clients name both
+  in one multi-host URL with target_session_attrs=read-write (libpq tries them in turn).
 - `SentinelRedis`: a master, a replica and three `redis-server --sentinel` processes
   (quorum 2, the master down after DOWN_AFTER_MS). `failover()` kills or freezes the
   master and waits until the Sentinels name the promoted replica; `rebuild()` starts the old master
@@ -52,12 +55,16 @@ def wait_for(predicate: Callable[[], Any], what: str, limit: float = LIMIT) -> A
 class PostgresPair:
     """A primary and a streaming standby; either may be the primary (`primary`)."""
 
-    def __init__(self, directory: Path, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, directory: Path, settings: dict[str, str] | None = None, synchronous: bool = True
+    ) -> None:
         self.nodes = [
             PrivatePostgres(directory / "pg-a", free_port(), settings),
             PrivatePostgres(directory / "pg-b", free_port(), settings),
         ]
         self.primary = 0
+        self.synchronous = synchronous
+        self.frozen: list[int] = []
 
     @property
     def standby(self) -> int:
@@ -75,6 +82,25 @@ class PostgresPair:
     def start(self) -> None:
         self.nodes[0].start()
         self.nodes[1].start_standby_of(self.nodes[0])
+        self._replicate(synchronously=self.synchronous)
+
+    def _sql(self, node: int, *statements: str) -> list[Any]:
+        import psycopg
+
+        port = self.nodes[node].port
+        with psycopg.connect(f"host=127.0.0.1 port={port} user=postgres", autocommit=True) as c:
+            cursors = [c.execute(statement) for statement in statements]
+            return [cursor.fetchall() if cursor.description else [] for cursor in cursors]
+
+    def _replicate(self, synchronously: bool) -> None:
+        """The primary's commits wait for the standby (once it streams), or do not."""
+        if not synchronously:
+            self._sql(self.primary, "ALTER SYSTEM RESET synchronous_standby_names")
+        else:
+            streaming = "SELECT 1 FROM pg_stat_replication WHERE state = 'streaming'"
+            wait_for(lambda: self._sql(self.primary, streaming)[0], "the standby streaming")
+            self._sql(self.primary, "ALTER SYSTEM SET synchronous_standby_names = '*'")
+        self._sql(self.primary, "SELECT pg_reload_conf()")
 
     def wait_replayed(self) -> None:
         """Until the standby has replayed everything the primary has written so far."""
@@ -105,11 +131,16 @@ class PostgresPair:
             old.stop()  # immediate: no checkpoint, no goodbye
         self.nodes[self.standby].promote()
         self.primary = self.standby
+        if self.synchronous:
+            # Its configuration came from the old primary (pg_basebackup): alone, it would
+            # hold every commit until a standby streams. The commits waiting meanwhile
+            # (milliseconds) are released by the reload.
+            self._replicate(synchronously=False)
         return time.time()
 
     def rebuild(self) -> None:
         """The old primary back as a standby of the new one (a frozen one killed first)."""
-        frozen: list[int] = getattr(self, "frozen", [])
+        frozen = self.frozen
         for pid in frozen:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -119,6 +150,8 @@ class PostgresPair:
         for leftover in old.dir.glob(".s.PGSQL.*"):  # a killed postmaster's socket and lock
             leftover.unlink(missing_ok=True)
         old.start_standby_of(self.nodes[self.primary])
+        if self.synchronous:
+            self._replicate(synchronously=True)
 
     def stop(self) -> None:
         for node in self.nodes:

@@ -36,7 +36,7 @@ def pair() -> Iterator[PostgresPair]:
         servers.start()
         yield servers
     finally:
-        if getattr(servers, "frozen", None):
+        if servers.frozen:
             servers.rebuild()  # kills the frozen server's processes
         servers.stop()
         shutil.rmtree(directory, ignore_errors=True)
