@@ -43,6 +43,7 @@ class Fault:
     ended: float = 0.0
     detail: str = ""
     switched: float = 0.0  # a failover's promotion or Sentinel switch (epoch s)
+    recovered: float | None = None  # s from `at` until deliveries were prompt again
 
 
 COMMITTED = """
@@ -164,7 +165,7 @@ async def analyse(
     recovery: dict[str, float] = {}
     after_switch: dict[str, float] = {}  # a failover's recovery from its promotion
     for f in faults:
-        seconds = recovered_after(lags, f.at)
+        seconds = f.recovered = recovered_after(lags, f.at)
         recovery[f.kind] = max(recovery.get(f.kind, 0.0), seconds)
         if f.switched:
             resumed = max(0.0, seconds - (f.switched - f.at))

@@ -168,6 +168,7 @@ class SentinelRedis:
         self.sentinel_ports = [free_port() for _ in range(3)]
         self.data: dict[int, subprocess.Popen[bytes]] = {}
         self.sentinels: list[subprocess.Popen[bytes]] = []
+        self.dead: tuple[int, subprocess.Popen[bytes]] | None = None  # the failed master
 
     @property
     def url(self) -> str:
@@ -235,21 +236,24 @@ class SentinelRedis:
         old = self.master_port()
         process = self.data.pop(old)
         process.send_signal(signal.SIGSTOP if freeze else signal.SIGKILL)
-        self._dead = (old, process)
+        self.dead = (old, process)
         wait_for(lambda: self.master_port() != old, "the Sentinels' switch")
         return time.time()
 
     def rebuild(self) -> None:
         """The old master started again (empty); the Sentinels make it a replica."""
-        dead, process = self._dead
+        assert self.dead is not None, "no failover to rebuild from"
+        dead, process = self.dead
         process.kill()
         process.wait()
+        self.dead = None
         self._start_data(dead)
         wait_for(lambda: self._linked(dead), "the old master turned replica")
         wait_for(self._watched, "the Sentinels' view after the switch")
 
     def stop(self) -> None:
-        for process in [*self.sentinels, *self.data.values()]:
+        failed = [self.dead[1]] if self.dead else []
+        for process in [*self.sentinels, *self.data.values(), *failed]:
             if process.poll() is None:
                 process.kill()
                 process.wait()
