@@ -11,7 +11,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from messenger_realtime.backplane import sentinel
+from messenger_realtime.conf import sentinel_url
 
 SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
 SETTING = "CHANNEL_REDIS_URLS"
@@ -30,7 +30,7 @@ def split_urls(value: str) -> list[str]:
     urls: list[str] = []
     for piece in (p.strip() for p in value.split(",")):
         previous = urls[-1] if urls else ""
-        unfinished = sentinel.is_sentinel(previous) and "/" not in previous.split("://", 1)[1]
+        unfinished = sentinel_url.is_sentinel(previous) and "/" not in previous.split("://", 1)[1]
         if unfinished and piece and "://" not in piece:
             urls[-1] = f"{previous},{piece}"
         else:
@@ -47,7 +47,7 @@ def url_problem(url: str) -> str | None:
         return "is not a redis://, rediss://, unix:// or redis+sentinel:// URL"
     if parts.scheme == "redis+sentinel":
         try:
-            sentinel.parse(url)
+            sentinel_url.parse(url)
         except ValueError as exc:
             return str(exc)
         return None

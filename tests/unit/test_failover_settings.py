@@ -11,19 +11,19 @@ on 47f6a94).
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from messenger_realtime.backplane import sentinel
+from messenger_realtime.conf import sentinel_url
 from messenger_realtime.conf.layer_hosts import host_problems, split_urls
 from tests.support.runtime import project_settings
-from tests.unit.test_settings import check_realtime_settings, project_layer_hosts, realtime
+from tests.support.settings import check_realtime_settings, project_layer_hosts, realtime
 
 SENTINELS = "redis+sentinel://10.0.0.1:26379,10.0.0.2,[::1]:26380/mymaster/2"
 
 
 def test_a_sentinel_url_names_the_sentinels_the_service_and_the_database() -> None:
-    parsed = sentinel.parse(SENTINELS)
+    parsed = sentinel_url.parse(SENTINELS)
     assert parsed.sentinels == (("10.0.0.1", 26379), ("10.0.0.2", 26379), ("::1", 26380))
     assert (parsed.service, parsed.db, parsed.password) == ("mymaster", 2, None)
-    secret = sentinel.parse("redis+sentinel://:m%40ster@s1/cache?sentinel_password=s3")
+    secret = sentinel_url.parse("redis+sentinel://:m%40ster@s1/cache?sentinel_password=s3")
     assert (secret.password, secret.sentinel_password, secret.db) == ("m@ster", "s3", 0)
 
 
@@ -41,7 +41,7 @@ def test_a_bad_sentinel_url_is_refused_saying_what_is_wrong(url: str, problem: s
     (found,) = host_problems([url])
     assert problem in found
     with pytest.raises(ValueError, match=problem):
-        sentinel.parse(url)
+        sentinel_url.parse(url)
 
 
 def test_the_password_of_a_sentinel_url_never_reaches_a_check_message() -> None:

@@ -7,7 +7,7 @@ import sys
 import psycopg
 import pytest
 from django.conf import settings
-from django.core.checks import WARNING, CheckMessage, run_checks
+from django.core.checks import WARNING
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
@@ -15,7 +15,8 @@ from messenger_realtime.conf.checks import HUB_TAG, WORKER_TAG
 from messenger_realtime.conf.settings import collect, load_hub_options, load_options
 from messenger_realtime.contracts.port import get_domain_port
 from messenger_realtime.exceptions import database_cause, unrecoverable
-from tests.support.runtime import ROOT, manage, project_settings
+from tests.support.runtime import ROOT, manage
+from tests.support.settings import check_realtime_settings, project_layer_hosts, realtime
 
 HUB_ONLY = {
     "JWT_SIGNING_KEY",
@@ -32,17 +33,6 @@ HUB_ONLY = {
     "TRANSPORTS",
     "WEBSOCKET_DEFLATE",
 }
-
-
-def realtime(configured: dict[str, object]) -> override_settings:
-    """The project's MESSENGER_REALTIME with some keys changed."""
-    return override_settings(MESSENGER_REALTIME={**settings.MESSENGER_REALTIME, **configured})
-
-
-def check_realtime_settings(tags: list[str] | None = None) -> list[CheckMessage]:
-    """The app's system check messages (all roles, or the given roles' tags)."""
-    found = run_checks(tags=tags)
-    return [m for m in found if str(m.id).startswith("messenger_realtime.")]
 
 
 def check_ids(tags: list[str] | None = None) -> list[str]:
@@ -321,12 +311,6 @@ def test_channel_layer_hosts_must_be_distinct_redis_urls() -> None:
     assert "s3cret" not in "".join(e.msg + str(e.hint) for e in errors)
     with redis_layer([]):
         assert "is empty" in check_realtime_settings()[0].msg
-
-
-def project_layer_hosts(**env: str) -> list[str]:
-    """The channel layer hosts project/settings.py builds from this environment."""
-    hosts = "[h['address'] for h in settings.CHANNEL_LAYERS['default']['CONFIG']['hosts']]"
-    return list(project_settings(hosts, **env))
 
 
 def test_channel_redis_urls_shard_the_layer_and_default_to_redis_url() -> None:
