@@ -9,7 +9,7 @@ and password are the master's; `sentinel_password` (and `sentinel_username`) the
 Sentinels' own, when they require one.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlsplit
 
 SCHEME = "redis+sentinel"
@@ -28,9 +28,9 @@ class SentinelURL:
     service: str
     db: int = 0
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)  # never in a log line
     sentinel_username: str | None = None
-    sentinel_password: str | None = None
+    sentinel_password: str | None = field(default=None, repr=False)
 
 
 def parse(url: str) -> SentinelURL:

@@ -25,6 +25,7 @@ def test_a_sentinel_url_names_the_sentinels_the_service_and_the_database() -> No
     assert (parsed.service, parsed.db, parsed.password) == ("mymaster", 2, None)
     secret = sentinel_url.parse("redis+sentinel://:m%40ster@s1/cache?sentinel_password=s3")
     assert (secret.password, secret.sentinel_password, secret.db) == ("m@ster", "s3", 0)
+    assert "m@ster" not in repr(secret) and "'s3'" not in repr(secret)
 
 
 @pytest.mark.parametrize(
