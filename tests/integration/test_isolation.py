@@ -316,9 +316,14 @@ def test_nothing_is_claimed_ahead_while_the_hub_is_behind(monkeypatch: pytest.Mo
     assert result.dispatched == 40
     claims = [step for step in steps if step.startswith("claim") and step != "claim 0"]
     assert claims == ["claim 10"] * 4
-    # The first batch's claim ahead happened before anyone knew; after that, each batch is
-    # claimed only once the one before was pushed: never two claims between pushes.
-    after_first_push = [step for step in steps[steps.index("push") :] if step != "claim 0"]
-    runs = "".join("c" if step.startswith("claim") else "p" for step in after_first_push)
-    assert "cc" not in runs
-    assert runs.rindex("c") >= 30  # batch 4 claimed only once batch 3 was pushed
+    # Pushes done when each full claim came back. Batch 2 is claimed as soon as batch 1
+    # proves full, and batch 3 as soon as batch 2 does, which may be before batch 1's first
+    # push reports the hub behind (at most two batches ahead: batches.py). Once it is
+    # known behind, no claim runs ahead: batch 4 only once batch 3 was pushed.
+    pushed_at_claim = [
+        steps[:at].count("push")
+        for at, step in enumerate(steps)
+        if step.startswith("claim") and step != "claim 0"
+    ]
+    assert pushed_at_claim[0] == 0
+    assert pushed_at_claim[3] >= 30, steps
