@@ -110,7 +110,9 @@ hub_forced_closes = Counter(
     "session), send_buffer (over SEND_BUFFER_LIMIT), overrun (events were dropped), "
     "backplane_restart (a Redis server forgot the process's groups and queue), "
     "replay_buffer (a dropped stateful connection's unacked events passed "
-    "STATEFUL_RECONNECT_BUFFER_SIZE); without, logout (its Django session ended), revoked "
+    "STATEFUL_RECONNECT_BUFFER_SIZE), recovery (an event held for a Recover could not be "
+    "checked at its release: a failed membership read); without, logout (its Django "
+    "session ended), revoked "
     "(its user deactivated, deleted or logged out everywhere), flood (refused "
     "RATE_LIMIT_FLOOD times for its budget or its user's rate limit).",
     ["reason"],

@@ -10,7 +10,7 @@ from typing import Any
 import jwt
 import psycopg
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 from prometheus_client import REGISTRY
 
 from messenger_realtime.conf.settings import load_hub_options
@@ -215,6 +215,61 @@ def test_live_events_wait_for_the_recovery_and_no_offset_goes_out_twice() -> Non
 
     assert run(scenario()) == {stream: RECOVERED}
     assert sent_offsets(sent, stream) == [held + 2, held + 1, held + 3, last + 1, last + 2]
+
+
+def test_a_held_event_whose_check_fails_at_release_ends_the_connection_for_a_reconnect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A live event held during a recovery is checked again when released; a check that
+    fails (the user's memberships read while the database fails over) ends the connection
+    with allowReconnect, and nothing stays held. Before, the Recover failed with the
+    streams after it still held: every later live event of them was kept from a client
+    that was never told (issue 60's soak)."""
+    _alice, bob, chat, stream = team()
+    user_stream = f"user:{bob.id}"
+    offsets = current_offsets([stream, user_stream])
+    chats = dict(HostDomainPort().active_chats(bob.id))
+    connection, sent = consumer_of(bob.id, chats)
+    failing = False
+
+    class FailingOver(HostDomainPort):
+        def active_chats(self, user_id: Any) -> Any:
+            if failing:
+                raise OperationalError("server closed the connection unexpectedly")
+            return super().active_chats(user_id)
+
+    monkeypatch.setattr(
+        "messenger_realtime.hub.connection.groups.get_domain_port", lambda: FailingOver()
+    )
+    updated = {
+        "type": "realtime.event",
+        "event": "chat_updated",
+        "payload": {"chatId": str(chat.id), "change": "TitleChanged", "stream": user_stream,
+                    "offset": offsets[user_stream] + 1},
+    }  # fmt: skip
+
+    async def scenario() -> None:
+        nonlocal failing
+        asked = {user_stream: offsets[user_stream], stream: offsets[stream]}
+        with psycopg.connect(db.conninfo()) as lock, psycopg.connect(db.conninfo()) as watch:
+            lock.execute("LOCK TABLE messenger.realtime_stream IN ACCESS EXCLUSIVE MODE")
+            recovering = asyncio.create_task(recover(connection, asked))
+            waiting = "the recovery's read waiting on the lock"
+            await asyncio.to_thread(wait_until, lambda: a_lock_wait(watch), what=waiting)
+            await layer_messages.dispatch(connection, updated)  # held for the recovery
+            failing = True
+            lock.rollback()
+            await recovering
+        # The connection is ended: a later event of either stream is not kept anywhere.
+        later = live(chat.id, stream, offsets[stream] + 1, chats[chat.id])
+        await layer_messages.dispatch(connection, later)
+
+    run(scenario())
+    closes = [m for m in sent if m.get("type") == 7]
+    assert closes and closes[0]["allowReconnect"] is True, sent
+    assert connection.closing
+    assert connection.stream_marks().held == {}
+    assert sent_offsets(sent, user_stream) == [] and sent_offsets(sent, stream) == []
 
 
 def a_lock_wait(watch: psycopg.Connection[Any]) -> bool:

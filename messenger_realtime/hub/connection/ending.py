@@ -31,6 +31,7 @@ OVERRUN = "events dropped (channel layer overrun)"
 BACKPLANE_RESTARTED = "events may be lost (channel layer server restarted)"
 REPLAY_OVERFLOW = "replay buffer over STATEFUL_RECONNECT_BUFFER_SIZE"
 SEND_BUFFER_OVER = "send buffer over SEND_BUFFER_LIMIT"
+RELEASE_FAILED = "events held for a recovery could not be checked"
 # Bounded label values of messenger_realtime_hub_forced_closes_total.
 _METRICS = {
     "token expired": "expired",
@@ -39,6 +40,7 @@ _METRICS = {
     OVERRUN: "overrun",
     BACKPLANE_RESTARTED: "backplane_restart",
     REPLAY_OVERFLOW: "replay_buffer",
+    RELEASE_FAILED: "recovery",
 }
 
 

@@ -15,8 +15,11 @@ connection, and a user's recoveries read one at a time per process, on a thread 
 their own, never ahead of the reads other users' connects make."""
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
+import messenger_realtime.hub.connection.ending as ending
+from messenger_realtime.exceptions import describe_error
 from messenger_realtime.hub.connection.layer_messages import encode, event_frame
 from messenger_realtime.hub.connection.marks import StreamMarks
 from messenger_realtime.hub.connection.methods import Billed, Cost, hub_method, length_of_first
@@ -29,7 +32,7 @@ from messenger_realtime.hub.recovery import (
     parse,
 )
 from messenger_realtime.ops import metrics
-from messenger_realtime.ops.logging import get_logger
+from messenger_realtime.ops.logging import Field, get_logger
 
 logger = get_logger(__name__)
 SEND_CHUNK = 64 * 1024  # bytes per message of recovered events (Twisted's own threshold)
@@ -82,8 +85,7 @@ async def recover(connection: Connection, argument: Any) -> Billed:
             outcomes[result.stream] = result.outcome
             sent, size = sent + len(frames), size + bytes_
     finally:
-        for stream in asked:
-            await _release(connection, marks, stream)
+        await _release_all(connection, marks, asked)
         marks.sent = None  # the notes are for the first recovery only
     elapsed = time.perf_counter() - started
     _report(connection, outcomes, sent, elapsed)
@@ -121,6 +123,26 @@ def _size(frame: Frame) -> int:
     if isinstance(frame, bytes) or frame.isascii():
         return len(frame)
     return len(frame.encode())
+
+
+async def _release_all(connection: Connection, marks: StreamMarks, streams: Iterable[str]) -> None:
+    """Release every stream the call held. A held event is checked again as it goes out
+    (layer_messages.event_frame: a membership read); a check that fails (the database
+    failing over) ends the connection with allowReconnect rather than leave its stream,
+    and those after it, held: their later live events would be kept from a client never
+    told. Reconnected, the client recovers from what it holds."""
+    streams = list(streams)
+    try:
+        for stream in streams:
+            await _release(connection, marks, stream)
+    except Exception as exc:
+        for stream in streams:
+            marks.held.pop(stream, None)
+        logger.warning(
+            "recovery release failed",
+            extra={**connection.ids(), "action": "recover", Field.ERROR_CODE: describe_error(exc)},
+        )
+        await connection.end(ending.dropped(ending.RELEASE_FAILED))
 
 
 async def _release(connection: Connection, marks: StreamMarks, stream: str) -> None:
