@@ -49,9 +49,13 @@ SET enable_seqscan = off;
 --   that filled their quota then fill what the others left, so a burst alone still
 --   fills whole batches.
 -- urgent: the urgent kinds first (ix_rto_pending_urgent): an invitation never waits
---   behind a backlog. Weighted, not absolute: at most all but a quarter of the batch,
---   so a flood of them in one chat (a conference's 20,000 ConferenceEnded rows) leaves
---   the last quarter of every batch to the round-robin.
+--   behind another target's backlog. A target is a stream whose offsets follow id
+--   order, so an urgent row brings the older due rows of its own target with it
+--   (urgent_rows, then each one's target up to its newest urgent row, through
+--   ix_rto_pending_target): it never goes out ahead of them (issue 60). Weighted, not
+--   absolute: at most all but a quarter of the batch, cut in id order (each target
+--   keeps a prefix of its rows), so a flood of them in one chat (a conference's 20,000
+--   ConferenceEnded rows) leaves the last quarter of every batch to the round-robin.
 -- Candidates are locked as they are found (FOR UPDATE SKIP LOCKED in each probe), so a
 -- second runner (failover lag, --no-lock) skips them; those not picked are unlocked when
 -- the statement ends.
@@ -135,8 +139,8 @@ topped AS (
         FOR UPDATE SKIP LOCKED
     ) AS r
 ),
-urgent AS (
-    SELECT o.id, 0::bigint AS rn FROM messenger.realtime_outbox AS o
+urgent_rows AS (
+    SELECT o.id, o.target_key FROM messenger.realtime_outbox AS o
     WHERE o.kind IN ('CallInvited', 'CallCancelled', 'CallMissed', 'CallEnded',
                      'CallDeclined', 'CallAnswered', 'ConferenceInvited',
                      'ConferenceStarted', 'ConferenceEnded')
@@ -144,6 +148,19 @@ urgent AS (
       {{IN_PARTITION(o.target_key)}}
     ORDER BY o.id LIMIT %(limit)s - %(limit)s / 4  -- integer division
     FOR UPDATE SKIP LOCKED
+),
+urgent AS (
+    SELECT ahead.id, 0::bigint AS rn
+    FROM (SELECT DISTINCT ON (target_key) target_key, id AS upto FROM urgent_rows
+          ORDER BY target_key, id DESC) AS u
+    CROSS JOIN LATERAL (
+        SELECT o.id FROM messenger.realtime_outbox AS o
+        WHERE o.target_key = u.target_key AND o.status = 'Pending'
+          AND o.next_attempt_at <= now() AND o.claimed_at IS NULL AND o.id <= u.upto
+        ORDER BY o.id LIMIT %(limit)s - %(limit)s / 4
+        FOR UPDATE SKIP LOCKED
+    ) AS ahead
+    ORDER BY ahead.id LIMIT %(limit)s - %(limit)s / 4
 ),
 due AS (
     SELECT id FROM (

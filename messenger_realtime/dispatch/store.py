@@ -139,18 +139,23 @@ def _outcomes(rows: list[ClaimedRow], suspect: bool) -> list[RowOutcome]:
 
 
 def push_order(rows: list[ClaimedRow]) -> list[ClaimedRow]:
-    """RETURNING order is unspecified: time-critical kinds first, then the targets in
-    turn (each target's first row, then each one's second, ...), each target in id order.
-    A quiet chat's row therefore goes out in a batch's first chunk, not behind a burst's
-    hundred rows in the same batch."""
+    """RETURNING order is unspecified: the targets of time-critical kinds first, then the
+    targets in turn (each target's first row, then each one's second, ...), every target
+    in id order. A target is a stream (its offsets follow id order), so an urgent row
+    never goes out before an older row of its own stream: its whole target goes first.
+    A quiet chat's row goes out in a batch's first chunk, not behind a burst's hundred
+    rows in the same batch."""
     rows.sort(key=lambda row: row.id)
     turn: dict[UUID | None, int] = {}
+    urgent: set[UUID | None] = set()
     ranked = []
     for row in rows:
         target = row.target_user_id if row.target_kind == TargetKind.USER else row.chat_id
         turn[target] = turn.get(target, 0) + 1
-        ranked.append((row.kind not in URGENT_KINDS, turn[target], row.id, row))
-    ranked.sort(key=lambda entry: entry[:3])
+        if row.kind in URGENT_KINDS:
+            urgent.add(target)
+        ranked.append((target, turn[target], row.id, row))
+    ranked.sort(key=lambda entry: (entry[0] not in urgent, *entry[1:3]))
     return [entry[3] for entry in ranked]
 
 

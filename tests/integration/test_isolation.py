@@ -146,6 +146,31 @@ def test_an_invitation_behind_a_20000_row_backlog_is_claimed_in_the_first_batch(
     assert claimed[0] == invite.id  # claimed, and pushed first
 
 
+def test_an_invitation_claimed_ahead_takes_the_older_rows_of_its_stream_with_it() -> None:
+    # The callee's user stream holds a ChatUpdated, then the invitation; eight chats'
+    # messages are due too, and the walk of a 4-row claim reaches the chats first (the
+    # callee's key is the highest). Urgent rows used to be claimed alone: the invitation
+    # went out a batch ahead of the older row of its own stream (issue 60's soak: a
+    # client saw offset 5 before 4 after a failover's backlog).
+    callee = uuid.UUID(int=2**128 - 1)
+    for _ in range(8):
+        OutboxEntryFactory()
+    stream = {"target_kind": "User", "target_user_id": callee, "message_id": None, "seq": None}
+    older = OutboxEntryFactory(kind=Kind.CHAT_UPDATED, chat_id=uuid.uuid4(), **stream)
+    invite = OutboxEntryFactory(kind=Kind.CALL_INVITED, chat_id=None, ref_id=uuid.uuid4(), **stream)
+
+    async def first_claim() -> list[uuid.UUID]:
+        conn = await db.connect()
+        outcomes, _ = await store.claim_fair(conn, store.ClaimShape(4, [1.0], 0.0, 8), NO_TARGET)
+        await conn.close()
+        return [o.row.id for o in outcomes]
+
+    claimed = run(first_claim())
+    assert len(claimed) == 4
+    assert [i for i in claimed if i in (older.id, invite.id)] == [older.id, invite.id]
+    assert claimed[:2] == [older.id, invite.id]  # its stream first, in order
+
+
 def test_an_urgent_flood_in_one_chat_leaves_a_share_of_each_batch_to_the_others() -> None:
     # 20,000 ConferenceEnded rows of one conference chat, then 20 messages of another
     # chat: urgent kinds used to take every batch whole, so the other chat waited for the

@@ -1,4 +1,5 @@
-"""A claimed batch's push order: urgent kinds first, then targets in turn, each in id order."""
+"""A claimed batch's push order: the targets of urgent kinds first, then the others in turn,
+each target (a stream) always in id order."""
 
 from datetime import UTC, datetime
 from uuid import UUID
@@ -9,8 +10,10 @@ from messenger_realtime.dispatch.store import push_order
 BURST, QUIET, CALLEE = UUID(int=1), UUID(int=2), UUID(int=3)
 
 
-def row(n: int, kind: str = "MessageReceived", chat: UUID | None = BURST) -> ClaimedRow:
-    user = CALLEE if kind == "CallInvited" else None
+def row(
+    n: int, kind: str = "MessageReceived", chat: UUID | None = BURST, user: UUID | None = None
+) -> ClaimedRow:
+    user = CALLEE if kind == "CallInvited" else user
     target = "User" if user else "ChatGroup"
     when = datetime(2026, 12, 1, tzinfo=UTC)
     return ClaimedRow(
@@ -24,3 +27,14 @@ def test_urgent_first_then_targets_take_turns_each_in_id_order() -> None:
     invite = row(6, kind="CallInvited", chat=None)
     ordered = push_order([burst[3], quiet, burst[0], invite, burst[2], burst[1]])
     assert [r.seq for r in ordered] == [6, 1, 5, 2, 3, 4]
+
+
+def test_an_urgent_row_never_goes_before_an_older_row_of_its_own_stream() -> None:
+    # The callee's stream: a ChatUpdated committed before the invitation (offset 4, then
+    # 5). Urgent rows used to go first whatever their stream held before them: a client
+    # saw 5 then 4 after a failover's backlog (issue 60's soak).
+    updated = row(0, kind="ChatUpdated", chat=QUIET, user=CALLEE)
+    invite = row(6, kind="CallInvited", chat=None)
+    burst = [row(n) for n in (1, 2)]
+    ordered = push_order([invite, burst[1], updated, burst[0]])
+    assert [r.seq for r in ordered] == [0, 6, 1, 2]
