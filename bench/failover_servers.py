@@ -32,7 +32,7 @@ from typing import Any
 
 import redis
 
-from bench.hubclients import free_port
+from bench.hubclients import free_port, free_ports
 from bench.private_postgres import PrivatePostgres, cluster_pids
 
 LIMIT = 60.0  # s: any server's start, switch or catch-up
@@ -164,11 +164,13 @@ class SentinelRedis:
     def __init__(self, directory: Path | None = None) -> None:
         self.dir = directory or Path(tempfile.mkdtemp(prefix="sentinel-"))
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.ports = [free_port(), free_port()]  # data servers: master first, at the start
-        self.sentinel_ports = [free_port() for _ in range(3)]
+        ports = free_ports(5)
+        self.ports = ports[:2]  # data servers: master first, at the start
+        self.sentinel_ports = ports[2:]
         self.data: dict[int, subprocess.Popen[bytes]] = {}
         self.sentinels: list[subprocess.Popen[bytes]] = []
         self.dead: tuple[int, subprocess.Popen[bytes]] | None = None  # the failed master
+        self.started: list[subprocess.Popen[bytes]] = []  # every process, for stop()
 
     @property
     def url(self) -> str:
@@ -181,7 +183,8 @@ class SentinelRedis:
         argv += ["--dbfilename", f"dump-{port}.rdb"]
         if replica_of is not None:
             argv += ["--replicaof", "127.0.0.1", str(replica_of)]
-        self.data[port] = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+        process = self.data[port] = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+        self.started.append(process)
         wait_for(lambda: self.client(port).ping(), f"redis-server on {port}")
 
     def client(self, port: int) -> "redis.Redis[bytes]":
@@ -202,6 +205,7 @@ class SentinelRedis:
             )
             argv = ["redis-server", str(conf), "--sentinel"]
             self.sentinels.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL))
+            self.started.append(self.sentinels[-1])
         wait_for(self._watched, "the Sentinels' view of the master, replica and each other")
 
     def _linked(self, port: int) -> bool:
@@ -252,10 +256,9 @@ class SentinelRedis:
         wait_for(self._watched, "the Sentinels' view after the switch")
 
     def stop(self) -> None:
-        failed = [self.dead[1]] if self.dead else []
-        for process in [*self.sentinels, *self.data.values(), *failed]:
+        for process in self.started:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-        self.sentinels, self.data = [], {}
+        self.sentinels, self.data, self.started = [], {}, []
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -348,6 +348,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: each socket held until all are bound (one at a time,
+    the kernel may hand the same port out twice)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+
+
 def proc_stat(pid: int) -> list[str] | None:
     """/proc/<pid>/stat from field 3 (state) on; None once the process is gone."""
     try:

@@ -28,7 +28,8 @@ from tests.support.chaos import chaos_run
 # The soak's run: servers, 40 clients, 1.5 minutes of traffic, two failovers, the drain.
 # Its checker found the urgent claims' reordering (a CallInvited pushed before the
 # ChatUpdated committed before it on the same user stream, once a failover's backlog
-# put both in one batch): disorder 1 in about one run in three before 3b1c1e5's fix.
+# put both in one batch): disorder 1 in about one run in three, before urgency became a
+# target's (store.push_order, WALK_AND_CLAIM's urgent probe).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(480)]
 RESUME_LIMIT = 30.0  # s from the promotion or the Sentinels' switch (issue 60's target)
 
