@@ -53,9 +53,12 @@ SET enable_seqscan = off;
 --   order, so an urgent row brings the older due rows of its own target with it
 --   (urgent_rows, then each one's target up to its newest urgent row, through
 --   ix_rto_pending_target): it never goes out ahead of them (issue 60). Weighted, not
---   absolute: at most all but a quarter of the batch, cut in id order (each target
---   keeps a prefix of its rows), so a flood of them in one chat (a conference's 20,000
+--   absolute: at most all but a quarter of the batch, the targets taken in the order of
+--   their oldest urgent row (so one stream's old backlog cannot take another's
+--   invitation's place) and cut there (each target keeps a prefix of its rows; only
+--   the last is cut short), so a flood of them in one chat (a conference's 20,000
 --   ConferenceEnded rows) leaves the last quarter of every batch to the round-robin.
+--   Read first, then only the rows kept are locked (urgent).
 -- Candidates are locked as they are found (FOR UPDATE SKIP LOCKED in each probe), so a
 -- second runner (failover lag, --no-lock) skips them; those not picked are unlocked when
 -- the statement ends.
@@ -147,20 +150,26 @@ urgent_rows AS (
       AND o.status = 'Pending' AND o.next_attempt_at <= now() AND o.claimed_at IS NULL
       {{IN_PARTITION(o.target_key)}}
     ORDER BY o.id LIMIT %(limit)s - %(limit)s / 4  -- integer division
-    FOR UPDATE SKIP LOCKED
 ),
-urgent AS (
-    SELECT ahead.id, 0::bigint AS rn
-    FROM (SELECT DISTINCT ON (target_key) target_key, id AS upto FROM urgent_rows
-          ORDER BY target_key, id DESC) AS u
-    CROSS JOIN LATERAL (
+urgent_targets AS (
+    SELECT target_key, (array_agg(id ORDER BY id))[1] AS first_urgent,
+           (array_agg(id ORDER BY id DESC))[1] AS upto
+    FROM urgent_rows GROUP BY target_key
+),
+urgent_cut AS (
+    SELECT ahead.id FROM urgent_targets AS u CROSS JOIN LATERAL (
         SELECT o.id FROM messenger.realtime_outbox AS o
         WHERE o.target_key = u.target_key AND o.status = 'Pending'
           AND o.next_attempt_at <= now() AND o.claimed_at IS NULL AND o.id <= u.upto
         ORDER BY o.id LIMIT %(limit)s - %(limit)s / 4
-        FOR UPDATE SKIP LOCKED
     ) AS ahead
-    ORDER BY ahead.id LIMIT %(limit)s - %(limit)s / 4
+    ORDER BY u.first_urgent, ahead.id LIMIT %(limit)s - %(limit)s / 4
+),
+urgent AS (
+    SELECT o.id, 0::bigint AS rn
+    FROM urgent_cut AS c JOIN messenger.realtime_outbox AS o ON o.id = c.id
+    WHERE o.status = 'Pending' AND o.next_attempt_at <= now() AND o.claimed_at IS NULL
+    FOR UPDATE OF o SKIP LOCKED
 ),
 due AS (
     SELECT id FROM (

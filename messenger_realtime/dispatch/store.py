@@ -139,23 +139,32 @@ def _outcomes(rows: list[ClaimedRow], suspect: bool) -> list[RowOutcome]:
 
 
 def push_order(rows: list[ClaimedRow]) -> list[ClaimedRow]:
-    """RETURNING order is unspecified: the targets of time-critical kinds first, then the
-    targets in turn (each target's first row, then each one's second, ...), every target
-    in id order. A target is a stream (its offsets follow id order), so an urgent row
-    never goes out before an older row of its own stream: its whole target goes first.
-    A quiet chat's row goes out in a batch's first chunk, not behind a burst's hundred
-    rows in the same batch."""
+    """RETURNING order is unspecified. Each target (a stream) goes out in its stream's
+    order (its offsets; ids for rows without one), the urgent part of each target first
+    (its rows up to its newest row of a time-critical kind: an invitation never goes out
+    before an older row of its own stream, issue 60), then the rest of every target in
+    turn (each target's first row, then each one's second, ...). A quiet chat's row
+    therefore goes out in a batch's first chunk, not behind a burst's hundred rows in
+    the same batch. Offsets, not ids, order a stream: its counter's lock orders its
+    commits, while ids are made by the owners' processes (two in the same millisecond
+    may invert)."""
     rows.sort(key=lambda row: row.id)
-    turn: dict[UUID | None, int] = {}
-    urgent: set[UUID | None] = set()
-    ranked = []
+    streams: dict[UUID | None, list[ClaimedRow]] = {}
     for row in rows:
         target = row.target_user_id if row.target_kind == TargetKind.USER else row.chat_id
-        turn[target] = turn.get(target, 0) + 1
-        if row.kind in URGENT_KINDS:
-            urgent.add(target)
-        ranked.append((target, turn[target], row.id, row))
-    ranked.sort(key=lambda entry: (entry[0] not in urgent, *entry[1:3]))
+        streams.setdefault(target, []).append(row)
+    ranked = []
+    for stream in streams.values():
+        if all(row.stream_offset is not None for row in stream):
+            stream.sort(key=lambda row: row.stream_offset or 0)
+        urgent = [at for at, row in enumerate(stream) if row.kind in URGENT_KINDS]
+        last_urgent = urgent[-1] if urgent else -1
+        for at, row in enumerate(stream):
+            if at <= last_urgent:
+                ranked.append((False, at, row.id, row))
+            else:
+                ranked.append((True, at - last_urgent, row.id, row))
+    ranked.sort(key=lambda entry: entry[:3])
     return [entry[3] for entry in ranked]
 
 

@@ -34,6 +34,12 @@ answered 429 with Retry-After (negotiate.py) and its WebSocket is refused at the
 (transports/opening.py); its own connections, once open, do not count here (the cap on
 open connections is MAX_CONNECTIONS_PER_USER's, user_connections.py).
 
+A user whose connects RATE_LIMIT_CONNECTS refused is refused again from this process's
+memo (`Refusals`) until the limit lets a connect through, before the negotiate reads the
+database or asks Redis: a user whose flooding connections were closed (each costing 10
+connects) went on reconnecting, ~25 negotiates a second, each a read on the thread the
+REST views share and a round trip to Redis.
+
 Negotiates in line are a gauge (messenger_realtime_hub_connects_waiting). Waits that run
 out are counted (messenger_realtime_hub_connects_shed_total) and logged
 at most once per SHED_LOG_EVERY seconds with how many were shed since the last line, so
@@ -42,11 +48,14 @@ a storm does not become a flood of log lines.
 
 import asyncio
 import contextlib
+import dataclasses
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator
 
 from messenger_realtime.conf.settings import HubOptions
+from messenger_realtime.hub.ratelimit import Refusal
 from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import get_logger
 
@@ -56,6 +65,7 @@ SHED_LOG_EVERY = 1.0  # seconds between two "connects shed" log lines at most
 # Seconds a negotiate's slot waits for its connection's transport: a client opens it
 # right after negotiate answers, so this only bounds what a client that never comes holds.
 RESERVED_FOR = 10.0
+REFUSALS_KEPT = 10_000  # users a process remembers the connect refusals of, at most
 
 
 class Admission:
@@ -74,6 +84,7 @@ class Admission:
         self._opening_by: dict[str, int] = {}  # user -> connects in progress without one
         self._shed_unlogged = 0
         self._logged_at = float("-inf")
+        self.refusals = Refusals()  # users whose connects the rate limit refuses for now
 
     @property
     def waiting(self) -> int:
@@ -237,3 +248,35 @@ class Opening:
                 self._admission._opened(self._user)
             self._admission._release()
             self._admission = None
+
+
+class Refusals:
+    """Users whose connects RATE_LIMIT_CONNECTS refused, each until the limit lets one
+    through again (time.monotonic): at most REFUSALS_KEPT, the oldest dropped first."""
+
+    __slots__ = ("_until",)
+
+    def __init__(self) -> None:
+        self._until: dict[str, tuple[float, Refusal]] = {}
+
+    def hold(self, user: str, refusal: Refusal, now: float) -> None:
+        """The limit refused `user` a connect now; it says when to try again."""
+        until = self._until
+        until.pop(user, None)
+        while len(until) >= REFUSALS_KEPT:  # the oldest first: most likely lapsed already
+            del until[next(iter(until))]
+        until[user] = (now + refusal.retry_after, refusal)
+
+    def holding(self, user: str, now: float) -> Refusal | None:
+        """The refusal that still holds for `user` (its wait as of now), or None."""
+        entry = self._until.get(user)
+        if entry is None:
+            return None
+        when, refusal = entry
+        if now >= when:
+            del self._until[user]
+            return None
+        return dataclasses.replace(refusal, retry_after=max(1, math.ceil(when - now)))
+
+    def __len__(self) -> int:
+        return len(self._until)

@@ -6,7 +6,9 @@ starts here, and Django's request path (its middleware, and a thread of its own 
 request to run them) cost a connect more than the rest of negotiate together
 (docs/performance.md). The credentials are read as every hub request reads them
 (credentials/request.py: a bearer token, else the session of the project's own pages
-from the same origin), with one database read (the user's standing).
+from the same origin), with one database read (the user's standing). A user whose
+connects the rate limit refused lately is refused before that read, from the process's
+memo (hub/admission.py, Refusals), with the same reason and the wait left.
 
 Admission control: while ADMISSION_LIMIT connects are in progress in this process
 (hub/admission.py; an admitted negotiate's slot is held until the transport of the
@@ -23,15 +25,21 @@ cause in words (without the internal host, which only the log and /health/ready 
 """
 
 import json
+import time
 from typing import Any
 from urllib.parse import parse_qs
 
 from messenger_realtime.conf.settings import HubOptions, load_hub_options
 from messenger_realtime.exceptions import InvalidToken
-from messenger_realtime.hub import admission, user_connections
-from messenger_realtime.hub.credentials.request import cors_headers, identify_scope
-from messenger_realtime.hub.credentials.tokens import new_connection_token
+from messenger_realtime.hub import admission, ratelimit, user_connections
+from messenger_realtime.hub.credentials.request import cors_headers, identify_scope, query_of
+from messenger_realtime.hub.credentials.tokens import (
+    bearer_token,
+    new_connection_token,
+    read_access_token,
+)
 from messenger_realtime.hub.process import HubProcess
+from messenger_realtime.ops import metrics
 from messenger_realtime.ops.logging import Field, get_logger
 from messenger_realtime.ops.webhealth import layer_verdict
 
@@ -122,6 +130,12 @@ async def answer(
         retry = (b"retry-after", str(LAYER_RETRY_AFTER).encode())
         return 503, _json({"error": LAYER_DOWN}), [JSON, retry]
     options = load_hub_options()
+    hint = token_user(scope, options)  # the bearer token's user, read without the database
+    if hint is not None:
+        refused = hub.admission.refusals.holding(hint, time.monotonic())
+        if refused is not None:  # no read, no round trip: admission.Refusals
+            metrics.hub_rate_limited.labels(scope=ratelimit.CONNECTS).inc()
+            return _too_many(hint, str(refused), refused.retry_after)
     async with hub.admission.connect(options) as slot:
         if slot is None:
             busy = _json({"error": "Service unavailable: too many connects in progress"})
@@ -141,6 +155,8 @@ async def answer(
         # The connect rate limit and the user's cap, in one round trip.
         taken = await hub.take_place(identity.user_id, connection_id, options)
         if taken.limited is not None:
+            if hint is not None:  # a session's negotiate has no user to look up before
+                hub.admission.refusals.hold(user, taken.limited, time.monotonic())
             return _too_many(user, str(taken.limited), taken.limited.retry_after)
         if not taken.granted:
             reason = user_connections.refusal(options)
@@ -157,6 +173,18 @@ async def answer(
         granted.update(connectionId=connection_token)
     granted["availableTransports"] = available_transports(options)
     return 200, _json(granted), [JSON]
+
+
+def token_user(scope: dict[str, Any], options: HubOptions) -> str | None:
+    """The user a bearer token names, checked inline (signature and claims, no database
+    read), or None: no bearer token (a session's), or one the full read refuses."""
+    token = bearer_token(dict(scope.get("headers", [])), query_of(scope))
+    if token is None:
+        return None
+    try:
+        return str(read_access_token(token, options).user_id)
+    except InvalidToken:
+        return None
 
 
 def _too_many(

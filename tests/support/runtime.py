@@ -2,6 +2,7 @@
 
 import asyncio
 import inspect
+import io
 import json
 import os
 import shutil
@@ -87,6 +88,7 @@ def run(coro: Any) -> Any:
     finally:
         try:
             left = asyncio.all_tasks(loop)
+            where = {task: _stack(task) for task in left}  # where each was when cancelled
             for task in left:
                 task.cancel()
             if left:
@@ -98,7 +100,15 @@ def run(coro: Any) -> Any:
             asyncio.set_event_loop(None)
             loop.close()
         if stuck and sys.exc_info()[0] is None:  # else the scenario's own failure shows
-            raise AssertionError(f"tasks ignored their cancellation: {sorted(map(repr, stuck))}")
+            named = [f"{task!r}, cancelled at:\n{where[task]}" for task in stuck]
+            raise AssertionError(f"tasks ignored their cancellation: {sorted(named)}")
+
+
+def _stack(task: "asyncio.Task[Any]") -> str:
+    """Where a task waits now (its coroutine's frames), for a failure's message."""
+    out = io.StringIO()
+    task.print_stack(limit=12, file=out)
+    return out.getvalue()
 
 
 class PrivateRedis:

@@ -57,15 +57,15 @@ async def recover(connection: Connection, argument: Any) -> Billed:
     started = time.perf_counter()
     asked = parse(argument)
     marks = connection.stream_marks()
-    for stream in asked:  # from here, live events of these streams wait
-        marks.held.setdefault(stream, [])
-    # Frames an event delivery built before the hold go out before any recovered one.
-    await connection.outbound.flush()
     sent = size = 0
     options = connection.options
     most_bytes = min(options.recovery_max_bytes, options.send_buffer_limit // 2)
     outcomes: dict[str, str] = {}
     try:
+        for stream in asked:  # from here, live events of these streams wait
+            marks.held.setdefault(stream, [])
+        # Frames an event delivery built before the hold go out before any recovered one.
+        await connection.outbound.flush()
         # One at a time per user, on its process's thread for recoveries (HubProcess).
         hub = connection.hub
         async with hub.recovering(connection.user_id):
@@ -87,6 +87,8 @@ async def recover(connection: Connection, argument: Any) -> Billed:
     finally:
         await _release_all(connection, marks, asked)
         marks.sent = None  # the notes are for the first recovery only
+    if connection.closing:  # the release ended it: no charge, nothing reported
+        return Billed(outcomes, 0)
     elapsed = time.perf_counter() - started
     _report(connection, outcomes, sent, elapsed)
     return Billed(outcomes, sent // EVENTS_PER_CHARGE + size // BYTES_PER_CHARGE)
@@ -135,14 +137,18 @@ async def _release_all(connection: Connection, marks: StreamMarks, streams: Iter
     try:
         for stream in streams:
             await _release(connection, marks, stream)
-    except Exception as exc:
+    except BaseException as exc:  # a cancellation too: nothing may stay held
         for stream in streams:
             marks.held.pop(stream, None)
+        how = ending.dropped(ending.RELEASE_FAILED)
+        if not isinstance(exc, Exception):
+            connection.end_soon(how)  # in a task of its own: this one is going away
+            raise
         logger.warning(
             "recovery release failed",
             extra={**connection.ids(), "action": "recover", Field.ERROR_CODE: describe_error(exc)},
         )
-        await connection.end(ending.dropped(ending.RELEASE_FAILED))
+        await connection.end(how)
 
 
 async def _release(connection: Connection, marks: StreamMarks, stream: str) -> None:
