@@ -50,6 +50,8 @@ MESSAGES = 300
 CROWD = 200  # members of the crowd chat besides the abuser and the bystander
 LISTENERS = 50  # of them connected, receiving whatever the abuser's typing sends
 FLOODERS = 32  # the abuser's connections for a method at line rate (the default cap)
+ABUSERS = 64  # users made to abuse, one per phase (17 paths, up to 3 runs each)
+ABUSER = object()  # in a method's arguments: the abusing user's own token
 FRAME = 16 * 1024  # bytes of records per frame the flooders write
 
 
@@ -66,9 +68,14 @@ def prepare(redis_url: str = REDIS_URL) -> dict[str, uuid.UUID]:
     import subprocess
 
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    ids: dict[str, Any] = {n: uuid.uuid4() for n in ("abuser", "bystander", "chat", "crowd")}
+    ids: dict[str, Any] = {n: uuid.uuid4() for n in ("bystander", "chat", "crowd")}
     ids["members"] = [uuid.uuid4() for _ in range(CROWD)]
-    users = [("abuser", ids["abuser"]), ("bystander", ids["bystander"])]
+    # One abuser per phase: each starts from a clean slate, in Redis (forget_counts) and
+    # in the hub's memory (a refused user's connects are refused from a memo until the
+    # rate limit's wait is over: hub/admission.py).
+    ids["abusers"] = [uuid.uuid4() for _ in range(ABUSERS)]
+    users = [("bystander", ids["bystander"])]
+    users += [(f"abuser{n}", abuser) for n, abuser in enumerate(ids["abusers"])]
     users += [(f"member{n}", member) for n, member in enumerate(ids["members"])]
     with psycopg.connect(DATABASE_URL, autocommit=True) as conn:
         for name, user in users:
@@ -79,8 +86,8 @@ def prepare(redis_url: str = REDIS_URL) -> dict[str, uuid.UUID]:
                 (user, name),
             )
         members = {
-            "chat": [ids["abuser"], ids["bystander"]],
-            "crowd": [ids["abuser"], ids["bystander"], *ids["members"]],
+            "chat": [*ids["abusers"], ids["bystander"]],
+            "crowd": [*ids["abusers"], ids["bystander"], *ids["members"]],
         }
         for chat, who in members.items():
             conn.execute(
@@ -516,7 +523,8 @@ async def run(
     stack: Any, ids: dict[str, Any], seconds: float, only: set[str] | None, repeat: int = 1
 ) -> list[dict[str, Any]]:
     base, ws_base = f"http://127.0.0.1:{stack.port}", f"ws://127.0.0.1:{stack.port}"
-    abuser, other = stack.token(ids["abuser"]), stack.token(ids["bystander"])
+    other = stack.token(ids["bystander"])
+    abusers = iter(ids["abusers"])
     daphne = Daphne(stack.procs[0].pid)
     stream = f"chat:{ids['chat']}"
     deadline = time.monotonic() + 30
@@ -528,27 +536,30 @@ async def run(
     probe = (base, ws_base, other)  # bystander_for's, in its own process
 
     def method(target: str | None, arguments: list[Any]) -> Any:
-        frame = records_of(target, arguments)
-        return lambda stop: abuse_method(base, ws_base, abuser, frame, stop)
+        def abuse(stop: Any, abuser: str, user: uuid.UUID) -> Any:
+            frame = records_of(target, [abuser if a is ABUSER else a for a in arguments])
+            return abuse_method(base, ws_base, abuser, frame, stop)
+
+        return abuse
 
     def sends(transport: str) -> Any:
         frame = records_of("GetGroups", [])
-        return lambda stop: abuse_http_sends(base, abuser, transport, frame, stop)
+        return lambda stop, abuser, user: abuse_http_sends(base, abuser, transport, frame, stop)
 
     acknowledged = {f"chat:{uuid.uuid4()}": n for n in range(256)}
     watched = [str(member) for member in ids["members"]]
     paths = [
         ("none (baseline)", None),
-        ("open connections", lambda stop: abuse_connections(base, ws_base, abuser, stop)),
-        ("lapsed places", lambda stop: abuse_lapsed_places(base, ws_base, ids["abuser"], stop)),
-        ("Recover", lambda stop: abuse_recover(base, ws_base, abuser, stream, stop)),
-        ("WebSockets without handshake", lambda stop: abuse_no_handshake(ws_base, abuser, stop)),
-        ("negotiate loop", lambda stop: abuse_negotiates(base, abuser, stop)),
+        ("open connections", lambda stop, t, u: abuse_connections(base, ws_base, t, stop)),
+        ("lapsed places", lambda stop, t, u: abuse_lapsed_places(base, ws_base, u, stop)),
+        ("Recover", lambda stop, t, u: abuse_recover(base, ws_base, t, stream, stop)),
+        ("WebSockets without handshake", lambda stop, t, u: abuse_no_handshake(ws_base, t, stop)),
+        ("negotiate loop", lambda stop, t, u: abuse_negotiates(base, t, stop)),
         ("GetGroups", method("GetGroups", [])),
         ("Typing", method("Typing", [str(ids["crowd"])])),
         ("Acknowledge", method("Acknowledge", [acknowledged, 1000])),
         ("WatchPresence", method("WatchPresence", [watched])),
-        ("RenewToken", method("RenewToken", [abuser])),
+        ("RenewToken", method("RenewToken", [ABUSER])),
         ("Recover (line rate)", method("Recover", [{stream: MESSAGES}])),
         ("unknown method", method("NoSuchMethod", [])),
         ("Pings", method(None, [])),
@@ -565,13 +576,22 @@ async def run(
             runs = []
             for _ in range(repeat):
                 await forget_counts()  # each from a clean slate: no rate limit or place left
-                runs.append(await phase(name, seconds, daphne, probe, abuse))
+                user = next(abusers)  # and a user the hub has not refused yet
+                runs.append(await phase(name, seconds, daphne, probe, _as(abuse, stack, user)))
                 await asyncio.sleep(1)
             figures.append(median_run(runs))
     finally:
         listening.set()
         await crowd
     return figures
+
+
+def _as(abuse: Any, stack: Any, user: uuid.UUID) -> Any:
+    """A path's abuse as `user` (None for the baseline): what phase() runs."""
+    if abuse is None:
+        return None
+    token = stack.token(user)
+    return lambda stop: abuse(stop, token, user)
 
 
 async def forget_counts() -> None:
