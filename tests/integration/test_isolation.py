@@ -34,6 +34,19 @@ def chat_of(event: Any) -> uuid.UUID:
     return uuid.UUID(event.payload["chatId"])
 
 
+def first_claim(limit: int) -> list[Any]:
+    """The rows one fair claim of `limit` takes from the start of the walk, in push order."""
+
+    async def claim() -> list[Any]:
+        conn = await db.connect()
+        shape = store.ClaimShape(limit, [1.0], 0.0, 8)
+        outcomes, _ = await store.claim_fair(conn, shape, NO_TARGET)
+        await conn.close()
+        return [o.row for o in outcomes]
+
+    return run(claim())
+
+
 def test_a_burst_in_one_chat_does_not_hold_the_other_chats_rows() -> None:
     hot = ChatFactory()
     backlog(hot, 2000)  # committed first: FIFO by id would push all of it first
@@ -135,13 +148,7 @@ def test_an_invitation_behind_a_20000_row_backlog_is_claimed_in_the_first_batch(
         seq=None,
     )
 
-    async def first_claim() -> list[uuid.UUID]:
-        conn = await db.connect()
-        outcomes, _ = await store.claim_fair(conn, store.ClaimShape(200, [1.0], 0.0, 8), NO_TARGET)
-        await conn.close()
-        return [o.row.id for o in outcomes]
-
-    claimed = run(first_claim())
+    claimed = [row.id for row in first_claim(200)]
     assert len(claimed) == 200
     assert claimed[0] == invite.id  # claimed, and pushed first
 
@@ -159,13 +166,7 @@ def test_an_invitation_claimed_ahead_takes_the_older_rows_of_its_stream_with_it(
     older = OutboxEntryFactory(kind=Kind.CHAT_UPDATED, chat_id=uuid.uuid4(), **stream)
     invite = OutboxEntryFactory(kind=Kind.CALL_INVITED, chat_id=None, ref_id=uuid.uuid4(), **stream)
 
-    async def first_claim() -> list[uuid.UUID]:
-        conn = await db.connect()
-        outcomes, _ = await store.claim_fair(conn, store.ClaimShape(4, [1.0], 0.0, 8), NO_TARGET)
-        await conn.close()
-        return [o.row.id for o in outcomes]
-
-    claimed = run(first_claim())
+    claimed = [row.id for row in first_claim(4)]
     assert len(claimed) == 4
     assert [i for i in claimed if i in (older.id, invite.id)] == [older.id, invite.id]
     assert claimed[:2] == [older.id, invite.id]  # its stream first, in order
@@ -192,13 +193,7 @@ def test_one_streams_old_backlog_does_not_take_another_invitations_place() -> No
     invite = on_stream(high, Kind.CALL_INVITED, chat_id=None, ref_id=uuid.uuid4())
     on_stream(low, Kind.CALL_INVITED, chat_id=None, ref_id=uuid.uuid4())
 
-    async def first_claim() -> list[Any]:
-        conn = await db.connect()
-        outcomes, _ = await store.claim_fair(conn, store.ClaimShape(8, [1.0], 0.0, 8), NO_TARGET)
-        await conn.close()
-        return [o.row for o in outcomes]
-
-    claimed = run(first_claim())
+    claimed = first_claim(8)
     assert len(claimed) == 8
     assert claimed[0].id == invite.id  # claimed, and its target first
     b_rows = [r for r in claimed if r.target_user_id == low]
@@ -224,13 +219,7 @@ def test_an_urgent_flood_in_one_chat_leaves_a_share_of_each_batch_to_the_others(
             [other],
         )
 
-    async def first_claim() -> list[Any]:
-        conn = await db.connect()
-        outcomes, _ = await store.claim_fair(conn, store.ClaimShape(200, [1.0], 0.0, 8), NO_TARGET)
-        await conn.close()
-        return [o.row for o in outcomes]
-
-    claimed = run(first_claim())
+    claimed = first_claim(200)
     assert len(claimed) == 200
     by_chat = {chat: [r for r in claimed if r.chat_id == chat] for chat in (flood, other)}
     assert len(by_chat[other]) == 20  # every row of the other chat, in the first batch
