@@ -53,11 +53,12 @@ SET enable_seqscan = off;
 --   order, so an urgent row brings the older due rows of its own target with it
 --   (urgent_rows, then each one's target up to its newest urgent row, through
 --   ix_rto_pending_target): it never goes out ahead of them (issue 60). Weighted, not
---   absolute: at most all but a quarter of the batch, the targets taken in the order of
---   their oldest urgent row (so one stream's old backlog cannot take another's
---   invitation's place) and cut there (each target keeps a prefix of its rows; only
---   the last is cut short), so a flood of them in one chat (a conference's 20,000
---   ConferenceEnded rows) leaves the last quarter of every batch to the round-robin.
+--   absolute: at most all but a quarter of the batch, an equal quota of it per urgent
+--   target (so one stream's long backlog ahead of its urgent row cannot take another
+--   user's invitation's place), the targets in the order of their oldest urgent row and
+--   cut there (each target keeps a prefix of its rows), so a flood of them in one chat
+--   (a conference's 20,000 ConferenceEnded rows) leaves the last quarter of every batch
+--   to the round-robin.
 --   Read first, then only the rows kept are locked (urgent).
 -- Candidates are locked as they are found (FOR UPDATE SKIP LOCKED in each probe), so a
 -- second runner (failover lag, --no-lock) skips them; those not picked are unlocked when
@@ -161,7 +162,9 @@ urgent_cut AS (
         SELECT o.id FROM messenger.realtime_outbox AS o
         WHERE o.target_key = u.target_key AND o.status = 'Pending'
           AND o.next_attempt_at <= now() AND o.claimed_at IS NULL AND o.id <= u.upto
-        ORDER BY o.id LIMIT %(limit)s - %(limit)s / 4
+        ORDER BY o.id
+        LIMIT ceil((%(limit)s - %(limit)s / 4)::numeric
+                   / (SELECT count(*) FROM urgent_targets))::int
     ) AS ahead
     ORDER BY u.first_urgent, ahead.id LIMIT %(limit)s - %(limit)s / 4
 ),

@@ -22,7 +22,13 @@ from messenger_realtime.outbox.enums import RealtimeDispatchKind as Kind
 from messenger_realtime.outbox.enums import RealtimeOutboxStatus as Status
 from project.messenger import services
 from tests.support.dispatch import one_pass
-from tests.support.factories import ChatFactory, OutboxEntryFactory, UserFactory, backlog
+from tests.support.factories import (
+    ChatFactory,
+    MessageFactory,
+    OutboxEntryFactory,
+    UserFactory,
+    backlog,
+)
 from tests.support.helpers import RecordingPublisher, options
 from tests.support.ports import HangingPort
 from tests.support.runtime import run
@@ -198,6 +204,32 @@ def test_one_streams_old_backlog_does_not_take_another_invitations_place() -> No
     assert claimed[0].id == invite.id  # claimed, and its target first
     b_rows = [r for r in claimed if r.target_user_id == low]
     assert [r.kind for r in b_rows] == [Kind.CHAT_UPDATED] * len(b_rows)  # B's prefix only
+
+
+def test_a_long_backlog_ahead_of_an_urgent_row_leaves_other_invitations_their_place() -> None:
+    # A chat with 20 old messages, then a conference started in it (the oldest urgent
+    # row); then user A's invitation. The chat's prefix up to its urgent row is 21 rows:
+    # ranked first and uncapped, it took the whole urgent share (6 of 8) batch after
+    # batch, and A's invitation waited behind another stream's backlog. Each urgent
+    # target now gets an equal quota of the share.
+    high = uuid.UUID(int=2**128 - 1)  # A: walked last
+    for _ in range(8):
+        OutboxEntryFactory()
+    busy = ChatFactory()
+    for _ in range(20):
+        OutboxEntryFactory(message=MessageFactory(chat=busy))
+    OutboxEntryFactory(
+        kind=Kind.CONFERENCE_STARTED, chat_id=busy.id, ref_id=uuid.uuid4(), message_id=None,
+        seq=None, session_kind="Conference",
+    )  # fmt: skip
+    invite = OutboxEntryFactory(
+        kind=Kind.CALL_INVITED, target_kind="User", target_user_id=high, chat_id=None,
+        ref_id=uuid.uuid4(), message_id=None, seq=None,
+    )  # fmt: skip
+    claimed = first_claim(8)
+    assert invite.id in [r.id for r in claimed]
+    busy_rows = [r for r in claimed if r.chat_id == busy.id]
+    assert [r.kind for r in busy_rows] == [Kind.MESSAGE_RECEIVED] * len(busy_rows)
 
 
 def test_an_urgent_flood_in_one_chat_leaves_a_share_of_each_batch_to_the_others() -> None:
